@@ -1,0 +1,75 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClusterRegistration is an agent's request to register its cluster, made with
+// the import identity of a ClusterRegistrationToken. The controller answers by
+// writing a credential Secret named c-<hash> in the system registration
+// namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=fleet
+// +kubebuilder:printcolumn:name="Cluster-Name",type=string,JSONPath=`.status.clusterName`
+// +kubebuilder:printcolumn:name="Granted",type=boolean,JSONPath=`.status.granted`
+// +kubebuilder:printcolumn:name="Labels",type=string,JSONPath=`.spec.clusterLabels`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterRegistration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec ClusterRegistrationSpec `json:"spec,omitempty"`
+	// +optional
+	Status ClusterRegistrationStatus `json:"status,omitempty"`
+}
+
+// ClusterRegistrationList is a list of ClusterRegistrations.
+//
+// +kubebuilder:object:root=true
+type ClusterRegistrationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterRegistration `json:"items"`
+}
+
+// ClusterRegistrationSpec is what the agent asserts about itself.
+type ClusterRegistrationSpec struct {
+	// clientID identifies the cluster: the configured client ID or the UID of
+	// the downstream kube-system namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClientID string `json:"clientID"`
+	// clientRandom is a random value the agent made for this attempt; with
+	// clientID it names the credential Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=16
+	// +kubebuilder:validation:MaxLength=128
+	ClientRandom string `json:"clientRandom"`
+	// clusterLabels are copied to a Cluster the controller creates for this
+	// registration (labels under fleet.cattle.io/ and management.cattle.io/
+	// are dropped).
+	// +optional
+	ClusterLabels map[string]string `json:"clusterLabels,omitempty"`
+}
+
+// ClusterRegistrationStatus is the controller's answer.
+type ClusterRegistrationStatus struct {
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// clusterName is the Cluster this registration was matched to or made.
+	// +optional
+	ClusterName string `json:"clusterName,omitempty"`
+	// granted is true once the credential Secret was written.
+	// +optional
+	Granted bool `json:"granted,omitempty"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ClusterRegistration{}, &ClusterRegistrationList{})
+}

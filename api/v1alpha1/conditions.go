@@ -1,0 +1,62 @@
+package v1alpha1
+
+// Condition types. Ready, Reconciling and Stalled follow kstatus so generic
+// tools (kubectl wait, flux, kstatus) understand them; the others name one
+// step of registration or deployment.
+const (
+	ReadyCondition       = "Ready"
+	ReconcilingCondition = "Reconciling"
+	StalledCondition     = "Stalled"
+
+	// ImportedCondition: the controller pushed the agent to a
+	// manager-initiated cluster.
+	ImportedCondition = "Imported"
+	// RegisteredCondition: an agent completed the handshake for this cluster.
+	RegisteredCondition = "Registered"
+	// AgentReadyCondition: the agent's heartbeat is fresh.
+	AgentReadyCondition = "AgentReady"
+	// GrantedCondition: a ClusterRegistration was granted a credential.
+	GrantedCondition = "Granted"
+	// DeployedCondition: a BundleDeployment's manifests were applied.
+	DeployedCondition = "Deployed"
+	// MonitoredCondition: the agent reports health and drift of a
+	// BundleDeployment.
+	MonitoredCondition = "Monitored"
+)
+
+// Condition reasons shared by the controller and agent.
+const (
+	SucceededReason   = "Succeeded"
+	ProgressingReason = "Progressing"
+	WaitingReason     = "Waiting"
+
+	KubeConfigSecretMissingReason   = "KubeConfigSecretMissing"
+	KubeConfigKeyMissingReason      = "KubeConfigKeyMissing"
+	KubeConfigInvalidReason         = "KubeConfigInvalid"
+	NamespaceNotAllowedReason       = "NamespaceNotAllowed"
+	DownstreamUnreachableReason     = "DownstreamUnreachable"
+	DownstreamTLSErrorReason        = "DownstreamTLSError"
+	DownstreamUnauthorizedReason    = "DownstreamUnauthorized"
+	DownstreamForbiddenReason       = "DownstreamForbidden"
+	ApplyConflictReason             = "ApplyConflict"
+	ApplyFailedReason               = "ApplyFailed"
+	RenderFailedReason              = "RenderFailed"
+	ConfigInvalidReason             = "ConfigInvalid"
+	MissingAPIServerURLReason       = "MissingAPIServerURL"
+	WaitingForRegistrationReason    = "WaitingForRegistration"
+	WaitingForTokenReason           = "WaitingForToken"
+	OfflineReason                   = "Offline"
+	AgentHeartbeatReason            = "AgentHeartbeat"
+	PausedReason                    = "Paused"
+	TokenExpiredReason              = "TokenExpired"
+	TokenNotFoundReason             = "TokenNotFound"
+	ClientIDNotAllowedReason        = "ClientIDNotAllowed"
+	SupersededReason                = "Superseded"
+	GrantedReason                   = "Granted"
+	NoBootstrapCredentialReason     = "NoBootstrapCredential"
+	CredentialRejectedReason        = "CredentialRejected"
+	BundleDeploymentsNotReadyReason = "BundleDeploymentsNotReady"
+	TargetsInvalidReason            = "TargetsInvalid"
+	ModifiedReason                  = "Modified"
+	NotReadyReason                  = "NotReady"
+)

@@ -1,0 +1,52 @@
+package v1alpha1
+
+// Labels, annotations and finalizers set on objects the controller and agent
+// manage. Their values are part of the observable contract with Fleet.
+const (
+	// ManagedLabel marks every object the controller generated, so orphan
+	// cleanup can find them.
+	ManagedLabel = "fleet.cattle.io/managed"
+
+	// ClusterNamespaceAnnotation and ClusterAnnotation point from a
+	// per-cluster namespace (and from BundleDeployments) back to its Cluster.
+	ClusterNamespaceAnnotation = "fleet.cattle.io/cluster-namespace"
+	ClusterAnnotation          = "fleet.cattle.io/cluster"
+
+	// ClusterNamespaceLabel and ClusterLabel carry the same as labels, so
+	// objects can be listed by the cluster they belong to.
+	ClusterNamespaceLabel = "fleet.cattle.io/cluster-namespace"
+	ClusterLabel          = "fleet.cattle.io/cluster"
+
+	// ClusterRegistrationAnnotation and ClusterRegistrationNamespaceAnnotation
+	// point from a request ServiceAccount to the registration that made it.
+	ClusterRegistrationAnnotation          = "fleet.cattle.io/cluster-registration"
+	ClusterRegistrationNamespaceAnnotation = "fleet.cattle.io/cluster-registration-namespace"
+
+	// RegistrationTokenLabel is set by the agent on its ClusterRegistration:
+	// the name of the token it registered with.
+	RegistrationTokenLabel = "fleet.cattle.io/registration-token"
+
+	// CreatedByAgentPodLabel is the only fleet.cattle.io/ label an agent may
+	// assert on its Cluster.
+	CreatedByAgentPodLabel = "fleet.cattle.io/created-by-agent-pod"
+
+	// BundleLabel and BundleNamespaceLabel point from a BundleDeployment back
+	// to its Bundle.
+	BundleLabel          = "fleet.cattle.io/bundle-name"
+	BundleNamespaceLabel = "fleet.cattle.io/bundle-namespace"
+
+	// ShardLabel assigns a Cluster (and what is made for it) to a controller
+	// shard.
+	ShardLabel = "fleet.cattle.io/shard-id"
+
+	// ClusterFinalizer lets the controller remove what it made for a Cluster
+	// before the Cluster goes.
+	ClusterFinalizer = "fleet.cattle.io/cluster-finalizer"
+
+	// BundleFinalizer lets the controller remove BundleDeployments of a Bundle
+	// before the Bundle goes.
+	BundleFinalizer = "fleet.cattle.io/bundle-finalizer"
+)
+
+// Reserved label prefixes that an agent may not set on its Cluster.
+var ReservedLabelPrefixes = []string{"fleet.cattle.io/", "management.cattle.io/"}

@@ -1,0 +1,37 @@
+// Command fleet is the one binary of the project: the upstream controller,
+// the downstream agent, the offline renderer and the development tools, as
+// subcommands.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gitops-fleet/fleet/internal/version"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "fleet",
+		Short:         "GitOps-native cluster registration: controller, agent, renderer and dev tools",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version.Version,
+	}
+	root.AddCommand(newDevCommand())
+	return root
+}
