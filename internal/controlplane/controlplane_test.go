@@ -281,4 +281,3 @@ func TestServiceAccountToken_AuthenticatesWithRBAC(t *testing.T) {
 		return err == nil, err
 	})
 }
-
