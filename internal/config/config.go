@@ -1,0 +1,253 @@
+// Package config is the controller configuration: the JSON document under key
+// "config" of the fleet-controller ConfigMap (written by charts/fleet). It
+// holds what the controller gives to agents (API server URL and CA, image,
+// intervals, TLS mode) and the controller's own policies.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	// ConfigMapName is the controller's ConfigMap in the system namespace.
+	ConfigMapName = "fleet-controller"
+	// ConfigMapKey holds the JSON document.
+	ConfigMapKey = "config"
+
+	// TLS modes of the agent's connection upstream.
+	TLSModeSystemStore = "system-store"
+	TLSModeStrict      = "strict"
+
+	DefaultAgentImage              = "gitops-fleet/fleet:0.1.0"
+	DefaultAgentCheckinInterval    = time.Minute
+	DefaultImportTokenTTL          = 12 * time.Hour
+	DefaultSystemNamespace         = "cattle-fleet-system"
+	DefaultSystemRegistrationNS    = "cattle-fleet-clusters-system"
+	DefaultAgentLeaseDuration      = 30 * time.Second
+	DefaultAgentRenewDeadline      = 25 * time.Second
+	DefaultAgentRetryPeriod        = 10 * time.Second
+	DefaultRequestCredentialTTL    = 24 * time.Hour
+	DefaultOfflineMissedHeartbeats = 3
+)
+
+// Config is the controller configuration. Zero values mean "default"; use
+// the getters, which apply the defaults.
+type Config struct {
+	// APIServerURL is the upstream API server URL given to agents.
+	APIServerURL string `json:"apiServerURL,omitempty"`
+	// APIServerCA is the PEM CA bundle of the upstream API server given to
+	// agents (base64 in JSON, as in Fleet).
+	APIServerCA []byte `json:"apiServerCA,omitempty"`
+	// AgentTLSMode is system-store (default) or strict.
+	AgentTLSMode string `json:"agentTLSMode,omitempty"`
+	// AgentCheckinInterval is the agents' heartbeat interval.
+	AgentCheckinInterval metav1.Duration `json:"agentCheckinInterval,omitempty"`
+	// AgentImage is the agent's image reference (repository:tag).
+	AgentImage string `json:"agentImage,omitempty"`
+	// AgentImagePullPolicy is the agent's image pull policy.
+	AgentImagePullPolicy corev1.PullPolicy `json:"agentImagePullPolicy,omitempty"`
+	// SystemDefaultRegistry prefixes the agent image.
+	SystemDefaultRegistry string `json:"systemDefaultRegistry,omitempty"`
+	// AgentImagePullSecrets name Secrets for the agent pod, used when a
+	// Cluster sets no agentPullSecrets.
+	AgentImagePullSecrets []string `json:"agentImagePullSecrets,omitempty"`
+	// AgentReplicas is the agent Deployment's replica count (default 1).
+	AgentReplicas *int32 `json:"agentReplicas,omitempty"`
+	// AgentLeaderElection are the agent's Lease timings.
+	AgentLeaderElection LeaderElection `json:"agentLeaderElection,omitempty"`
+	// AgentProxy is the agent's HTTP proxy configuration.
+	AgentProxy Proxy `json:"agentProxy,omitempty"`
+	// ManageAgent makes each Cluster's agent follow its own Bundle (default
+	// true).
+	ManageAgent *bool `json:"manageAgent,omitempty"`
+	// RegistrationTokenTTLRequired deletes ClusterRegistrationTokens with no
+	// TTL.
+	RegistrationTokenTTLRequired bool `json:"registrationTokenTTLRequired,omitempty"`
+	// ImportTokenTTL is the TTL of the import-token-<cluster> tokens made for
+	// manager-initiated clusters (default 12h).
+	ImportTokenTTL metav1.Duration `json:"importTokenTTL,omitempty"`
+	// RequestCredentialTTL bounds the lifetime of an agent's request
+	// credential; agents renew it before it expires (default 24h).
+	RequestCredentialTTL metav1.Duration `json:"requestCredentialTTL,omitempty"`
+	// OfflineAfterMissedHeartbeats marks a Cluster offline after this many
+	// missed heartbeat intervals (default 3).
+	OfflineAfterMissedHeartbeats int `json:"offlineAfterMissedHeartbeats,omitempty"`
+	// IgnoreClusterRegistrationLabels stops agent-supplied labels from
+	// reaching the Clusters the controller creates.
+	IgnoreClusterRegistrationLabels bool `json:"ignoreClusterRegistrationLabels,omitempty"`
+}
+
+// LeaderElection are Lease timings.
+type LeaderElection struct {
+	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
+	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
+}
+
+// Proxy is an HTTP proxy configuration.
+type Proxy struct {
+	HTTPProxy  string `json:"httpProxy,omitempty"`
+	HTTPSProxy string `json:"httpsProxy,omitempty"`
+	NoProxy    string `json:"noProxy,omitempty"`
+}
+
+// Parse reads a configuration document (JSON or YAML) and validates it.
+// Unknown fields are errors, so a typo does not silently fall back to a
+// default.
+func Parse(data []byte) (*Config, error) {
+	cfg := &Config{}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return cfg, nil
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("controller config is not valid YAML or JSON: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(js)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		return nil, fmt.Errorf("controller config: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// FromConfigMap reads the configuration from a fleet-controller ConfigMap.
+func FromConfigMap(cm *corev1.ConfigMap) (*Config, error) {
+	data, ok := cm.Data[ConfigMapKey]
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s/%s has no key %q", cm.Namespace, cm.Name, ConfigMapKey)
+	}
+	cfg, err := Parse([]byte(data))
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	return cfg, nil
+}
+
+// Validate reports every invalid field at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.APIServerURL != "" {
+		u, err := url.Parse(c.APIServerURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("apiServerURL %q must be an absolute http(s) URL such as https://rancher.example.com:6443", c.APIServerURL))
+		}
+	}
+	switch c.AgentTLSMode {
+	case "", TLSModeSystemStore, TLSModeStrict:
+	default:
+		errs = append(errs, fmt.Errorf("agentTLSMode %q must be %q or %q", c.AgentTLSMode, TLSModeSystemStore, TLSModeStrict))
+	}
+	switch c.AgentImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		errs = append(errs, fmt.Errorf("agentImagePullPolicy %q must be Always, IfNotPresent or Never", c.AgentImagePullPolicy))
+	}
+	for name, d := range map[string]metav1.Duration{
+		"agentCheckinInterval":              c.AgentCheckinInterval,
+		"importTokenTTL":                    c.ImportTokenTTL,
+		"requestCredentialTTL":              c.RequestCredentialTTL,
+		"agentLeaderElection.leaseDuration": c.AgentLeaderElection.LeaseDuration,
+		"agentLeaderElection.renewDeadline": c.AgentLeaderElection.RenewDeadline,
+		"agentLeaderElection.retryPeriod":   c.AgentLeaderElection.RetryPeriod,
+	} {
+		if d.Duration < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", name))
+		}
+	}
+	if c.RequestCredentialTTL.Duration != 0 && c.RequestCredentialTTL.Duration < 10*time.Minute {
+		errs = append(errs, fmt.Errorf("requestCredentialTTL %s is below the 10m minimum of the TokenRequest API", c.RequestCredentialTTL.Duration))
+	}
+	if c.AgentReplicas != nil && *c.AgentReplicas < 0 {
+		errs = append(errs, errors.New("agentReplicas must not be negative"))
+	}
+	if c.OfflineAfterMissedHeartbeats < 0 {
+		errs = append(errs, errors.New("offlineAfterMissedHeartbeats must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// GetAgentTLSMode returns the TLS mode, default system-store.
+func (c *Config) GetAgentTLSMode() string {
+	if c.AgentTLSMode == "" {
+		return TLSModeSystemStore
+	}
+	return c.AgentTLSMode
+}
+
+// GetAgentCheckinInterval returns the heartbeat interval, default 1m.
+func (c *Config) GetAgentCheckinInterval() time.Duration {
+	return orDefault(c.AgentCheckinInterval.Duration, DefaultAgentCheckinInterval)
+}
+
+// GetAgentImage returns the agent image reference.
+func (c *Config) GetAgentImage() string {
+	if c.AgentImage == "" {
+		return DefaultAgentImage
+	}
+	return c.AgentImage
+}
+
+// GetAgentImagePullPolicy returns the pull policy, default IfNotPresent.
+func (c *Config) GetAgentImagePullPolicy() corev1.PullPolicy {
+	if c.AgentImagePullPolicy == "" {
+		return corev1.PullIfNotPresent
+	}
+	return c.AgentImagePullPolicy
+}
+
+// GetAgentReplicas returns the agent replica count, default 1.
+func (c *Config) GetAgentReplicas() int32 {
+	if c.AgentReplicas == nil {
+		return 1
+	}
+	return *c.AgentReplicas
+}
+
+// GetAgentLeaderElection returns the agent's Lease timings with defaults.
+func (c *Config) GetAgentLeaderElection() (lease, renew, retry time.Duration) {
+	le := c.AgentLeaderElection
+	return orDefault(le.LeaseDuration.Duration, DefaultAgentLeaseDuration),
+		orDefault(le.RenewDeadline.Duration, DefaultAgentRenewDeadline),
+		orDefault(le.RetryPeriod.Duration, DefaultAgentRetryPeriod)
+}
+
+// GetManageAgent reports whether agents follow their own Bundle.
+func (c *Config) GetManageAgent() bool { return c.ManageAgent == nil || *c.ManageAgent }
+
+// GetImportTokenTTL returns the import token TTL, default 12h.
+func (c *Config) GetImportTokenTTL() time.Duration {
+	return orDefault(c.ImportTokenTTL.Duration, DefaultImportTokenTTL)
+}
+
+// GetRequestCredentialTTL returns the request credential TTL, default 24h.
+func (c *Config) GetRequestCredentialTTL() time.Duration {
+	return orDefault(c.RequestCredentialTTL.Duration, DefaultRequestCredentialTTL)
+}
+
+// GetOfflineAfterMissedHeartbeats returns the offline threshold, default 3.
+func (c *Config) GetOfflineAfterMissedHeartbeats() int {
+	if c.OfflineAfterMissedHeartbeats == 0 {
+		return DefaultOfflineMissedHeartbeats
+	}
+	return c.OfflineAfterMissedHeartbeats
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

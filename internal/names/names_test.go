@@ -1,0 +1,56 @@
+package names
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClusterNamespace(t *testing.T) {
+	cases := []struct{ ns, name, want string }{
+		// Example from Fleet's documentation of the local cluster.
+		{"fleet-local", "local", "cluster-fleet-local-local-1a3d67d0a899"},
+	}
+	for _, tc := range cases {
+		if got := ClusterNamespace(tc.ns, tc.name); got != tc.want {
+			t.Errorf("ClusterNamespace(%q, %q) = %q, want %q", tc.ns, tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestClusterNamespace_LongNamesStayValidAndDistinct(t *testing.T) {
+	long := strings.Repeat("a", 60)
+	a := ClusterNamespace("fleet-default", long+"1")
+	b := ClusterNamespace("fleet-default", long+"2")
+	for _, n := range []string{a, b} {
+		if len(n) > MaxNameLength {
+			t.Errorf("%q is %d characters, want at most %d", n, len(n), MaxNameLength)
+		}
+	}
+	if a == b {
+		t.Errorf("distinct clusters share namespace %q", a)
+	}
+}
+
+func TestSafeConcatName_NeverEndsWithADash(t *testing.T) {
+	// Character 57 is '-': the cut must not leave it before the suffix.
+	n := SafeConcatName(strings.Repeat("b", 56), strings.Repeat("c", 20))
+	if len(n) > MaxNameLength || strings.Contains(n, "--") {
+		t.Errorf("bad name %q", n)
+	}
+}
+
+func TestCredentialSecret(t *testing.T) {
+	n := CredentialSecret("client", "random")
+	if len(n) != MaxNameLength || !strings.HasPrefix(n, "c-") {
+		t.Errorf("CredentialSecret = %q, want c- and 63 characters", n)
+	}
+	if n == CredentialSecret("client", "random2") {
+		t.Error("a new clientRandom must give a new secret name")
+	}
+}
+
+func TestAutoClusterName(t *testing.T) {
+	if got := AutoClusterName("abc"); got != "cluster-"+KeyHash("abc") || len(got) != len("cluster-")+12 {
+		t.Errorf("AutoClusterName = %q", got)
+	}
+}

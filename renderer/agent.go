@@ -1,0 +1,359 @@
+package renderer
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/charts"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/names"
+)
+
+const (
+	// AgentReleaseName is the Helm release name of the agent chart.
+	AgentReleaseName = "fleet-agent"
+	// BootstrapSecretName is the downstream Secret holding the import
+	// credential.
+	BootstrapSecretName = "fleet-agent-bootstrap"
+
+	// TokenPlaceholder stands for the import token wherever the real token
+	// must not appear: Bundles, `fleet render` output, logs. The controller
+	// puts the real token into the bootstrap Secret just before it applies.
+	TokenPlaceholder = "<fleet:import-token: filled in by the controller at deploy, never stored>"
+)
+
+// Bootstrap is what goes into the fleet-agent-bootstrap Secret.
+type Bootstrap struct {
+	// APIServerURL and APIServerCA, when set, override the controller
+	// config (they come from the kubeconfig Secret's keys of the same name).
+	APIServerURL string
+	APIServerCA  []byte
+	// TokenName is the ClusterRegistrationToken's name.
+	TokenName string
+	// ClusterNamespace is the namespace the agent registers into (the
+	// token's and the Cluster's namespace).
+	ClusterNamespace string
+	// SystemRegistrationNamespace is where the credential is handed back.
+	SystemRegistrationNamespace string
+	// Token is the import token, or TokenPlaceholder.
+	Token string
+}
+
+// AgentValues are the values of charts/fleet-agent. Field names follow the
+// chart's values.yaml; see values.schema.json there.
+type AgentValues struct {
+	APIServerURL                string            `json:"apiServerURL"`
+	APIServerCA                 string            `json:"apiServerCA"`
+	Token                       string            `json:"token"`
+	TokenName                   string            `json:"tokenName"`
+	ClusterNamespace            string            `json:"clusterNamespace"`
+	SystemRegistrationNamespace string            `json:"systemRegistrationNamespace"`
+	ClientID                    string            `json:"clientID"`
+	Labels                      map[string]string `json:"labels"`
+	AgentTLSMode                string            `json:"agentTLSMode"`
+	CheckinInterval             string            `json:"checkinInterval"`
+	Generation                  int64             `json:"generation"`
+	Bootstrap                   struct {
+		Enabled bool `json:"enabled"`
+	} `json:"bootstrap"`
+	Image struct {
+		Repository      string `json:"repository"`
+		Tag             string `json:"tag"`
+		ImagePullPolicy string `json:"imagePullPolicy"`
+	} `json:"image"`
+	Global struct {
+		Cattle struct {
+			SystemDefaultRegistry string `json:"systemDefaultRegistry"`
+		} `json:"cattle"`
+	} `json:"global"`
+	PrivateRepoURL   string                        `json:"privateRepoURL"`
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets"`
+	Replicas         int32                         `json:"replicas"`
+	Env              []corev1.EnvVar               `json:"env"`
+	Tolerations      []corev1.Toleration           `json:"tolerations"`
+	Affinity         *corev1.Affinity              `json:"affinity,omitempty"`
+	Resources        *corev1.ResourceRequirements  `json:"resources,omitempty"`
+	HostNetwork      bool                          `json:"hostNetwork"`
+	PriorityClass    struct {
+		Create           bool   `json:"create"`
+		Value            int32  `json:"value"`
+		PreemptionPolicy string `json:"preemptionPolicy"`
+	} `json:"priorityClass"`
+	PodDisruptionBudget struct {
+		Enabled        bool   `json:"enabled"`
+		MinAvailable   string `json:"minAvailable"`
+		MaxUnavailable string `json:"maxUnavailable"`
+	} `json:"podDisruptionBudget"`
+	LeaderElection struct {
+		LeaseDuration string `json:"leaseDuration"`
+		RenewDeadline string `json:"renewDeadline"`
+		RetryPeriod   string `json:"retryPeriod"`
+	} `json:"leaderElection"`
+	Proxy struct {
+		HTTPProxy  string `json:"httpProxy"`
+		HTTPSProxy string `json:"httpsProxy"`
+		NoProxy    string `json:"noProxy,omitempty"`
+	} `json:"proxy"`
+	Internal struct {
+		SystemNamespace string `json:"systemNamespace"`
+	} `json:"internal"`
+}
+
+// BuildAgentValues turns a Cluster's agent settings and the controller config
+// into agent chart values. With bootstrap nil, the values render the agent
+// without its bootstrap Secret (the agent's own Bundle, after registration).
+// Every error names the field to fix.
+func BuildAgentValues(cluster *fleet.Cluster, cfg *config.Config, bootstrap *Bootstrap) (*AgentValues, error) {
+	if cfg == nil {
+		cfg = &config.Config{}
+	}
+	spec := &cluster.Spec
+	v := &AgentValues{Labels: map[string]string{}, ImagePullSecrets: []corev1.LocalObjectReference{}, Env: []corev1.EnvVar{}, Tolerations: []corev1.Toleration{}}
+	var errs []error
+
+	v.Internal.SystemNamespace = AgentNamespace(cluster)
+	v.ClientID = spec.ClientID
+	v.AgentTLSMode = cfg.GetAgentTLSMode()
+	v.CheckinInterval = cfg.GetAgentCheckinInterval().String()
+	v.Generation = spec.RedeployAgentGeneration
+	v.SystemRegistrationNamespace = config.DefaultSystemRegistrationNS
+
+	repo, tag, err := splitImage(cfg.GetAgentImage())
+	if err != nil {
+		errs = append(errs, err)
+	}
+	v.Image.Repository, v.Image.Tag = repo, tag
+	v.Image.ImagePullPolicy = string(cfg.GetAgentImagePullPolicy())
+	v.Global.Cattle.SystemDefaultRegistry = cfg.SystemDefaultRegistry
+	v.PrivateRepoURL = spec.PrivateRepoURL
+
+	if spec.AgentPullSecrets != nil {
+		v.ImagePullSecrets = append(v.ImagePullSecrets, spec.AgentPullSecrets...)
+	} else {
+		for _, s := range cfg.AgentImagePullSecrets {
+			v.ImagePullSecrets = append(v.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+		}
+	}
+	v.Replicas = cfg.GetAgentReplicas()
+
+	for i, e := range spec.AgentEnvVars {
+		if msg := validateEnvName(e.Name); msg != "" {
+			errs = append(errs, fmt.Errorf("spec.agentEnvVars[%d].name %q %s", i, e.Name, msg))
+		}
+	}
+	v.Env = append(v.Env, spec.AgentEnvVars...)
+
+	v.Tolerations = append(v.Tolerations, spec.AgentTolerations...)
+	sortTolerations(v.Tolerations)
+	v.Affinity = spec.AgentAffinity
+	v.Resources = spec.AgentResources
+	v.HostNetwork = spec.HostNetwork != nil && *spec.HostNetwork
+
+	v.PriorityClass.PreemptionPolicy = string(corev1.PreemptLowerPriority)
+	v.PodDisruptionBudget.MaxUnavailable = "0"
+	if sc := spec.AgentSchedulingCustomization; sc != nil {
+		if pc := sc.PriorityClass; pc != nil {
+			v.PriorityClass.Create = true
+			v.PriorityClass.Value = pc.Value
+			if pc.PreemptionPolicy != nil {
+				v.PriorityClass.PreemptionPolicy = string(*pc.PreemptionPolicy)
+			}
+		}
+		if pdb := sc.PodDisruptionBudget; pdb != nil {
+			v.PodDisruptionBudget.Enabled = true
+			v.PodDisruptionBudget.MinAvailable = pdb.MinAvailable
+			if pdb.MaxUnavailable != "" {
+				v.PodDisruptionBudget.MaxUnavailable = pdb.MaxUnavailable
+			}
+			if isNonZero(pdb.MinAvailable) && isNonZero(pdb.MaxUnavailable) {
+				errs = append(errs, errors.New("spec.agentSchedulingCustomization.podDisruptionBudget: set either minAvailable or maxUnavailable, not both"))
+			}
+		}
+	}
+
+	lease, renew, retry := cfg.GetAgentLeaderElection()
+	v.LeaderElection.LeaseDuration, v.LeaderElection.RenewDeadline, v.LeaderElection.RetryPeriod = lease.String(), renew.String(), retry.String()
+	v.Proxy.HTTPProxy, v.Proxy.HTTPSProxy, v.Proxy.NoProxy = cfg.AgentProxy.HTTPProxy, cfg.AgentProxy.HTTPSProxy, cfg.AgentProxy.NoProxy
+
+	if bootstrap != nil {
+		v.Bootstrap.Enabled = true
+		v.APIServerURL = cfg.APIServerURL
+		if bootstrap.APIServerURL != "" {
+			v.APIServerURL = bootstrap.APIServerURL
+		}
+		v.APIServerCA = string(cfg.APIServerCA)
+		if len(bootstrap.APIServerCA) > 0 {
+			v.APIServerCA = string(bootstrap.APIServerCA)
+		}
+		if v.APIServerURL == "" {
+			errs = append(errs, errors.New("no upstream API server URL for the agent: set apiServerURL in the fleet-controller config, or key apiServerURL in the kubeconfig Secret"))
+		}
+		v.TokenName = bootstrap.TokenName
+		v.ClusterNamespace = bootstrap.ClusterNamespace
+		if bootstrap.SystemRegistrationNamespace != "" {
+			v.SystemRegistrationNamespace = bootstrap.SystemRegistrationNamespace
+		}
+		v.Token = bootstrap.Token
+		if v.Token == "" {
+			v.Token = TokenPlaceholder
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// AgentNamespace returns the downstream namespace of a Cluster's agent.
+func AgentNamespace(cluster *fleet.Cluster) string {
+	if cluster.Spec.AgentNamespace != "" {
+		return cluster.Spec.AgentNamespace
+	}
+	return config.DefaultSystemNamespace
+}
+
+// YAML returns the values as a values file. Keys are sorted, so the bytes
+// are stable.
+func (v *AgentValues) YAML() ([]byte, error) {
+	return yaml.Marshal(v)
+}
+
+// Hash returns a hash of the values. Computed on values with the token
+// placeholder, it changes exactly when something given to the agent changes.
+func (v *AgentValues) Hash() (string, error) {
+	c := *v
+	if c.Token != "" {
+		c.Token = TokenPlaceholder
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// AgentRenderer renders charts/fleet-agent, parsed once.
+type AgentRenderer struct {
+	chart *Chart
+}
+
+// NewAgentRenderer parses the agent chart embedded in the binary.
+func NewAgentRenderer() (*AgentRenderer, error) {
+	return NewAgentRendererFS(charts.FleetAgent())
+}
+
+// NewAgentRendererFS parses an agent chart from a filesystem.
+func NewAgentRendererFS(fsys fs.FS) (*AgentRenderer, error) {
+	ch, err := LoadChartFS(fsys, ".")
+	if err != nil {
+		return nil, err
+	}
+	return &AgentRenderer{chart: ch}, nil
+}
+
+// Render renders the agent for the values, as release fleet-agent in the
+// agent namespace.
+func (r *AgentRenderer) Render(v *AgentValues) (*Output, error) {
+	vals, err := v.YAML()
+	if err != nil {
+		return nil, err
+	}
+	return Render(Input{Chart: r.chart, ReleaseName: AgentReleaseName, Namespace: v.Internal.SystemNamespace, Values: vals})
+}
+
+// InjectBootstrapToken returns a copy of the rendered agent objects with the
+// real import token in the bootstrap Secret, where the render put
+// TokenPlaceholder. Only the object list sent to the cluster carries it.
+func InjectBootstrapToken(objs []*unstructured.Unstructured, token string) ([]*unstructured.Unstructured, error) {
+	out := make([]*unstructured.Unstructured, len(objs))
+	found := false
+	placeholder := base64.StdEncoding.EncodeToString([]byte(TokenPlaceholder))
+	for i, o := range objs {
+		out[i] = o
+		if o.GetKind() != "Secret" || o.GetName() != BootstrapSecretName {
+			continue
+		}
+		cur, _, _ := unstructured.NestedString(o.Object, "data", "token")
+		if cur != placeholder {
+			return nil, errors.New("the rendered bootstrap Secret has no token placeholder to fill")
+		}
+		c := o.DeepCopy()
+		if err := unstructured.SetNestedField(c.Object, base64.StdEncoding.EncodeToString([]byte(token)), "data", "token"); err != nil {
+			return nil, err
+		}
+		out[i] = c
+		found = true
+	}
+	if !found {
+		return nil, fmt.Errorf("the rendered agent has no %s Secret", BootstrapSecretName)
+	}
+	return out, nil
+}
+
+// splitImage splits "registry/repo:tag" into repository and tag.
+func splitImage(ref string) (repo, tag string, err error) {
+	if strings.Contains(ref, "@") {
+		return "", "", fmt.Errorf("agentImage %q: digests are not supported, use repository:tag", ref)
+	}
+	i := strings.LastIndex(ref, ":")
+	if i <= strings.LastIndex(ref, "/") || i == len(ref)-1 {
+		return "", "", fmt.Errorf("agentImage %q must be repository:tag", ref)
+	}
+	return ref[:i], ref[i+1:], nil
+}
+
+// validateEnvName applies the API server's rule for environment variable
+// names, so a bad name fails at render time with the field named.
+func validateEnvName(name string) string {
+	if name == "" {
+		return "is empty: every environment variable needs a name"
+	}
+	if msgs := validation.IsRelaxedEnvVarName(name); len(msgs) > 0 {
+		return "is not a valid environment variable name: " + strings.Join(msgs, "; ")
+	}
+	return ""
+}
+
+func isNonZero(s string) bool { return s != "" && s != "0" && s != "0%" }
+
+// sortTolerations orders tolerations so the same set always renders the same
+// bytes.
+func sortTolerations(ts []corev1.Toleration) {
+	key := func(t corev1.Toleration) string {
+		secs := ""
+		if t.TolerationSeconds != nil {
+			secs = fmt.Sprint(*t.TolerationSeconds)
+		}
+		return strings.Join([]string{t.Key, string(t.Operator), t.Value, string(t.Effect), secs}, "\x00")
+	}
+	sort.SliceStable(ts, func(i, j int) bool { return key(ts[i]) < key(ts[j]) })
+}
+
+// OfflineBootstrap is the bootstrap of a manager-initiated Cluster as far as
+// it can be known without a cluster: everything but the token.
+func OfflineBootstrap(cluster *fleet.Cluster) *Bootstrap {
+	ns := cluster.Namespace
+	if ns == "" {
+		ns = "fleet-default"
+	}
+	return &Bootstrap{
+		TokenName:                   names.ImportToken(cluster.Name),
+		ClusterNamespace:            ns,
+		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS,
+		Token:                       TokenPlaceholder,
+	}
+}

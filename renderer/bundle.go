@@ -1,0 +1,280 @@
+package renderer
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"testing/fstest"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+)
+
+// BundleFiles decodes a Bundle's resources into files by path. Paths must be
+// relative and stay inside the Bundle.
+func BundleFiles(resources []fleet.BundleResource) (map[string][]byte, error) {
+	files := make(map[string][]byte, len(resources))
+	for i, r := range resources {
+		name := path.Clean(r.Name)
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") || name == "." {
+			return nil, fmt.Errorf("resources[%d].name %q must be a relative path inside the Bundle", i, r.Name)
+		}
+		if _, dup := files[name]; dup {
+			return nil, fmt.Errorf("resources[%d].name %q appears twice", i, r.Name)
+		}
+		data, err := decodeContent(r)
+		if err != nil {
+			return nil, fmt.Errorf("resources[%d] (%s): %w", i, r.Name, err)
+		}
+		files[name] = data
+	}
+	return files, nil
+}
+
+func decodeContent(r fleet.BundleResource) ([]byte, error) {
+	switch r.Encoding {
+	case "":
+		return []byte(r.Content), nil
+	case "base64":
+		return base64.StdEncoding.DecodeString(r.Content)
+	case "base64+gz":
+		raw, err := base64.StdEncoding.DecodeString(r.Content)
+		if err != nil {
+			return nil, err
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		return io.ReadAll(io.LimitReader(zr, 64<<20))
+	default:
+		return nil, fmt.Errorf("unknown encoding %q (want empty, base64 or base64+gz)", r.Encoding)
+	}
+}
+
+// TargetFor returns the first target of the Bundle that selects the cluster
+// by name or labels, and whether one did. Cluster groups need the API and are
+// resolved by the controller.
+func TargetFor(bundle *fleet.Bundle, cluster *fleet.Cluster) (*fleet.BundleTarget, bool, error) {
+	for i := range bundle.Spec.Targets {
+		t := &bundle.Spec.Targets[i]
+		if t.ClusterName != "" && t.ClusterName != cluster.Name {
+			continue
+		}
+		if t.ClusterSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(t.ClusterSelector)
+			if err != nil {
+				return nil, false, fmt.Errorf("targets[%d].clusterSelector: %w", i, err)
+			}
+			if !sel.Matches(labels.Set(cluster.Labels)) {
+				continue
+			}
+		}
+		if t.ClusterName == "" && t.ClusterSelector == nil {
+			continue
+		}
+		return t, true, nil
+	}
+	return nil, false, nil
+}
+
+// MergeOptions lays a target's options over the Bundle's: set fields win,
+// Helm values are merged key by key.
+func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeploymentOptions {
+	out := *base.DeepCopy()
+	if over.DefaultNamespace != "" {
+		out.DefaultNamespace = over.DefaultNamespace
+	}
+	if over.TargetNamespace != "" {
+		out.TargetNamespace = over.TargetNamespace
+	}
+	if over.Kustomize != nil && over.Kustomize.Dir != "" {
+		out.Kustomize = over.Kustomize.DeepCopy()
+	}
+	if over.CorrectDrift != nil {
+		out.CorrectDrift = over.CorrectDrift.DeepCopy()
+	}
+	if over.KeepResources {
+		out.KeepResources = true
+	}
+	if over.ForceSyncGeneration != 0 {
+		out.ForceSyncGeneration = over.ForceSyncGeneration
+	}
+	for k, v := range over.NamespaceLabels {
+		if out.NamespaceLabels == nil {
+			out.NamespaceLabels = map[string]string{}
+		}
+		out.NamespaceLabels[k] = v
+	}
+	for k, v := range over.NamespaceAnnotations {
+		if out.NamespaceAnnotations == nil {
+			out.NamespaceAnnotations = map[string]string{}
+		}
+		out.NamespaceAnnotations[k] = v
+	}
+	if h := over.Helm; h != nil {
+		if out.Helm == nil {
+			out.Helm = &fleet.HelmOptions{}
+		}
+		if h.Chart != "" {
+			out.Helm.Chart = h.Chart
+		}
+		if h.ReleaseName != "" {
+			out.Helm.ReleaseName = h.ReleaseName
+		}
+		out.Helm.ValuesFiles = append(out.Helm.ValuesFiles, h.ValuesFiles...)
+		if h.Values != nil {
+			merged := map[string]any{}
+			if out.Helm.Values != nil {
+				merged = out.Helm.Values.Data
+			}
+			out.Helm.Values = &fleet.GenericMap{Data: chartutil.MergeTables(h.Values.DeepCopy().Data, merged)}
+		}
+		out.Helm.TakeOwnership = out.Helm.TakeOwnership || h.TakeOwnership
+		if h.TimeoutSeconds != 0 {
+			out.Helm.TimeoutSeconds = h.TimeoutSeconds
+		}
+	}
+	return out
+}
+
+// RenderBundle renders a Bundle for one cluster (nil: no target
+// customisation): the Helm chart if there is one, then the kustomize overlay
+// if there is one; otherwise every YAML file of the Bundle, in path order.
+func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster) (*Output, error) {
+	files, err := BundleFiles(bundle.Spec.Resources)
+	if err != nil {
+		return nil, err
+	}
+	opts := bundle.Spec.BundleDeploymentOptions
+	if cluster != nil {
+		t, ok, err := TargetFor(bundle, cluster)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			opts = MergeOptions(opts, t.BundleDeploymentOptions)
+		}
+	}
+	return RenderFiles(bundle.Name, files, opts)
+}
+
+// RenderFiles renders a Bundle's decoded files with its options.
+func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeploymentOptions) (*Output, error) {
+	var manifests []byte
+	switch {
+	case opts.Helm != nil && opts.Helm.Chart != "":
+		chartDir := path.Clean(opts.Helm.Chart)
+		fsys := fstest.MapFS{}
+		for p, data := range files {
+			fsys[p] = &fstest.MapFile{Data: data}
+		}
+		if _, ok := files[path.Join(chartDir, "Chart.yaml")]; !ok {
+			return nil, fmt.Errorf("helm.chart %q: the Bundle has no %s", opts.Helm.Chart, path.Join(chartDir, "Chart.yaml"))
+		}
+		ch, err := LoadChartFS(fsys, chartDir)
+		if err != nil {
+			return nil, err
+		}
+		values, err := bundleValues(files, opts.Helm)
+		if err != nil {
+			return nil, err
+		}
+		release := opts.Helm.ReleaseName
+		if release == "" {
+			release = name
+		}
+		ns := opts.TargetNamespace
+		if ns == "" {
+			ns = opts.DefaultNamespace
+		}
+		if ns == "" {
+			ns = "default"
+		}
+		out, err := Render(Input{Chart: ch, ReleaseName: release, Namespace: ns, Values: values})
+		if err != nil {
+			return nil, err
+		}
+		manifests = out.YAML
+	case opts.Kustomize != nil && opts.Kustomize.Dir != "":
+		// A kustomization without a chart builds from its own files only.
+	default:
+		var paths []string
+		for p := range files {
+			if ext := path.Ext(p); ext == ".yaml" || ext == ".yml" || ext == ".json" {
+				paths = append(paths, p)
+			}
+		}
+		sort.Strings(paths)
+		var b bytes.Buffer
+		for _, p := range paths {
+			fmt.Fprintf(&b, "---\n# Source: %s\n", p)
+			b.Write(bytes.TrimSpace(files[p]))
+			b.WriteString("\n")
+		}
+		manifests = b.Bytes()
+	}
+	if opts.Kustomize != nil && opts.Kustomize.Dir != "" {
+		dir := path.Clean(opts.Kustomize.Dir)
+		overlay := map[string][]byte{}
+		for p, data := range files {
+			if dir == "." {
+				overlay[p] = data
+			} else if strings.HasPrefix(p, dir+"/") {
+				overlay[strings.TrimPrefix(p, dir+"/")] = data
+			}
+		}
+		if len(overlay) == 0 {
+			return nil, fmt.Errorf("kustomize.dir %q: the Bundle has no files there", opts.Kustomize.Dir)
+		}
+		out, err := BuildOverlay(overlay, manifests)
+		if err != nil {
+			return nil, err
+		}
+		manifests = out
+	}
+	objs, err := DecodeObjects(manifests)
+	if err != nil {
+		return nil, err
+	}
+	return &Output{YAML: manifests, Objects: objs}, nil
+}
+
+// bundleValues merges the values files, then the inline values, into one
+// values document.
+func bundleValues(files map[string][]byte, h *fleet.HelmOptions) ([]byte, error) {
+	merged := map[string]any{}
+	for _, vf := range h.ValuesFiles {
+		data, ok := files[path.Clean(vf)]
+		if !ok {
+			return nil, fmt.Errorf("helm.valuesFiles: %q is not in the Bundle", vf)
+		}
+		v, err := chartutil.ReadValues(data)
+		if err != nil {
+			return nil, fmt.Errorf("helm.valuesFiles: %s: %w", vf, err)
+		}
+		merged = chartutil.MergeTables(v, merged)
+	}
+	if h.Values != nil && h.Values.Data != nil {
+		merged = chartutil.MergeTables(h.Values.DeepCopy().Data, merged)
+	}
+	if len(merged) == 0 {
+		return nil, nil
+	}
+	out, err := yaml.Marshal(merged)
+	if err != nil {
+		return nil, errors.New("helm values cannot be serialised")
+	}
+	return out, nil
+}

@@ -1,0 +1,220 @@
+package renderer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	kustypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// Input is what to render.
+type Input struct {
+	// Chart is the parsed chart.
+	Chart *Chart
+	// ReleaseName and Namespace are the Helm release's.
+	ReleaseName string
+	Namespace   string
+	// Values is a Helm values file (YAML). It is read exactly as `helm
+	// template -f` reads it, so rendering here and with the helm CLI agree.
+	Values []byte
+	// Overlay is an optional kustomize overlay: file path → content, with a
+	// kustomization.yaml at the root. The chart's output is added to the
+	// overlay's resources, so the overlay only holds patches and
+	// transformers.
+	Overlay map[string][]byte
+}
+
+// Output is the rendered result.
+type Output struct {
+	// YAML is the multi-document YAML: without an overlay, byte for byte what
+	// `helm template` prints for the same chart, release, namespace and values.
+	YAML []byte
+	// Objects are the documents of YAML, in the same order.
+	Objects []*unstructured.Unstructured
+}
+
+// OverlayChartOutput is the file name under which the chart's output is
+// given to a kustomize overlay.
+const OverlayChartOutput = "fleet-chart-output.yaml"
+
+// Render renders a chart, then the overlay if there is one.
+func Render(in Input) (*Output, error) {
+	if in.Chart == nil {
+		return nil, errors.New("no chart to render")
+	}
+	manifest, err := renderChart(in)
+	if err != nil {
+		return nil, err
+	}
+	out := []byte(manifest)
+	if len(in.Overlay) > 0 {
+		if out, err = BuildOverlay(in.Overlay, out); err != nil {
+			return nil, err
+		}
+	}
+	objs, err := DecodeObjects(out)
+	if err != nil {
+		return nil, err
+	}
+	return &Output{YAML: out, Objects: objs}, nil
+}
+
+// renderChart is `helm template` through the Helm SDK: the same install
+// action in client-only dry-run mode, the same values parsing and the same
+// output assembly (manifest, then hooks).
+func renderChart(in Input) (string, error) {
+	vals, err := chartutil.ReadValues(in.Values)
+	if err != nil {
+		return "", fmt.Errorf("values are not valid YAML: %w", err)
+	}
+	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+	install.DryRun = true
+	install.DryRunOption = "true"
+	install.ClientOnly = true
+	install.Replace = true
+	install.ReleaseName = in.ReleaseName
+	install.Namespace = in.Namespace
+	install.DisableOpenAPIValidation = true
+
+	in.Chart.mu.Lock()
+	rel, err := install.Run(in.Chart.chart, vals)
+	in.Chart.mu.Unlock()
+	if err != nil {
+		return "", fmt.Errorf("rendering chart %s: %w", in.Chart.Name(), cleanHelmError(err))
+	}
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(rel.Manifest))
+	b.WriteString("\n")
+	for _, h := range rel.Hooks {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", h.Path, h.Manifest)
+	}
+	return b.String(), nil
+}
+
+// cleanHelmError keeps the part of a Helm error a person acts on: for a
+// `fail` in a template, the message itself.
+func cleanHelmError(err error) error {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "error calling fail: "); i >= 0 {
+		return errors.New(msg[i+len("error calling fail: "):])
+	}
+	return err
+}
+
+// BuildOverlay runs kustomize on an in-memory copy of the overlay files, with
+// the given manifests added to the root kustomization's resources. Plugins
+// are off and kustomize panics become errors.
+func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("kustomize overlay: internal error: %v", r)
+		}
+	}()
+	fsys := filesys.MakeFsInMemory()
+	for name, data := range files {
+		p := path.Join("/overlay", path.Clean("/"+name))
+		if err := fsys.MkdirAll(path.Dir(p)); err != nil {
+			return nil, err
+		}
+		if err := fsys.WriteFile(p, data); err != nil {
+			return nil, err
+		}
+	}
+	kfile, ok := files["kustomization.yaml"]
+	if !ok {
+		return nil, errors.New("kustomize overlay has no kustomization.yaml at its root")
+	}
+	k := kustypes.Kustomization{}
+	if err := yaml.UnmarshalStrict(kfile, &k); err != nil {
+		return nil, fmt.Errorf("kustomize overlay: kustomization.yaml is invalid: %w", err)
+	}
+	if manifests != nil {
+		if err := fsys.WriteFile("/overlay/"+OverlayChartOutput, manifests); err != nil {
+			return nil, err
+		}
+		k.Resources = append([]string{OverlayChartOutput}, k.Resources...)
+		kb, err := yaml.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		if err := fsys.WriteFile("/overlay/kustomization.yaml", kb); err != nil {
+			return nil, err
+		}
+	}
+	opts := krusty.MakeDefaultOptions()
+	opts.PluginConfig = kustypes.DisabledPluginConfig()
+	opts.LoadRestrictions = kustypes.LoadRestrictionsRootOnly
+	resMap, err := krusty.MakeKustomizer(opts).Run(fsys, "/overlay")
+	if err != nil {
+		return nil, fmt.Errorf("kustomize overlay: %w", err)
+	}
+	y, err := resMap.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize overlay: %w", err)
+	}
+	return y, nil
+}
+
+// DecodeObjects splits multi-document YAML into objects, in order, skipping
+// empty documents.
+func DecodeObjects(manifests []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
+	var objs []*unstructured.Unstructured
+	for i := 1; ; i++ {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("document %d of the rendered manifests is not valid YAML: %w", i, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if obj.GetKind() == "" || obj.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("document %d of the rendered manifests has no kind or apiVersion", i)
+		}
+		objs = append(objs, obj)
+	}
+	return objs, nil
+}
+
+// SortObjects orders objects the way they must be applied: namespaces and
+// CRDs first, then by kind, namespace and name. Used where the input order is
+// not already meaningful (raw manifests).
+func SortObjects(objs []*unstructured.Unstructured) {
+	rank := func(o *unstructured.Unstructured) int {
+		switch o.GetKind() {
+		case "CustomResourceDefinition":
+			return 0
+		case "Namespace":
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(objs, func(i, j int) bool {
+		a, b := objs[i], objs[j]
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra < rb
+		}
+		if a.GetKind() != b.GetKind() {
+			return a.GetKind() < b.GetKind()
+		}
+		if a.GetNamespace() != b.GetNamespace() {
+			return a.GetNamespace() < b.GetNamespace()
+		}
+		return a.GetName() < b.GetName()
+	})
+}
