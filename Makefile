@@ -50,8 +50,14 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: vet ## Run go vet and check gofmt.
+lint: vet $(BIN)/helm ## Run go vet, check gofmt, helm lint the charts.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BIN)/helm lint --strict charts/fleet-agent -n cattle-fleet-system --set apiServerURL=https://upstream.example.com,tokenName=t
+	$(BIN)/helm lint --strict charts/fleet -n cattle-fleet-system
+
+.PHONY: golden
+golden: ## Rewrite the renderer's golden files after an intended change to the agent chart.
+	go test ./renderer -run TestAgentRender_Golden -update
 
 .PHONY: verify
 verify: generate lint ## Fail when generated files are stale or code is not formatted.

@@ -244,11 +244,12 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 		}
 		manifests = out
 	}
-	objs, err := DecodeObjects(manifests)
-	if err != nil {
+	out := &Output{YAML: manifests}
+	// Raw manifests are the user's own YAML: report a broken file now.
+	if _, err := out.Objects(); err != nil {
 		return nil, err
 	}
-	return &Output{YAML: manifests, Objects: objs}, nil
+	return out, nil
 }
 
 // bundleValues merges the values files, then the inline values, into one

@@ -8,11 +8,14 @@
 package renderer
 
 import (
+	"bytes"
 	"fmt"
 	"io/fs"
 	"path"
+	"strings"
 	"sync"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 )
@@ -23,6 +26,39 @@ type Chart struct {
 	// mu serialises renders: Helm's install action rewrites the chart's
 	// dependency list while it renders.
 	mu sync.Mutex
+	// schema is the chart's values.schema.json compiled once, for charts
+	// without subcharts. Helm would compile it on every render, which is
+	// most of the cost of rendering a small chart.
+	schema *jsonschema.Schema
+}
+
+func newChart(ch *chart.Chart) *Chart {
+	c := &Chart{chart: ch}
+	if ch.Schema == nil || len(ch.Dependencies()) > 0 {
+		return c
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(ch.Schema))
+	if err != nil {
+		return c // Helm reports it at render time
+	}
+	compiler := jsonschema.NewCompiler()
+	if err := compiler.AddResource("file:///values.schema.json", doc); err != nil {
+		return c
+	}
+	if sch, err := compiler.Compile("file:///values.schema.json"); err == nil {
+		c.schema = sch
+	}
+	return c
+}
+
+// validate checks coalesced values against the precompiled schema, with the
+// message Helm would give.
+func (c *Chart) validate(vals map[string]any) error {
+	if err := c.schema.Validate(vals); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "jsonschema validation failed with 'file:///values.schema.json#'\n")
+		return fmt.Errorf("values don't meet the specifications of the schema(s) in the following chart(s):\n%s:\n%s", c.chart.Name(), msg)
+	}
+	return nil
 }
 
 // Name returns the chart's name.
@@ -34,7 +70,7 @@ func LoadChartDir(dir string) (*Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading chart %s: %w", dir, err)
 	}
-	return &Chart{chart: ch}, nil
+	return newChart(ch), nil
 }
 
 // LoadChartFS parses the chart at root within fsys (an embedded chart, or a
@@ -63,5 +99,5 @@ func LoadChartFS(fsys fs.FS, root string) (*Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading chart %s: %w", root, err)
 	}
-	return &Chart{chart: ch}, nil
+	return newChart(ch), nil
 }

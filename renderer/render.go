@@ -2,12 +2,14 @@ package renderer
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"path"
 	"sort"
 	"strings"
+	"sync"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -41,8 +43,18 @@ type Output struct {
 	// YAML is the multi-document YAML: without an overlay, byte for byte what
 	// `helm template` prints for the same chart, release, namespace and values.
 	YAML []byte
-	// Objects are the documents of YAML, in the same order.
-	Objects []*unstructured.Unstructured
+
+	once    sync.Once
+	objects []*unstructured.Unstructured
+	err     error
+}
+
+// Objects returns the documents of YAML as objects, in the same order. They
+// are decoded on first use: storing a render (a Bundle, a review) needs only
+// the YAML. Callers must not modify the returned objects.
+func (o *Output) Objects() ([]*unstructured.Unstructured, error) {
+	o.once.Do(func() { o.objects, o.err = DecodeObjects(o.YAML) })
+	return o.objects, o.err
 }
 
 // OverlayChartOutput is the file name under which the chart's output is
@@ -64,11 +76,7 @@ func Render(in Input) (*Output, error) {
 			return nil, err
 		}
 	}
-	objs, err := DecodeObjects(out)
-	if err != nil {
-		return nil, err
-	}
-	return &Output{YAML: out, Objects: objs}, nil
+	return &Output{YAML: out}, nil
 }
 
 // renderChart is `helm template` through the Helm SDK: the same install
@@ -89,8 +97,18 @@ func renderChart(in Input) (string, error) {
 	install.DisableOpenAPIValidation = true
 
 	in.Chart.mu.Lock()
+	defer in.Chart.mu.Unlock()
+	if in.Chart.schema != nil {
+		coalesced, err := chartutil.CoalesceValues(in.Chart.chart, vals)
+		if err != nil {
+			return "", fmt.Errorf("rendering chart %s: %w", in.Chart.Name(), err)
+		}
+		if err := in.Chart.validate(coalesced.AsMap()); err != nil {
+			return "", fmt.Errorf("rendering chart %s: %w", in.Chart.Name(), err)
+		}
+		install.SkipSchemaValidation = true
+	}
 	rel, err := install.Run(in.Chart.chart, vals)
-	in.Chart.mu.Unlock()
 	if err != nil {
 		return "", fmt.Errorf("rendering chart %s: %w", in.Chart.Name(), cleanHelmError(err))
 	}
@@ -168,23 +186,24 @@ func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err er
 }
 
 // DecodeObjects splits multi-document YAML into objects, in order, skipping
-// empty documents.
+// empty documents. Numbers keep their integer type.
 func DecodeObjects(manifests []byte) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
 	var objs []*unstructured.Unstructured
 	for i := 1; ; i++ {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			return nil, fmt.Errorf("document %d of the rendered manifests is not valid YAML: %w", i, err)
 		}
-		if len(obj.Object) == 0 {
+		if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) || bytes.Equal(t, []byte("{}")) {
 			continue
 		}
-		if obj.GetKind() == "" || obj.GetAPIVersion() == "" {
-			return nil, fmt.Errorf("document %d of the rendered manifests has no kind or apiVersion", i)
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(raw); err != nil {
+			return nil, fmt.Errorf("document %d of the rendered manifests is not a Kubernetes object: %w", i, err)
 		}
 		objs = append(objs, obj)
 	}

@@ -5,7 +5,6 @@
 package config
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -14,7 +13,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitops-fleet/fleet/internal/strictyaml"
 )
 
 const (
@@ -108,13 +110,10 @@ func Parse(data []byte) (*Config, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return cfg, nil
 	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("controller config is not valid YAML or JSON: %w", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(js)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(cfg); err != nil {
+	if err := strictyaml.Unmarshal(data, cfg); err != nil {
+		if ferr := durationFieldError(data); ferr != nil {
+			err = ferr
+		}
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -243,6 +242,40 @@ func (c *Config) GetOfflineAfterMissedHeartbeats() int {
 		return DefaultOfflineMissedHeartbeats
 	}
 	return c.OfflineAfterMissedHeartbeats
+}
+
+// durationFields are the config's Go-duration fields, by path.
+var durationFields = [][]string{
+	{"agentCheckinInterval"}, {"importTokenTTL"}, {"requestCredentialTTL"},
+	{"agentLeaderElection", "leaseDuration"}, {"agentLeaderElection", "renewDeadline"}, {"agentLeaderElection", "retryPeriod"},
+}
+
+// durationFieldError names the duration field that does not parse: the JSON
+// decoder's own error does not say which field it was.
+func durationFieldError(data []byte) error {
+	var m map[string]any
+	if yaml.Unmarshal(data, &m) != nil {
+		return nil
+	}
+	for _, path := range durationFields {
+		var v any = m
+		for _, k := range path {
+			mm, ok := v.(map[string]any)
+			if !ok {
+				v = nil
+				break
+			}
+			v = mm[k]
+		}
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		if _, err := time.ParseDuration(s); err != nil {
+			return fmt.Errorf("%s %q is not a Go duration such as 30s, 5m or 12h", strings.Join(path, "."), s)
+		}
+	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {

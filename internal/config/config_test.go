@@ -1,0 +1,48 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse_Defaults(t *testing.T) {
+	cfg, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GetAgentTLSMode() != TLSModeSystemStore || cfg.GetAgentCheckinInterval() != time.Minute ||
+		cfg.GetImportTokenTTL() != 12*time.Hour || cfg.GetAgentReplicas() != 1 || !cfg.GetManageAgent() ||
+		cfg.GetOfflineAfterMissedHeartbeats() != 3 || cfg.GetRequestCredentialTTL() != 24*time.Hour {
+		t.Errorf("unexpected defaults: %+v", cfg)
+	}
+}
+
+func TestParse_RejectsBadConfigNamingTheField(t *testing.T) {
+	cases := map[string]string{
+		`{"apiServerURL": "fleet.example.com"}`:             "apiServerURL \"fleet.example.com\" must be an absolute http(s) URL",
+		`{"agentTLSMode": "lax"}`:                           `agentTLSMode "lax" must be "system-store" or "strict"`,
+		`{"agentCheckinInterval": "soon"}`:                  "agentCheckinInterval",
+		`{"agentcheckinInterval": "1m"}`:                    `unknown field "agentcheckinInterval"`,
+		`{"agentImagePullPolicy": "Sometimes"}`:             "agentImagePullPolicy",
+		`{"requestCredentialTTL": "1m"}`:                    "below the 10m minimum",
+		`{"agentLeaderElection": {"leaseDuration": "-1s"}}`: "agentLeaderElection.leaseDuration must not be negative",
+		"apiServerURL: [":                                   "not valid YAML",
+	}
+	for in, want := range cases {
+		_, err := Parse([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestParse_YAMLAndCABase64(t *testing.T) {
+	cfg, err := Parse([]byte("apiServerURL: https://up.example.com:6443\napiServerCA: Y2E=\nagentCheckinInterval: 30s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(cfg.APIServerCA) != "ca" || cfg.GetAgentCheckinInterval() != 30*time.Second {
+		t.Errorf("got %+v", cfg)
+	}
+}

@@ -1,0 +1,156 @@
+package renderer_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+const testChart = `apiVersion: v2
+name: web
+version: 0.1.0
+`
+
+const testTemplate = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-settings
+  namespace: {{ .Release.Namespace }}
+data:
+  color: {{ .Values.color | quote }}
+  size: {{ .Values.size | quote }}
+`
+
+func gz(s string) string {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	_, _ = w.Write([]byte(s))
+	_ = w.Close()
+	return base64.StdEncoding.EncodeToString(b.Bytes())
+}
+
+func chartBundle() *fleet.Bundle {
+	return &fleet.Bundle{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet-default"},
+		Spec: fleet.BundleSpec{
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{
+				DefaultNamespace: "web",
+				Helm: &fleet.HelmOptions{
+					Chart:       "chart",
+					ValuesFiles: []string{"values-common.yaml"},
+					Values:      &fleet.GenericMap{Data: map[string]any{"size": "m"}},
+				},
+				Kustomize: &fleet.KustomizeOptions{Dir: "overlay"},
+			},
+			Resources: []fleet.BundleResource{
+				{Name: "chart/Chart.yaml", Content: testChart},
+				{Name: "chart/values.yaml", Content: "color: red\nsize: s\n"},
+				{Name: "chart/templates/cm.yaml", Content: gz(testTemplate), Encoding: "base64+gz"},
+				{Name: "values-common.yaml", Content: "color: blue\n"},
+				{Name: "overlay/kustomization.yaml", Content: "commonLabels:\n  team: platform\n"},
+			},
+			Targets: []fleet.BundleTarget{
+				{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
+					BundleDeploymentOptions: fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Values: &fleet.GenericMap{Data: map[string]any{"size": "xl"}}}}},
+				{ClusterSelector: &metav1.LabelSelector{}},
+			},
+		},
+	}
+}
+
+func TestRenderBundle_ChartValuesTargetAndOverlay(t *testing.T) {
+	cases := []struct {
+		labels            map[string]string
+		wantColor, wantSz string
+	}{
+		{map[string]string{"env": "prod"}, "blue", "xl"},
+		{map[string]string{"env": "dev"}, "blue", "m"},
+	}
+	for _, tc := range cases {
+		cluster := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: tc.labels}}
+		out, err := renderer.RenderBundle(chartBundle(), cluster)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := objects(t, out)
+		if len(objs) != 1 {
+			t.Fatalf("want 1 object, got %d:\n%s", len(objs), out.YAML)
+		}
+		cm := objs[0]
+		color, _, _ := unstructured.NestedString(cm.Object, "data", "color")
+		size, _, _ := unstructured.NestedString(cm.Object, "data", "size")
+		if color != tc.wantColor || size != tc.wantSz {
+			t.Errorf("%v: color %q size %q, want %q %q (values file over chart defaults, inline over file, target over bundle)", tc.labels, color, size, tc.wantColor, tc.wantSz)
+		}
+		if cm.GetLabels()["team"] != "platform" || cm.GetName() != "web-settings" || cm.GetNamespace() != "web" {
+			t.Errorf("overlay or release naming not applied: %s/%s %v", cm.GetNamespace(), cm.GetName(), cm.GetLabels())
+		}
+	}
+}
+
+func TestRenderBundle_RawManifestsInPathOrder(t *testing.T) {
+	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Name: "raw"}, Spec: fleet.BundleSpec{Resources: []fleet.BundleResource{
+		{Name: "b/svc.yaml", Content: "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"},
+		{Name: "a/cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: one}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: two}\n"},
+		{Name: "README.md", Content: "not a manifest"},
+	}}}
+	out, err := renderer.RenderBundle(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range objects(t, out) {
+		names = append(names, o.GetName())
+	}
+	if strings.Join(names, ",") != "one,two,s" {
+		t.Errorf("got %v", names)
+	}
+	again, _ := renderer.RenderBundle(b, nil)
+	if !bytes.Equal(again.YAML, out.YAML) {
+		t.Error("not deterministic")
+	}
+}
+
+func TestRenderBundle_BadInputGivesClearErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(b *fleet.Bundle)
+		want   string
+	}{
+		{"broken overlay", func(b *fleet.Bundle) {
+			b.Spec.Resources[4].Content = "resources: [missing.yaml]\n"
+		}, "kustomize overlay"},
+		{"overlay with unknown field", func(b *fleet.Bundle) {
+			b.Spec.Resources[4].Content = "commonLabelz: {a: b}\n"
+		}, "kustomization.yaml is invalid"},
+		{"no chart", func(b *fleet.Bundle) { b.Spec.Helm.Chart = "nochart" }, `helm.chart "nochart": the Bundle has no nochart/Chart.yaml`},
+		{"escaping path", func(b *fleet.Bundle) { b.Spec.Resources[0].Name = "../etc/passwd" }, "must be a relative path inside the Bundle"},
+		{"bad encoding", func(b *fleet.Bundle) { b.Spec.Resources[2].Encoding = "zip" }, `unknown encoding "zip"`},
+		{"missing values file", func(b *fleet.Bundle) { b.Spec.Helm.ValuesFiles = []string{"nope.yaml"} }, `helm.valuesFiles: "nope.yaml" is not in the Bundle`},
+		{"template error", func(b *fleet.Bundle) {
+			b.Spec.Resources[2] = fleet.BundleResource{Name: "chart/templates/cm.yaml", Content: "{{ .Values.color | nosuchfunc }}"}
+		}, "nosuchfunc"},
+		{"raw yaml broken", func(b *fleet.Bundle) {
+			b.Spec.Helm, b.Spec.Kustomize = nil, nil
+			b.Spec.Resources = []fleet.BundleResource{{Name: "x.yaml", Content: "kind: [\n"}}
+		}, "not valid YAML"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := chartBundle()
+			tc.mutate(b)
+			_, err := renderer.RenderBundle(b, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
