@@ -35,11 +35,13 @@ $(BIN)/helm:
 helm: $(BIN)/helm ## Install the helm CLI into bin/.
 
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs (kustomize/base/crds, charts/fleet/crds).
+generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs; copy CRDs and policies into charts/fleet.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=kustomize/base/crds
 	rm -f charts/fleet/crds/*.yaml && mkdir -p charts/fleet/crds
 	cp kustomize/base/crds/*.yaml charts/fleet/crds/
+	rm -f charts/fleet/templates/policies/*.yaml && mkdir -p charts/fleet/templates/policies
+	cp kustomize/base/policies/*.yaml charts/fleet/templates/policies/
 
 .PHONY: fmt
 fmt: ## Format Go code.
