@@ -40,7 +40,7 @@ type ClusterList struct {
 
 // ClusterSpec is what the user wants for a downstream cluster and its agent.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.kubeConfigSecretNamespace) || self.kubeConfigSecretNamespace == ” || has(self.kubeConfigSecret)",message="kubeConfigSecretNamespace is set but kubeConfigSecret is not: name the kubeconfig Secret too"
+// +kubebuilder:validation:XValidation:rule="!has(self.kubeConfigSecretNamespace) || size(self.kubeConfigSecretNamespace) == 0 || has(self.kubeConfigSecret)",message="kubeConfigSecretNamespace is set but kubeConfigSecret is not: name the kubeconfig Secret too"
 type ClusterSpec struct {
 	// paused stops changes to this cluster's BundleDeployments.
 	// +optional
@@ -155,7 +155,7 @@ type PriorityClassSpec struct {
 // PodDisruptionBudgetSpec is the agent's PodDisruptionBudget. Set at most one
 // field.
 //
-// +kubebuilder:validation:XValidation:rule="!(has(self.minAvailable) && self.minAvailable != ” && self.minAvailable != '0' && has(self.maxUnavailable) && self.maxUnavailable != ” && self.maxUnavailable != '0')",message="set either minAvailable or maxUnavailable, not both"
+// +kubebuilder:validation:XValidation:rule="!(has(self.minAvailable) && size(self.minAvailable) > 0 && self.minAvailable != '0' && has(self.maxUnavailable) && size(self.maxUnavailable) > 0 && self.maxUnavailable != '0')",message="set either minAvailable or maxUnavailable, not both"
 type PodDisruptionBudgetSpec struct {
 	// minAvailable is a number or a percentage.
 	// +optional
@@ -223,6 +223,11 @@ type ClusterStatus struct {
 	// with (credentials excluded).
 	// +optional
 	AgentValuesHash string `json:"agentValuesHash,omitempty"`
+	// kubeConfigServerHash identifies the downstream API server (URL and CA)
+	// the agent was deployed through. It changes when the kubeconfig Secret
+	// points at another server, not when its credentials rotate.
+	// +optional
+	KubeConfigServerHash string `json:"kubeConfigServerHash,omitempty"`
 
 	// agent is what the agent reports about itself.
 	// +optional

@@ -157,6 +157,37 @@ func TestPolicy_KubeConfigSecretNamespaceAllowList(t *testing.T) {
 	}
 }
 
+func TestCRD_ClusterCrossFieldRules(t *testing.T) {
+	c := env.Upstream.Client
+	ns := newNamespace(t, c, "cel-")
+	cases := []struct {
+		name string
+		spec fleet.ClusterSpec
+		want string
+	}{
+		{"secret namespace without secret", fleet.ClusterSpec{KubeConfigSecretNamespace: "fleet-default"}, "name the kubeconfig Secret too"},
+		{"pdb with both bounds", fleet.ClusterSpec{AgentSchedulingCustomization: &fleet.AgentSchedulingCustomization{
+			PodDisruptionBudget: &fleet.PodDisruptionBudgetSpec{MinAvailable: "1", MaxUnavailable: "1"}}}, "set either minAvailable or maxUnavailable, not both"},
+		{"pdb percentage typo", fleet.ClusterSpec{AgentSchedulingCustomization: &fleet.AgentSchedulingCustomization{
+			PodDisruptionBudget: &fleet.PodDisruptionBudgetSpec{MinAvailable: "50 %"}}}, "minAvailable"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{GenerateName: "c-", Namespace: ns}, Spec: tc.spec}
+			err := c.Create(t.Context(), cl, client.DryRunAll)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want Invalid with %q", err, tc.want)
+			}
+		})
+	}
+	ok := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{GenerateName: "c-", Namespace: ns}, Spec: fleet.ClusterSpec{
+		KubeConfigSecret: "kc", AgentSchedulingCustomization: &fleet.AgentSchedulingCustomization{
+			PodDisruptionBudget: &fleet.PodDisruptionBudgetSpec{MinAvailable: "1", MaxUnavailable: "0"}}}}
+	if err := c.Create(t.Context(), ok, client.DryRunAll); err != nil {
+		t.Fatalf("valid cluster rejected: %v", err)
+	}
+}
+
 func TestCRD_ClusterPrinterColumns(t *testing.T) {
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	if err := env.Upstream.Client.Get(t.Context(), client.ObjectKey{Name: "clusters.fleet.cattle.io"}, crd); err != nil {

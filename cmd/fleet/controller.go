@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/gitops-fleet/fleet/controller"
+	"github.com/gitops-fleet/fleet/internal/config"
+)
+
+func newControllerCommand() *cobra.Command {
+	opts := controller.Options{}
+	var kubeconfig string
+	var devLog bool
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the upstream controller (registration, agent management)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			if kubeconfig != "" {
+				_ = os.Setenv("KUBECONFIG", kubeconfig)
+			}
+			cfg, err := ctrl.GetConfig()
+			if err != nil {
+				return fmt.Errorf("finding the upstream cluster: %w", err)
+			}
+			opts.RestConfig = cfg
+			c, err := controller.New(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			return c.Start(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the upstream cluster (default: in-cluster, or $KUBECONFIG)")
+	f.StringVar(&opts.Namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "system namespace (ConfigMap, leader election Lease)")
+	f.StringVar(&opts.ConfigName, "config-name", config.ConfigMapName, "name of the controller ConfigMap")
+	f.StringVar(&opts.MetricsAddress, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	f.StringVar(&opts.ProbeAddress, "probe-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect a leader among replicas")
+	f.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", 30*time.Second, "leader election lease duration")
+	f.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", 20*time.Second, "leader election renew deadline")
+	f.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", 5*time.Second, "leader election retry period")
+	f.IntVar(&opts.Workers, "workers", 10, "concurrent Cluster reconciles")
+	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,377 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fluxcd/pkg/ssa"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/metrics"
+	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+// Keys of a kubeconfig Secret.
+const (
+	KubeconfigKey     = "value"
+	KubeconfigKeyYAML = "value.yaml"
+	APIServerURLKey   = "apiServerURL"
+	APIServerCAKey    = "apiServerCA"
+
+	// CredentialSecretName is the agent's request credential downstream.
+	CredentialSecretName = "fleet-agent"
+)
+
+// Why a deploy happens, for events and metrics.
+const (
+	deployFirst      = "first"
+	deployGeneration = "generation"
+	deployServer     = "server"
+	deploySettings   = "settings"
+)
+
+// reconcileImport pushes the agent to a manager-initiated cluster when it
+// has never been deployed, redeployAgentGeneration was bumped, a setting
+// given to the agent changed, or the kubeconfig now points at another
+// server. Otherwise it writes nothing downstream and does not even connect.
+func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster) (ctrl.Result, *stepResult, error) {
+	cfg := r.Config.Get()
+	in, step := r.readKubeconfig(ctx, cluster)
+	if step != nil {
+		metrics.RegistrationSteps.WithLabelValues("import", "invalid").Inc()
+		return ctrl.Result{}, step, nil
+	}
+	bootstrap := &renderer.Bootstrap{
+		APIServerURL:                in.apiServerURL,
+		APIServerCA:                 in.apiServerCA,
+		TokenName:                   names.ImportToken(cluster.Name),
+		ClusterNamespace:            cluster.Namespace,
+		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS,
+		Token:                       renderer.TokenPlaceholder,
+	}
+	values, err := renderer.BuildAgentValues(cluster, cfg, bootstrap)
+	if err != nil {
+		reason := fleet.RenderFailedReason
+		if strings.Contains(err.Error(), "apiServerURL") {
+			reason = fleet.MissingAPIServerURLReason
+		}
+		return ctrl.Result{}, stalled(reason, "cannot build the agent: %v", err), nil
+	}
+	valuesHash, err := values.Hash()
+	if err != nil {
+		return ctrl.Result{}, waiting(fleet.RenderFailedReason, "%v", err), err
+	}
+
+	why := deployReason(cluster, valuesHash, in.serverHash)
+	if why == "" {
+		return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
+	}
+	cluster.Status.AgentConfigChanged = why == deploySettings || why == deployServer
+
+	token, step, err := r.importToken(ctx, cluster, cfg)
+	if step != nil || err != nil {
+		if step == nil {
+			step = waiting(fleet.WaitingForTokenReason, "preparing import token %s: %v", names.ImportToken(cluster.Name), err)
+		}
+		metrics.RegistrationSteps.WithLabelValues("token", "waiting").Inc()
+		return ctrl.Result{}, step, err
+	}
+
+	start := time.Now()
+	host, err := r.deploy(ctx, cluster, values, token, in.kubeconfig)
+	if err != nil {
+		reason, msg := remote.Classify(host, err)
+		metrics.RegistrationSteps.WithLabelValues("import", "error").Inc()
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, reason, "DeployAgent", "%s", msg)
+		var inErr *remote.InputError
+		if errors.As(err, &inErr) {
+			return ctrl.Result{}, stalled(reason, "%s", msg), nil
+		}
+		return ctrl.Result{}, waiting(reason, "%s", msg), err
+	}
+	metrics.AgentDeployDuration.Observe(time.Since(start).Seconds())
+	metrics.AgentDeploys.WithLabelValues(why).Inc()
+	metrics.RegistrationSteps.WithLabelValues("import", "success").Inc()
+
+	recordDeployed(cluster, values, valuesHash, in.serverHash)
+	event, verb := "AgentDeployed", "deployed"
+	if why != deployFirst {
+		event, verb = "AgentRedeployed", "redeployed ("+why+" changed)"
+	}
+	r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, event, "DeployAgent",
+		"agent %s to %s at generation %d in namespace %s", verb, host, cluster.Spec.RedeployAgentGeneration, values.Internal.SystemNamespace)
+	ctrl.LoggerFrom(ctx).Info("agent deployed", "reason", why, "server", host, "generation", cluster.Spec.RedeployAgentGeneration)
+	return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
+}
+
+// deployReason says why the agent must be (re)deployed, or "".
+func deployReason(cluster *fleet.Cluster, valuesHash, serverHash string) string {
+	st := &cluster.Status
+	switch {
+	case st.AgentDeployedGeneration == nil:
+		return deployFirst
+	case *st.AgentDeployedGeneration != cluster.Spec.RedeployAgentGeneration:
+		return deployGeneration
+	case st.KubeConfigServerHash != serverHash:
+		return deployServer
+	case st.AgentValuesHash != valuesHash:
+		return deploySettings
+	}
+	return ""
+}
+
+type kubeconfigInput struct {
+	kubeconfig   []byte
+	serverHash   string
+	apiServerURL string
+	apiServerCA  []byte
+}
+
+// readKubeconfig reads and checks the kubeconfig Secret. A problem is a
+// stalled step: the user must fix the Secret or the Cluster.
+func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster) (*kubeconfigInput, *stepResult) {
+	ns := cluster.Spec.KubeConfigSecretNamespace
+	if ns == "" {
+		ns = cluster.Namespace
+	}
+	if !kubeconfigNamespaceAllowed(cluster.Namespace, ns) {
+		return nil, stalled(fleet.NamespaceNotAllowedReason,
+			"spec.kubeConfigSecretNamespace %q is not allowed: keep the kubeconfig Secret in the Cluster's own namespace %q or in a namespace starting with fleet-, cattle-fleet- or cluster-", ns, cluster.Namespace)
+	}
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: ns, Name: cluster.Spec.KubeConfigSecret}
+	if err := r.Client.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, stalled(fleet.KubeConfigSecretMissingReason,
+				"kubeconfig Secret %s not found: create it with the downstream cluster's kubeconfig under key %q (Cluster API format)", key, KubeconfigKey)
+		}
+		return nil, waiting(fleet.ProgressingReason, "reading kubeconfig Secret %s: %v", key, err)
+	}
+	kc, ok := secret.Data[KubeconfigKey]
+	if !ok {
+		kc, ok = secret.Data[KubeconfigKeyYAML]
+	}
+	if !ok || len(kc) == 0 {
+		return nil, stalled(fleet.KubeConfigKeyMissingReason,
+			"kubeconfig Secret %s has no key %q (nor %q): put the downstream kubeconfig under key %q", key, KubeconfigKey, KubeconfigKeyYAML, KubeconfigKey)
+	}
+	serverHash, err := remote.ServerHash(kc)
+	if err != nil {
+		return nil, stalled(fleet.KubeConfigInvalidReason, "kubeconfig Secret %s: %v", key, err)
+	}
+	return &kubeconfigInput{
+		kubeconfig:   kc,
+		serverHash:   serverHash,
+		apiServerURL: strings.TrimSpace(string(secret.Data[APIServerURLKey])),
+		apiServerCA:  secret.Data[APIServerCAKey],
+	}, nil
+}
+
+// kubeconfigNamespaceAllowed is the allow-list of SPEC §3 (also enforced at
+// admission by the ValidatingAdmissionPolicy in kustomize/base/policies).
+func kubeconfigNamespaceAllowed(clusterNS, secretNS string) bool {
+	return secretNS == clusterNS || strings.HasPrefix(secretNS, "fleet-") ||
+		strings.HasPrefix(secretNS, "cattle-fleet-") || strings.HasPrefix(secretNS, "cluster-")
+}
+
+// importToken returns the bearer token of import-token-<cluster>, creating
+// the token (bound to the Cluster's clientID) or renewing it when less than
+// half its lifetime is left. While the token controller prepares it, the step
+// waits; the token's status change re-triggers this reconcile.
+func (r *Reconciler) importToken(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config) (string, *stepResult, error) {
+	name := names.ImportToken(cluster.Name)
+	ttl := cfg.GetImportTokenTTL()
+	tok := &fleet.ClusterRegistrationToken{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: name}, tok)
+	if apierrors.IsNotFound(err) {
+		tok = &fleet.ClusterRegistrationToken{
+			ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: name, Labels: map[string]string{
+				fleet.ManagedLabel: "true", fleet.ClusterLabel: cluster.Name,
+			}},
+			Spec: fleet.ClusterRegistrationTokenSpec{TTL: &metav1.Duration{Duration: ttl}, ClientID: cluster.Spec.ClientID},
+		}
+		if err := controllerutil.SetControllerReference(cluster, tok, r.Client.Scheme()); err != nil {
+			return "", nil, err
+		}
+		if err := r.Client.Create(ctx, tok); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", nil, err
+		}
+		return "", waiting(fleet.WaitingForTokenReason, "waiting for import token %s to be prepared", name), nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if !tok.DeletionTimestamp.IsZero() {
+		return "", waiting(fleet.WaitingForTokenReason, "waiting for the old import token %s to be removed", name), nil
+	}
+	if exp := tok.Status.Expires; exp != nil && exp.Sub(r.now()) < ttl/2 || tok.Spec.ClientID != cluster.Spec.ClientID {
+		if err := r.Client.Delete(ctx, tok); err != nil && !apierrors.IsNotFound(err) {
+			return "", nil, err
+		}
+		return "", waiting(fleet.WaitingForTokenReason, "renewing import token %s", name), nil
+	}
+	if tok.Status.SecretName == "" {
+		return "", waiting(fleet.WaitingForTokenReason, "waiting for import token %s to be prepared", name), nil
+	}
+	secret := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tok.Namespace, Name: tok.Status.SecretName}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", waiting(fleet.WaitingForTokenReason, "waiting for the values Secret of import token %s", name), nil
+		}
+		return "", nil, err
+	}
+	var v struct {
+		Token string `json:"token"`
+	}
+	if err := yaml.Unmarshal(secret.Data["values"], &v); err != nil || v.Token == "" {
+		return "", waiting(fleet.WaitingForTokenReason, "the values Secret of import token %s holds no token yet", name), nil
+	}
+	return v.Token, nil, nil
+}
+
+// deploy renders the agent with its bootstrap Secret and applies it to the
+// downstream cluster under the fleet field manager. It removes the agent's
+// old request credential first, so the agent registers again with the fresh
+// bootstrap Secret. It does not wait for the agent's pods: the agent's
+// registration and heartbeat report those.
+func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values *renderer.AgentValues, token string, kubeconfig []byte) (string, error) {
+	host := "the downstream cluster"
+	out, err := r.Renderer.Render(values)
+	if err != nil {
+		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
+	}
+	objs, err := out.Objects()
+	if err != nil {
+		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
+	}
+	objs, err = renderer.InjectBootstrapToken(objs, token)
+	if err != nil {
+		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
+	}
+	ns := agentNamespaceObject(values.Internal.SystemNamespace)
+	objs = append([]*unstructured.Unstructured{ns}, objs...)
+
+	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), kubeconfig)
+	if err != nil {
+		return host, err
+	}
+	host = rc.Host
+	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: CredentialSecretName}}
+	if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
+		return host, err
+	}
+	opts := ssa.DefaultApplyOptions()
+	if _, err := rc.Applier.ApplyAllStaged(ctx, objs, opts); err != nil {
+		return host, err
+	}
+	return host, nil
+}
+
+// removeAgentDownstream deletes what deploy applied, when the downstream
+// cluster still answers.
+func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.Cluster) error {
+	in, step := r.readKubeconfig(ctx, cluster)
+	if step != nil {
+		return errors.New(step.message)
+	}
+	values, err := renderer.BuildAgentValues(cluster, r.Config.Get(), &renderer.Bootstrap{APIServerURL: "https://placeholder.invalid"})
+	if err != nil {
+		return err
+	}
+	out, err := r.Renderer.Render(values)
+	if err != nil {
+		return err
+	}
+	objs, err := out.Objects()
+	if err != nil {
+		return err
+	}
+	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), in.kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, remote.RequestTimeout)
+	defer cancel()
+	nsName := values.Internal.SystemNamespace
+	del := []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: CredentialSecretName}}}
+	for _, o := range objs {
+		del = append(del, o)
+	}
+	ns := &corev1.Namespace{}
+	if err := rc.Client.Get(ctx, client.ObjectKey{Name: nsName}, ns); err == nil && ns.Labels[fleet.ManagedLabel] == "true" {
+		del = append(del, ns)
+	}
+	var errs []error
+	for _, o := range del {
+		if err := rc.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// agentNamespaceObject is the agent's namespace, applied before the chart's
+// objects (the chart leaves namespace creation to helm --create-namespace).
+func agentNamespaceObject(name string) *unstructured.Unstructured {
+	ns := &unstructured.Unstructured{}
+	ns.SetAPIVersion("v1")
+	ns.SetKind("Namespace")
+	ns.SetName(name)
+	ns.SetLabels(map[string]string{fleet.ManagedLabel: "true"})
+	return ns
+}
+
+// recordDeployed writes what the agent was given into the status.
+func recordDeployed(cluster *fleet.Cluster, v *renderer.AgentValues, valuesHash, serverHash string) {
+	st := &cluster.Status
+	st.AgentDeployedGeneration = ptr.To(cluster.Spec.RedeployAgentGeneration)
+	st.AgentConfigChanged = false
+	st.APIServerURL = v.APIServerURL
+	st.APIServerCAHash = hashOf(v.APIServerCA)
+	st.AgentTLSMode = v.AgentTLSMode
+	st.AgentValuesHash = valuesHash
+	st.KubeConfigServerHash = serverHash
+	recordSettingHashes(cluster)
+}
+
+// recordSettingHashes records hashes of the per-cluster agent settings, as
+// Fleet does, so tools can see which setting a deployed agent has.
+func recordSettingHashes(cluster *fleet.Cluster) {
+	st, spec := &cluster.Status, &cluster.Spec
+	st.AgentEnvVarsHash = hashOf(spec.AgentEnvVars)
+	st.AgentPrivateRepoURL = spec.PrivateRepoURL
+	st.AgentHostNetwork = spec.HostNetwork != nil && *spec.HostNetwork
+	st.AgentAffinityHash = hashOf(spec.AgentAffinity)
+	st.AgentResourcesHash = hashOf(spec.AgentResources)
+	st.AgentTolerationsHash = hashOf(spec.AgentTolerations)
+	st.AgentSchedulingCustomizationHash = hashOf(spec.AgentSchedulingCustomization)
+}
+
+// hashOf is the sha256 of a value's JSON, or "" for an empty value.
+func hashOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil || string(b) == "null" || string(b) == `""` || string(b) == "[]" {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

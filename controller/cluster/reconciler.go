@@ -1,0 +1,210 @@
+// Package cluster is the Cluster reconciler: per-cluster namespace, clientID,
+// the agent's Bundle, the import of manager-initiated clusters (push the
+// agent through the kubeconfig Secret) and the Cluster's conditions; on
+// deletion it removes everything made for the cluster.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+// Reconciler reconciles Clusters.
+type Reconciler struct {
+	Client   client.Client
+	Config   *configstore.Store
+	Renderer *renderer.AgentRenderer
+	Remotes  *remote.Cache
+	Recorder recorder.EventRecorder
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile brings one Cluster to its desired state.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	log := ctrl.LoggerFrom(ctx)
+	cluster := &fleet.Cluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, cluster)
+	}
+	if controllerutil.AddFinalizer(cluster, fleet.ClusterFinalizer) {
+		if err := r.Client.Update(ctx, cluster); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	orig := cluster.DeepCopy()
+	// The status is patched once, at the end, from what this pass observed.
+	defer func() {
+		if equalStatus(orig, cluster) {
+			return
+		}
+		if err := r.Client.Status().Patch(ctx, cluster, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+			retErr = kerrors.NewAggregate([]error{retErr, fmt.Errorf("patching status of cluster %s: %w", req.NamespacedName, err)})
+		}
+	}()
+
+	cfg := r.Config.Get()
+	o := outcome{now: r.now(), offlineAfter: time.Duration(cfg.GetOfflineAfterMissedHeartbeats()) * cfg.GetAgentCheckinInterval()}
+	defer func() { computeConditions(cluster, o) }()
+
+	if err := r.ensureClientID(ctx, cluster); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureNamespace(ctx, cluster); err != nil {
+		o.failure = waiting(fleet.ProgressingReason, "creating the cluster namespace failed: %v", err)
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileAgentBundle(ctx, cluster); err != nil {
+		var inErr *inputError
+		if errors.As(err, &inErr) {
+			o.failure = stalled(inErr.reason, "%s", inErr.msg)
+			return ctrl.Result{}, nil
+		}
+		o.failure = waiting(fleet.ProgressingReason, "writing the agent Bundle failed: %v", err)
+		return ctrl.Result{}, err
+	}
+	if cluster.Spec.KubeConfigSecret != "" {
+		res, step, err := r.reconcileImport(ctx, cluster)
+		o.imported = step
+		if err != nil {
+			log.Error(err, "import failed", "reason", step.reason)
+		}
+		return res, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// ensureClientID gives a manager-initiated Cluster a random clientID, as
+// Fleet does; the agent registers with it.
+func (r *Reconciler) ensureClientID(ctx context.Context, cluster *fleet.Cluster) error {
+	if cluster.Spec.ClientID != "" || cluster.Spec.KubeConfigSecret == "" {
+		return nil
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(cluster.DeepCopy())
+	cluster.Spec.ClientID = hex.EncodeToString(b)
+	if err := r.Client.Patch(ctx, cluster, patch); err != nil {
+		return fmt.Errorf("setting spec.clientID of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	return nil
+}
+
+// ensureNamespace makes the per-cluster namespace that holds the cluster's
+// BundleDeployments and request identity.
+func (r *Reconciler) ensureNamespace(ctx context.Context, cluster *fleet.Cluster) error {
+	name := names.ClusterNamespace(cluster.Namespace, cluster.Name)
+	cluster.Status.Namespace = name
+	ns := &corev1.Namespace{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns)
+	if err == nil {
+		if !ns.DeletionTimestamp.IsZero() {
+			return fmt.Errorf("namespace %s is still being deleted", name)
+		}
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: name,
+		Labels: map[string]string{
+			fleet.ManagedLabel:          "true",
+			fleet.ClusterNamespaceLabel: cluster.Namespace,
+			fleet.ClusterLabel:          cluster.Name,
+		},
+		Annotations: map[string]string{
+			fleet.ClusterNamespaceAnnotation: cluster.Namespace,
+			fleet.ClusterAnnotation:          cluster.Name,
+		},
+	}}
+	if err := r.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// reconcileDelete removes everything made for the cluster upstream (and, for
+// a manager-initiated cluster that is still reachable, the agent
+// downstream), then lets the Cluster go.
+func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(cluster, fleet.ClusterFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if cluster.Spec.KubeConfigSecret != "" && cluster.Status.AgentDeployedGeneration != nil {
+		if err := r.removeAgentDownstream(ctx, cluster); err != nil {
+			// The Cluster is going whether or not its cluster answers.
+			log.Info("could not remove the agent downstream; leaving it", "error", err.Error())
+			r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, "AgentNotRemoved", "Delete", "the agent could not be removed from the downstream cluster: %v", err)
+		}
+	}
+	r.Remotes.Forget(client.ObjectKeyFromObject(cluster))
+
+	var errs []error
+	del := func(o client.Object) {
+		if err := r.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	del(&fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: names.AgentBundle(cluster.Name)}})
+	del(&fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: names.ImportToken(cluster.Name)}})
+	regs := &fleet.ClusterRegistrationList{}
+	if err := r.Client.List(ctx, regs, client.InNamespace(cluster.Namespace)); err != nil {
+		errs = append(errs, err)
+	}
+	for i := range regs.Items {
+		reg := &regs.Items[i]
+		if reg.Status.ClusterName == cluster.Name || (cluster.Spec.ClientID != "" && reg.Spec.ClientID == cluster.Spec.ClientID) {
+			del(reg)
+		}
+	}
+	del(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.ClusterNamespace(cluster.Namespace, cluster.Name)}})
+	if len(errs) > 0 {
+		return ctrl.Result{}, fmt.Errorf("cleaning up after cluster %s/%s: %w", cluster.Namespace, cluster.Name, errors.Join(errs...))
+	}
+	controllerutil.RemoveFinalizer(cluster, fleet.ClusterFinalizer)
+	if err := r.Client.Update(ctx, cluster); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	log.Info("cluster deleted; its namespace, agent Bundle, import token and registrations were removed")
+	return ctrl.Result{}, nil
+}
+
+// equalStatus reports whether a reconcile left the status as it found it,
+// ignoring condition timestamps that SetStatusCondition keeps stable anyway.
+func equalStatus(a, b *fleet.Cluster) bool {
+	return statusEqual(a.Status, b.Status)
+}

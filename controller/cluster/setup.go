@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+)
+
+// kubeconfigSecretIndex indexes Clusters by "<namespace>/<name>" of their
+// kubeconfig Secret.
+const kubeconfigSecretIndex = "fleet.cattle.io/kubeconfig-secret"
+
+// SetupOptions tune the controller.
+type SetupOptions struct {
+	// MaxConcurrentReconciles defaults to 10.
+	MaxConcurrentReconciles int
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
+	if opts.MaxConcurrentReconciles == 0 {
+		opts.MaxConcurrentReconciles = 10
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &fleet.Cluster{}, kubeconfigSecretIndex, func(o client.Object) []string {
+		c := o.(*fleet.Cluster)
+		if c.Spec.KubeConfigSecret == "" {
+			return nil
+		}
+		ns := c.Spec.KubeConfigSecretNamespace
+		if ns == "" {
+			ns = c.Namespace
+		}
+		return []string{ns + "/" + c.Spec.KubeConfigSecret}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("cluster").
+		For(&fleet.Cluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&fleet.ClusterRegistrationToken{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret), builder.OnlyMetadata).
+		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allClusters))).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+			// Downstream clusters that are down stay down for a while: back
+			// off to minutes, not to the default's quarter hour.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		}).
+		Complete(r)
+}
+
+func (r *Reconciler) clustersForSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &fleet.ClusterList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{kubeconfigSecretIndex: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing clusters for secret", "secret", o.GetNamespace()+"/"+o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+	}
+	return reqs
+}
+
+func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &fleet.ClusterList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing clusters after a configuration change")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+	}
+	return reqs
+}

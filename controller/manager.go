@@ -1,0 +1,135 @@
+// Package controller assembles the upstream controller (`fleet controller`):
+// one controller-runtime manager running the reconcilers of the
+// subpackages, with leader election, health and readiness probes, Prometheus
+// metrics and the live controller configuration.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/gitops-fleet/fleet/controller/cluster"
+	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/token"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+// Options configure the controller process.
+type Options struct {
+	// RestConfig reaches the upstream cluster.
+	RestConfig *rest.Config
+	// Namespace is the system namespace holding the fleet-controller
+	// ConfigMap and the leader election Lease.
+	Namespace string
+	// ConfigName is the controller ConfigMap's name.
+	ConfigName string
+	// InitialConfig is in force until the ConfigMap is read (nil: defaults).
+	InitialConfig *config.Config
+
+	MetricsAddress string
+	ProbeAddress   string
+
+	LeaderElect   bool
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+
+	// Workers is the number of concurrent Cluster reconciles.
+	Workers int
+}
+
+// Controller is an assembled, not yet started, controller.
+type Controller struct {
+	Manager manager.Manager
+	Config  *configstore.Store
+}
+
+// New assembles the controller.
+func New(ctx context.Context, opts Options) (*Controller, error) {
+	if opts.ConfigName == "" {
+		opts.ConfigName = config.ConfigMapName
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = config.DefaultSystemNamespace
+	}
+	restCfg := rest.CopyConfig(opts.RestConfig)
+	restCfg.UserAgent = "fleet-controller"
+	mgrOpts := ctrl.Options{
+		Scheme: controlplane.Scheme,
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Secrets are read on demand, never cached: the upstream may
+			// hold many, and most are none of our business.
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
+		HealthProbeBindAddress:        opts.ProbeAddress,
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              "fleet-controller-lock",
+		LeaderElectionNamespace:       opts.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if opts.LeaseDuration > 0 {
+		mgrOpts.LeaseDuration, mgrOpts.RenewDeadline, mgrOpts.RetryPeriod = &opts.LeaseDuration, &opts.RenewDeadline, &opts.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(restCfg, mgrOpts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+	clientset, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	agentRenderer, err := renderer.NewAgentRenderer()
+	if err != nil {
+		return nil, fmt.Errorf("loading the embedded agent chart: %w", err)
+	}
+	store := configstore.New(opts.Namespace, opts.ConfigName, opts.InitialConfig)
+	if err := store.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	events := mgr.GetEventRecorder("fleet-controller")
+	if err := (&cluster.Reconciler{
+		Client:   mgr.GetClient(),
+		Config:   store,
+		Renderer: agentRenderer,
+		Remotes:  remote.NewCache(controlplane.Scheme),
+		Recorder: events,
+	}).SetupWithManager(ctx, mgr, cluster.SetupOptions{MaxConcurrentReconciles: opts.Workers}); err != nil {
+		return nil, err
+	}
+	if err := (&token.Reconciler{
+		Client:    mgr.GetClient(),
+		Config:    store,
+		Clientset: clientset,
+		Recorder:  events,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("config", store.ReadyCheck); err != nil {
+		return nil, err
+	}
+	return &Controller{Manager: mgr, Config: store}, nil
+}
+
+// Start runs the controller until ctx ends.
+func (c *Controller) Start(ctx context.Context) error {
+	return c.Manager.Start(ctx)
+}

@@ -1,0 +1,35 @@
+// Package metrics defines the controller's Prometheus metrics, registered
+// with controller-runtime's registry (served on --metrics-address beside the
+// reconcile metrics controller-runtime already exports).
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// RegistrationSteps counts registration steps by step and result.
+	RegistrationSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_registration_steps_total",
+		Help: "Registration steps by step (import, token, grant, ...) and result (success, error, waiting).",
+	}, []string{"step", "result"})
+
+	// AgentDeploys counts agent deploys to manager-initiated clusters by why
+	// they happened.
+	AgentDeploys = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_agent_deploys_total",
+		Help: "Agent deploys pushed by the controller, by reason (first, generation, settings, server).",
+	}, []string{"reason"})
+
+	// AgentDeployDuration observes how long a push of the agent took.
+	AgentDeployDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fleet_agent_deploy_duration_seconds",
+		Help:    "Time to render and server-side apply the agent to a downstream cluster.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+	})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(RegistrationSteps, AgentDeploys, AgentDeployDuration)
+}

@@ -1,0 +1,183 @@
+// Package remote owns the controller's connections to downstream clusters:
+// it builds a client from a kubeconfig once, reuses it while the kubeconfig
+// stays the same, and turns connection errors into condition reasons a
+// person can act on.
+package remote
+
+import (
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluxcd/pkg/ssa"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/apply"
+)
+
+// RequestTimeout bounds every request to a downstream cluster.
+const RequestTimeout = 15 * time.Second
+
+// Client is a connection to one downstream cluster.
+type Client struct {
+	Client  client.Client
+	Applier *ssa.ResourceManager
+	Host    string
+
+	httpClient *http.Client
+}
+
+// Cache holds one Client per Cluster, rebuilt when its kubeconfig changes.
+type Cache struct {
+	Scheme *runtime.Scheme
+
+	mu      sync.Mutex
+	entries map[types.NamespacedName]*entry
+}
+
+type entry struct {
+	hash   string
+	client *Client
+}
+
+// NewCache returns an empty cache whose clients use scheme.
+func NewCache(scheme *runtime.Scheme) *Cache {
+	return &Cache{Scheme: scheme, entries: map[types.NamespacedName]*entry{}}
+}
+
+// Get returns the client for a Cluster's kubeconfig.
+func (c *Cache) Get(cluster types.NamespacedName, kubeconfig []byte) (*Client, error) {
+	sum := sha256.Sum256(kubeconfig)
+	hash := hex.EncodeToString(sum[:])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[cluster]; ok {
+		if e.hash == hash {
+			return e.client, nil
+		}
+		e.client.close()
+		delete(c.entries, cluster)
+	}
+	cfg, err := RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := newClient(cfg, c.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	c.entries[cluster] = &entry{hash: hash, client: cl}
+	return cl, nil
+}
+
+// Forget drops a Cluster's client.
+func (c *Cache) Forget(cluster types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[cluster]; ok {
+		e.client.close()
+		delete(c.entries, cluster)
+	}
+}
+
+// RESTConfig parses a kubeconfig into a REST config with the downstream
+// request timeout.
+func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf("the kubeconfig cannot be parsed: %w", err)}
+	}
+	if cfg.Host == "" {
+		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: errors.New("the kubeconfig names no server")}
+	}
+	cfg.Timeout = RequestTimeout
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "fleet-controller"
+	return cfg, nil
+}
+
+// ServerHash identifies the cluster a kubeconfig points at (server URL and
+// CA), but not its credentials: rotating credentials does not change it.
+func ServerHash(kubeconfig []byte) (string, error) {
+	cfg, err := RESTConfig(kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write([]byte(cfg.Host))
+	h.Write([]byte{0})
+	h.Write(cfg.CAData)
+	h.Write([]byte(cfg.CAFile))
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+func newClient(cfg *rest.Config, scheme *runtime.Scheme) (*Client, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf("the kubeconfig's TLS or credential settings are invalid: %w", err)}
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper, HTTPClient: httpClient})
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: c, Applier: apply.NewManager(c), Host: cfg.Host, httpClient: httpClient}, nil
+}
+
+func (c *Client) close() { c.httpClient.CloseIdleConnections() }
+
+// InputError is a problem with what the user gave (kubeconfig, Secret): it
+// will not go away by retrying.
+type InputError struct {
+	Reason string
+	Err    error
+}
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Classify names what went wrong talking to a downstream cluster, as a
+// condition reason and a message that says what to check.
+func Classify(host string, err error) (reason, message string) {
+	var inputErr *InputError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostnameErr x509.HostnameError
+	var certInvalid x509.CertificateInvalidError
+	var urlErr *url.Error
+	var netErr net.Error
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &inputErr):
+		return inputErr.Reason, inputErr.Error()
+	case errors.As(err, &unknownAuthority), errors.As(err, &hostnameErr), errors.As(err, &certInvalid),
+		strings.Contains(err.Error(), "x509:"), strings.Contains(err.Error(), "tls:"):
+		return fleet.DownstreamTLSErrorReason, fmt.Sprintf("TLS with %s failed: the kubeconfig's certificate-authority-data does not match the server's certificate (%v); update the kubeconfig Secret", host, err)
+	case apierrors.IsUnauthorized(err):
+		return fleet.DownstreamUnauthorizedReason, fmt.Sprintf("%s rejected the kubeconfig's credentials (401 Unauthorized); refresh the credentials in the kubeconfig Secret", host)
+	case apierrors.IsForbidden(err):
+		return fleet.DownstreamForbiddenReason, fmt.Sprintf("the kubeconfig's identity may not deploy the agent on %s (403 Forbidden: %v); it needs cluster-admin rights", host, apierrors.ReasonForError(err))
+	case apierrors.IsConflict(err) || strings.Contains(err.Error(), "conflict with"):
+		return fleet.ApplyConflictReason, fmt.Sprintf("applying the agent to %s conflicts with fields another manager owns: %v; undo that change or let fleet own the fields", host, err)
+	case errors.As(err, &opErr), errors.As(err, &urlErr), errors.As(err, &netErr):
+		return fleet.DownstreamUnreachableReason, fmt.Sprintf("cannot reach %s: %v; check the server URL in the kubeconfig Secret and the network path from the fleet controller", host, err)
+	}
+	return fleet.ApplyFailedReason, fmt.Sprintf("deploying the agent to %s failed: %v", host, err)
+}
