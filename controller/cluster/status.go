@@ -34,7 +34,9 @@ type stepResult struct {
 	stalled bool
 }
 
-func okResult(message string) *stepResult { return &stepResult{ok: true, reason: fleet.SucceededReason, message: message} }
+func okResult(message string) *stepResult {
+	return &stepResult{ok: true, reason: fleet.SucceededReason, message: message}
+}
 
 func waiting(reason, format string, args ...any) *stepResult {
 	return &stepResult{reason: reason, message: fmt.Sprintf(format, args...)}
