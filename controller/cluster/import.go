@@ -293,7 +293,11 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	if step != nil {
 		return errors.New(step.message)
 	}
-	values, err := renderer.BuildAgentValues(cluster, r.Config.Get(), &renderer.Bootstrap{APIServerURL: "https://placeholder.invalid"})
+	// Render with a bootstrap so the object list includes its Secret; the
+	// URL only has to be non-empty.
+	b := renderer.OfflineBootstrap(cluster)
+	b.APIServerURL = "https://unused.invalid"
+	values, err := renderer.BuildAgentValues(cluster, r.Config.Get(), b)
 	if err != nil {
 		return err
 	}

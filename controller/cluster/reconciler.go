@@ -48,7 +48,6 @@ func (r *Reconciler) now() time.Time {
 
 // Reconcile brings one Cluster to its desired state.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
-	log := ctrl.LoggerFrom(ctx)
 	cluster := &fleet.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -96,9 +95,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if cluster.Spec.KubeConfigSecret != "" {
 		res, step, err := r.reconcileImport(ctx, cluster)
 		o.imported = step
-		if err != nil {
-			log.Error(err, "import failed", "reason", step.reason)
-		}
 		return res, err
 	}
 	return ctrl.Result{}, nil

@@ -174,8 +174,8 @@ func Classify(host string, err error) (reason, message string) {
 		return fleet.DownstreamUnauthorizedReason, fmt.Sprintf("%s rejected the kubeconfig's credentials (401 Unauthorized); refresh the credentials in the kubeconfig Secret", host)
 	case apierrors.IsForbidden(err):
 		return fleet.DownstreamForbiddenReason, fmt.Sprintf("the kubeconfig's identity may not deploy the agent on %s (403 Forbidden: %v); it needs cluster-admin rights", host, apierrors.ReasonForError(err))
-	case apierrors.IsConflict(err) || strings.Contains(err.Error(), "conflict with"):
-		return fleet.ApplyConflictReason, fmt.Sprintf("applying the agent to %s conflicts with fields another manager owns: %v; undo that change or let fleet own the fields", host, err)
+	case strings.Contains(err.Error(), "field is immutable") || apierrors.IsConflict(err) || strings.Contains(err.Error(), "conflict with"):
+		return fleet.ApplyConflictReason, fmt.Sprintf("the agent cannot be applied to %s over what is there: %v; delete the conflicting object downstream (fleet recreates it)", host, err)
 	case errors.As(err, &opErr), errors.As(err, &urlErr), errors.As(err, &netErr):
 		return fleet.DownstreamUnreachableReason, fmt.Sprintf("cannot reach %s: %v; check the server URL in the kubeconfig Secret and the network path from the fleet controller", host, err)
 	}

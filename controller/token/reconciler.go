@@ -38,6 +38,9 @@ import (
 // ControllerName names the controller (logs, metrics).
 const ControllerName = "clusterregistrationtoken"
 
+// FieldManager is the field manager of every write of this controller.
+const FieldManager = "fleet-controller"
+
 // Event reasons.
 const (
 	// TTLRequiredReason: a token without TTL was deleted because the
@@ -282,7 +285,7 @@ func (r *Reconciler) ensure(ctx context.Context, token *fleet.ClusterRegistratio
 		if err := r.own(token, obj); err != nil {
 			return err
 		}
-		if err := r.Client.Create(ctx, obj); err != nil {
+		if err := r.Client.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
 			return fmt.Errorf("creating %s %s: %w", kind, key, err)
 		}
 		log.Info("created "+kind, lowerFirst(kind), key.String())
@@ -304,7 +307,7 @@ func (r *Reconciler) ensure(ctx context.Context, token *fleet.ClusterRegistratio
 	if equality.Semantic.DeepEqual(before, obj) {
 		return nil
 	}
-	if err := r.Client.Update(ctx, obj); err != nil {
+	if err := r.Client.Update(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("updating %s %s: %w", kind, key, err)
 	}
 	log.Info("updated "+kind, lowerFirst(kind), key.String())
@@ -332,7 +335,7 @@ func checkOwner(token *fleet.ClusterRegistrationToken, obj client.Object, kind s
 		return nil
 	}
 	key := client.ObjectKeyFromObject(obj).String()
-	if ref != nil && ref.Kind == "ClusterRegistrationToken" && ref.Name == token.Name || !obj.GetDeletionTimestamp().IsZero() {
+	if (ref != nil && ref.Kind == "ClusterRegistrationToken" && ref.Name == token.Name) || !obj.GetDeletionTimestamp().IsZero() {
 		// Its deletion brings the token back here; the retry is a safety net.
 		return &waitError{
 			reason:  fleet.WaitingReason,
@@ -363,7 +366,7 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, token *fleet.Cluste
 		if err := r.own(token, secret); err != nil {
 			return "", time.Time{}, err
 		}
-		if err := r.Client.Create(ctx, secret); err != nil {
+		if err := r.Client.Create(ctx, secret, client.FieldOwner(FieldManager)); err != nil {
 			return "", time.Time{}, fmt.Errorf("creating values Secret %s: %w", key, err)
 		}
 		log.Info("created values Secret", "secret", key.String())
@@ -418,7 +421,7 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, token *fleet.Cluste
 	if equality.Semantic.DeepEqual(secret, desired) {
 		return secret.Name, renew, nil
 	}
-	if err := r.Client.Update(ctx, desired); err != nil {
+	if err := r.Client.Update(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
 		return "", time.Time{}, fmt.Errorf("updating values Secret %s: %w", key, err)
 	}
 	log.Info("updated values Secret", "secret", key.String())
@@ -481,7 +484,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, base, token *fleet.Cluster
 	if equality.Semantic.DeepEqual(base.Status, token.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, token, client.MergeFrom(base)); err != nil {
+	if err := r.Client.Status().Patch(ctx, token, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

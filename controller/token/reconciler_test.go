@@ -107,6 +107,11 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 	}
 	mustOwn(t, tok, secret)
 
+	for _, o := range []client.Object{sa, role, rb, secret} {
+		if !slices.ContainsFunc(o.GetManagedFields(), func(m metav1.ManagedFieldsEntry) bool { return m.Manager == FieldManager }) {
+			t.Errorf("%T %s: no managedFields entry of %s", o, o.GetName(), FieldManager)
+		}
+	}
 	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
 		t.Errorf("ServiceAccount automountServiceAccountToken = %v, want false", sa.AutomountServiceAccountToken)
 	}
@@ -490,6 +495,28 @@ func TestToken_DeletedValuesSecretIsRemadeWithNewToken(t *testing.T) {
 			Spec:       fleet.ClusterRegistrationSpec{ClientID: "client-1", ClientRandom: "0123456789abcdef0123"},
 		})
 		return apierrors.IsUnauthorized(err), err
+	})
+}
+
+func TestToken_WidenedRoleIsReverted(t *testing.T) {
+	c := env.Upstream.Client
+	ns := newNamespace(t, "token-drift-")
+	createToken(t, ns, "reg", "1h", "")
+	waitReady(t, ns, "reg")
+	role := &rbacv1.Role{}
+	key := client.ObjectKey{Namespace: ns, Name: ImportServiceAccountName("reg")}
+	if err := c.Get(t.Context(), key, role); err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}})
+	if err := c.Update(t.Context(), role); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the Role to allow only creating clusterregistrations again", func() (bool, error) {
+		if err := c.Get(t.Context(), key, role); err != nil {
+			return false, err
+		}
+		return len(role.Rules) == 1 && fmt.Sprint(role.Rules[0].Verbs) == "[create]", fmt.Errorf("rules %+v", role.Rules)
 	})
 }
 
