@@ -32,7 +32,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 // ControllerName names the controller (logs, metrics).
@@ -110,7 +110,7 @@ func (r *Reconciler) allTokens(ctx context.Context, _ client.Object) []ctrl.Requ
 // ImportServiceAccountName is the name of a token's import ServiceAccount,
 // Role and RoleBinding.
 func ImportServiceAccountName(token string) string {
-	return names.SafeConcatName("import", token)
+	return registration.ImportServiceAccountName(token)
 }
 
 // waitError means the token cannot be made ready until something else

@@ -198,9 +198,23 @@ func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
 	}
 	newReg := func(namespace string) *fleet.ClusterRegistration {
 		return &fleet.ClusterRegistration{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "request-"},
-			Spec:       fleet.ClusterRegistrationSpec{ClientID: "client-1", ClientRandom: "0123456789abcdef0123"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "request-",
+				Labels: map[string]string{fleet.RegistrationTokenLabel: "reg"}},
+			Spec: fleet.ClusterRegistrationSpec{ClientID: "client-1", ClientRandom: "0123456789abcdef0123"},
 		}
+	}
+	// The admission policy ties a registration to the token whose identity
+	// made it: a missing or false token label is refused.
+	unlabelled := newReg(ns)
+	unlabelled.Labels = nil
+	eventually(t, 10*time.Second, "a registration without the token label to be refused", func() (bool, error) {
+		err := asImport.Create(t.Context(), unlabelled)
+		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), err
+	})
+	forged := newReg(ns)
+	forged.Labels[fleet.RegistrationTokenLabel] = "some-other-token"
+	if err := asImport.Create(t.Context(), forged); !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("a registration claiming another token was not refused: %v", err)
 	}
 	reg := newReg(ns)
 	eventually(t, 10*time.Second, "the import identity to create a ClusterRegistration", func() (bool, error) {
