@@ -21,6 +21,7 @@ import (
 
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -50,6 +51,10 @@ type Options struct {
 
 	// Workers is the number of concurrent Cluster reconciles.
 	Workers int
+
+	// CredentialPickupTimeout is how long a granted registration's
+	// credential Secret is kept (zero: registration.CredentialPickupTimeout).
+	CredentialPickupTimeout time.Duration
 }
 
 // Controller is an assembled, not yet started, controller.
@@ -106,6 +111,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	if err := (&cluster.Reconciler{
 		Client:   mgr.GetClient(),
 		Config:   store,
+		Cache:    mgr.GetCache(),
 		Renderer: agentRenderer,
 		Remotes:  remote.NewCache(controlplane.Scheme),
 		Recorder: events,
@@ -118,6 +124,15 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Clientset: clientset,
 		Recorder:  events,
 	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&registration.Reconciler{
+		Client:                  mgr.GetClient(),
+		Config:                  store,
+		Clientset:               clientset,
+		Recorder:                events,
+		CredentialPickupTimeout: opts.CredentialPickupTimeout,
+	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -55,6 +55,10 @@ const (
 // server. Otherwise it writes nothing downstream and does not even connect.
 func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster) (ctrl.Result, *stepResult, error) {
 	cfg := r.Config.Get()
+	memoKey := r.importMemoKey(ctx, cluster, cfg)
+	if memoKey != nil && r.memo.seen(client.ObjectKeyFromObject(cluster), *memoKey) {
+		return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
+	}
 	in, step := r.readKubeconfig(ctx, cluster)
 	if step != nil {
 		metrics.RegistrationSteps.WithLabelValues("import", "invalid").Inc()
@@ -83,6 +87,9 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 
 	why := deployReason(cluster, valuesHash, in.serverHash)
 	if why == "" {
+		if memoKey != nil {
+			r.memo.remember(client.ObjectKeyFromObject(cluster), *memoKey)
+		}
 		return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
 	}
 	cluster.Status.AgentConfigChanged = why == deploySettings || why == deployServer

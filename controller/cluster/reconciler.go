@@ -30,13 +30,18 @@ import (
 
 // Reconciler reconciles Clusters.
 type Reconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Cache reads the metadata-only Secret informer (the client reads
+	// Secrets from the API server).
+	Cache    client.Reader
 	Config   *configstore.Store
 	Renderer *renderer.AgentRenderer
 	Remotes  *remote.Cache
 	Recorder recorder.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	memo importMemo
 }
 
 func (r *Reconciler) now() time.Time {
@@ -74,7 +79,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	cfg := r.Config.Get()
 	o := outcome{now: r.now(), offlineAfter: time.Duration(cfg.GetOfflineAfterMissedHeartbeats()) * cfg.GetAgentCheckinInterval()}
-	defer func() { computeConditions(cluster, o) }()
+	defer func() {
+		computeConditions(cluster, o)
+		result = requeueForHeartbeat(result, cluster, o)
+	}()
 
 	if err := r.ensureClientID(ctx, cluster); err != nil {
 		return ctrl.Result{}, err
@@ -168,6 +176,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster
 		}
 	}
 	r.Remotes.Forget(client.ObjectKeyFromObject(cluster))
+	r.memo.forget(client.ObjectKeyFromObject(cluster))
 
 	var errs []error
 	del := func(o client.Object) {

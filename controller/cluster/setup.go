@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -50,7 +51,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("cluster").
 		For(&fleet.Cluster{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+			agentStatusChanged()))).
 		Owns(&fleet.ClusterRegistrationToken{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret), builder.OnlyMetadata).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allClusters))).
@@ -87,4 +89,19 @@ func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconci
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
 	}
 	return reqs
+}
+
+// agentStatusChanged passes heartbeats (status.agent updates), so a Cluster
+// that was offline turns Ready as soon as its agent reports again.
+func agentStatusChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*fleet.Cluster)
+			n, ok2 := e.ObjectNew.(*fleet.Cluster)
+			return ok1 && ok2 && !o.Status.Agent.LastSeen.Equal(&n.Status.Agent.LastSeen)
+		},
+	}
 }

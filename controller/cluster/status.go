@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 )
@@ -120,3 +121,23 @@ func displayState(c *fleet.Cluster, o outcome) string {
 }
 
 func statusEqual(a, b fleet.ClusterStatus) bool { return equality.Semantic.DeepEqual(a, b) }
+
+// requeueForHeartbeat schedules the next look at a Cluster whose agent is
+// online for the moment it would count as offline: a heartbeat in time
+// moves that moment on (the heartbeat itself triggers a reconcile); a
+// missing one turns the Cluster Offline exactly then, without polling.
+func requeueForHeartbeat(res ctrl.Result, c *fleet.Cluster, o outcome) ctrl.Result {
+	last := c.Status.Agent.LastSeen
+	if last.IsZero() || o.offlineAfter <= 0 {
+		return res
+	}
+	until := last.Add(o.offlineAfter).Sub(o.now)
+	if until <= 0 {
+		return res // already offline: the next heartbeat brings it back
+	}
+	until += time.Second
+	if res.RequeueAfter == 0 || until < res.RequeueAfter {
+		res.RequeueAfter = until
+	}
+	return res
+}

@@ -1,0 +1,230 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/internal/scheme"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+// Agent is one running agent.
+type Agent struct {
+	opts  Options
+	log   logr.Logger
+	local client.WithWatch
+	kube  kubernetes.Interface
+
+	mu        sync.Mutex
+	stuck     *stuckError
+	lastStuck string
+	session   *session
+
+	// workers run beside the heartbeat once the agent is registered (the
+	// BundleDeployment deployer is one); each returns when its context ends
+	// or with an error that ends the session.
+	workers []func(ctx context.Context, s *session) error
+
+	// stepHook, set by tests, runs at each step of the handshake.
+	stepHook func(step string)
+}
+
+// New checks the options and connects to the local cluster.
+func New(opts Options) (*Agent, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	local, err := client.NewWithWatch(opts.Local, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the local cluster: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(opts.Local)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{opts: opts, local: local, kube: kube, log: ctrl.Log.WithName("agent").WithValues("namespace", opts.Namespace)}, nil
+}
+
+// Run runs the agent until ctx ends. With leader election, only the leader
+// registers and works; losing leadership ends Run with an error so the
+// process restarts as a follower.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.opts.LeaderElect {
+		return a.run(ctx)
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: "fleet-agent"},
+		Client:     a.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: a.opts.PodName},
+	}
+	var runErr error
+	lost := false
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   a.opts.LeaseDuration,
+		RenewDeadline:   a.opts.RenewDeadline,
+		RetryPeriod:     a.opts.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            "fleet-agent",
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				a.log.Info("leading", "identity", a.opts.PodName)
+				runErr = a.run(ctx)
+			},
+			OnStoppedLeading: func() { lost = ctx.Err() == nil },
+		},
+	})
+	if err != nil {
+		return err
+	}
+	le.Run(ctx)
+	if lost {
+		return errors.New("lost leadership of the fleet-agent Lease")
+	}
+	return runErr
+}
+
+// ReadyCheck fails while the agent is stuck, with the message that says what
+// to do.
+func (a *Agent) ReadyCheck(_ *http.Request) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stuck != nil {
+		return a.stuck
+	}
+	return nil
+}
+
+// Registered returns the cluster the agent is registered as ("" if none).
+func (a *Agent) Registered() (namespace, name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.session == nil {
+		return "", ""
+	}
+	return a.session.cred.ClusterNamespace, a.session.cred.ClusterName
+}
+
+// run connects (using the stored credential or registering), works until
+// the credential is lost, and starts over, with backoff on failure.
+func (a *Agent) run(ctx context.Context) error {
+	delay := time.Second
+	for ctx.Err() == nil {
+		cred, err := a.connect(ctx)
+		if err != nil {
+			a.report(ctx, err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 5*time.Minute)
+			continue
+		}
+		delay = time.Second
+		a.report(ctx, nil)
+		err = a.work(ctx, cred)
+		if ctx.Err() != nil {
+			break
+		}
+		a.log.Info("session ended; connecting again", "reason", err.Error())
+	}
+	return nil
+}
+
+// connect returns a working credential: the stored one if the upstream
+// still accepts it, otherwise a new one from registering with the
+// bootstrap Secret.
+func (a *Agent) connect(ctx context.Context) (*credential, error) {
+	cred, err := readCredential(ctx, a.local, a.opts.Namespace)
+	if err != nil {
+		a.log.Info("stored credential unusable; registering again", "error", err.Error())
+	}
+	if cred != nil {
+		s, err := a.newSession(ctx, cred)
+		if err != nil {
+			return nil, err
+		}
+		err = s.check(ctx)
+		switch {
+		case err == nil:
+			// A bootstrap Secret beside a working credential is left over
+			// from a registration interrupted after it stored the credential.
+			boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: renderer.BootstrapSecretName}}
+			if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
+				a.log.Info("could not delete the leftover bootstrap Secret", "error", err.Error())
+			}
+			return cred, nil
+		case isRejected(err):
+			a.log.Info("the upstream rejects the stored credential; registering again", "reason", apierrors.ReasonForError(err))
+		default:
+			return nil, fmt.Errorf("reaching the upstream: %w", err)
+		}
+	}
+	return a.register(ctx)
+}
+
+func isRejected(err error) bool { return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) }
+
+// report records the agent's state: a stuck state is logged once, raised as
+// an event and served on /readyz; other errors are logged.
+func (a *Agent) report(ctx context.Context, err error) {
+	var stuck *stuckError
+	a.mu.Lock()
+	if errors.As(err, &stuck) {
+		a.stuck = stuck
+	} else {
+		a.stuck = nil
+	}
+	repeat := err != nil && err.Error() == a.lastStuck
+	if err != nil {
+		a.lastStuck = err.Error()
+	} else {
+		a.lastStuck = ""
+	}
+	a.mu.Unlock()
+	if err == nil || repeat {
+		return
+	}
+	if stuck == nil {
+		a.log.Error(err, "registration attempt failed; retrying")
+		return
+	}
+	a.log.Info("agent cannot register: "+stuck.msg, "reason", stuck.reason)
+	a.event(ctx, corev1.EventTypeWarning, stuck.reason, stuck.msg)
+}
+
+// event records a local event about the agent's pod (or namespace).
+func (a *Agent) event(ctx context.Context, typ, reason, msg string) {
+	ref := corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: a.opts.Namespace, Name: a.opts.PodName}
+	pod := &corev1.Pod{}
+	if err := a.local.Get(ctx, client.ObjectKey{Namespace: a.opts.Namespace, Name: a.opts.PodName}, pod); err == nil {
+		ref.UID = pod.UID
+	} else {
+		// Not in a pod (tests, benchmarks): the agent's ConfigMap stands for it.
+		ref = corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: ConfigMapName}
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: a.opts.Namespace, GenerateName: "fleet-agent."},
+		InvolvedObject: ref, Reason: reason, Message: msg, Type: typ,
+		Source: corev1.EventSource{Component: "fleet-agent"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "fleet.cattle.io/agent", ReportingInstance: a.opts.PodName,
+	}
+	if err := a.local.Create(ctx, ev); err != nil {
+		a.log.Info("could not record event", "error", err.Error())
+	}
+}

@@ -1,0 +1,318 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fluxcd/pkg/ssa"
+	"go.uber.org/zap/zapcore"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/agent"
+	"github.com/gitops-fleet/fleet/controller"
+	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+var (
+	env  *controlplane.Env
+	ctrl *controller.Controller
+	up   client.Client
+)
+
+const heartbeat = time.Second
+
+func TestMain(m *testing.M) {
+	level := zapcore.ErrorLevel
+	if os.Getenv("FLEET_TEST_LOG") == "debug" {
+		level = zapcore.DebugLevel
+	}
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	ctx, cancel := context.WithCancel(context.Background())
+	var err error
+	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 2})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctrl, err = controller.New(ctx, controller.Options{
+		RestConfig: env.Upstream.Config,
+		InitialConfig: &config.Config{
+			APIServerURL:                 env.Upstream.Config.Host,
+			APIServerCA:                  env.Upstream.Config.CAData,
+			AgentCheckinInterval:         metav1.Duration{Duration: heartbeat},
+			OfflineAfterMissedHeartbeats: 3,
+			RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
+		},
+		MetricsAddress: "0",
+		ProbeAddress:   "0",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Start(ctx) }()
+	up = env.Upstream.Client
+	code := m.Run()
+	cancel()
+	<-done
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+}
+
+func newNamespace(t *testing.T, c client.Client, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// newToken makes a ClusterRegistrationToken and returns its values file.
+func newToken(t *testing.T, ws, name string, spec fleet.ClusterRegistrationTokenSpec) []byte {
+	t.Helper()
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}, Spec: spec}
+	if err := up.Create(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	var values []byte
+	eventually(t, 30*time.Second, "token values", func() error {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
+			return err
+		}
+		if tok.Status.SecretName == "" {
+			return fmt.Errorf("no secret yet")
+		}
+		s := &corev1.Secret{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: tok.Status.SecretName}, s); err != nil {
+			return err
+		}
+		values = s.Data["values"]
+		return nil
+	})
+	return values
+}
+
+// helmInstall does what `helm install fleet-agent charts/fleet-agent -n ns
+// -f values.yaml --set ...` does to the downstream: render the chart with
+// the values and create its objects (and the namespace).
+func helmInstall(t *testing.T, ds *controlplane.ControlPlane, ns string, values []byte, set map[string]any) {
+	t.Helper()
+	vals := map[string]any{}
+	if err := yaml.Unmarshal(values, &vals); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range set {
+		vals[k] = v
+	}
+	vals["internal"] = map[string]any{"systemNamespace": ns}
+	merged, err := yaml.Marshal(vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := renderer.LoadChartDir("../charts/fleet-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet-agent", Namespace: ns, Values: merged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := out.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj := &unstructured.Unstructured{}
+	nsObj.SetAPIVersion("v1")
+	nsObj.SetKind("Namespace")
+	nsObj.SetName(ns)
+	all := append([]*unstructured.Unstructured{nsObj}, objs...)
+	if _, err := apply.NewManager(ds.Client).ApplyAllStaged(t.Context(), all, ssa.DefaultApplyOptions()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type runningAgent struct {
+	*agent.Agent
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *runningAgent) stop() {
+	r.cancel()
+	<-r.done
+}
+
+func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, hook func(a *agent.Agent, cancel context.CancelFunc)) *runningAgent {
+	t.Helper()
+	g := int64(0)
+	a, err := agent.New(agent.Options{
+		Local: ds.Config, Namespace: ns, PodName: "agent-" + ns,
+		CheckinInterval: heartbeat, Generation: &g, RegistrationTimeout: 20 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if hook != nil {
+		hook(a, cancel)
+	}
+	r := &runningAgent{Agent: a, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		_ = a.Run(ctx)
+	}()
+	var once sync.Once
+	t.Cleanup(func() { once.Do(r.stop) })
+	return r
+}
+
+func waitRegistered(t *testing.T, a *runningAgent) (string, string) {
+	t.Helper()
+	var ns, name string
+	eventually(t, 30*time.Second, "agent registered", func() error {
+		ns, name = a.Registered()
+		if name == "" {
+			return fmt.Errorf("not registered (ready check: %v)", a.ReadyCheck(nil))
+		}
+		return nil
+	})
+	return ns, name
+}
+
+func getCluster(t *testing.T, ns, name string) *fleet.Cluster {
+	t.Helper()
+	c := &fleet.Cluster{}
+	if err := up.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
+	t.Helper()
+	var c *fleet.Cluster
+	eventually(t, 30*time.Second, fmt.Sprintf("Cluster %s/%s Ready=%s (%s)", ns, name, status, reason), func() error {
+		c = getCluster(t, ns, name)
+		r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
+		if r == nil || r.Status != status || (reason != "" && r.Reason != reason) {
+			return fmt.Errorf("conditions %+v", c.Status.Conditions)
+		}
+		return nil
+	})
+	return c
+}
+
+func countRegistrations(t *testing.T, ws, clientID string) int {
+	t.Helper()
+	list := &fleet.ClusterRegistrationList{}
+	if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range list.Items {
+		if r.Spec.ClientID == clientID && r.DeletionTimestamp.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+func localSecret(t *testing.T, ds *controlplane.ControlPlane, ns, name string) (*corev1.Secret, error) {
+	t.Helper()
+	s := &corev1.Secret{}
+	err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, s)
+	return s, err
+}
+
+func TestAgentInitiated_NewClusterRegistersWithLabelsAndReportsIn(t *testing.T) {
+	ds := env.Downstreams[0]
+	ws := newNamespace(t, up, "fleet-ws-")
+	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
+	agentNS := "agent-" + ws
+	helmInstall(t, ds, agentNS, values, map[string]any{
+		"clientID": "edge-" + ws,
+		"labels":   map[string]any{"env": "edge", "fleet.cattle.io/shard-id": "x", "management.cattle.io/evil": "1"},
+	})
+	a := startAgent(t, ds, agentNS, nil)
+	gotNS, name := waitRegistered(t, a)
+	if gotNS != ws || name == "" {
+		t.Fatalf("registered as %s/%s", gotNS, name)
+	}
+	c := waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
+	if c.Spec.ClientID != "edge-"+ws {
+		t.Errorf("clientID %q", c.Spec.ClientID)
+	}
+	if c.Labels["env"] != "edge" || c.Labels["fleet.cattle.io/shard-id"] != "" || c.Labels["management.cattle.io/evil"] != "" {
+		t.Errorf("labels must be the agent's minus reserved ones: %v", c.Labels)
+	}
+	if c.Status.Agent.Namespace != agentNS || c.Status.Agent.KubernetesVersion == "" || c.Status.Agent.Generation == nil {
+		t.Errorf("heartbeat incomplete: %+v", c.Status.Agent)
+	}
+	if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); !apierrors.IsNotFound(err) {
+		t.Errorf("bootstrap Secret not forgotten: %v", err)
+	}
+	cred, err := localSecret(t, ds, agentNS, "fleet-agent")
+	if err != nil || len(cred.Data["kubeconfig"]) == 0 {
+		t.Errorf("no local credential: %v", err)
+	}
+}
+
+func TestAgentInitiated_PredefinedClusterIsMatchedByClientID(t *testing.T) {
+	ds := env.Downstreams[1]
+	ws := newNamespace(t, up, "fleet-ws-")
+	pre := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "my-cluster", Labels: map[string]string{"team": "a"}},
+		Spec: fleet.ClusterSpec{ClientID: "predefined-" + ws}}
+	if err := up.Create(t.Context(), pre); err != nil {
+		t.Fatal(err)
+	}
+	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
+	agentNS := "agent-" + ws
+	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "predefined-" + ws, "labels": map[string]any{"other": "x"}})
+	a := startAgent(t, ds, agentNS, nil)
+	_, name := waitRegistered(t, a)
+	if name != "my-cluster" {
+		t.Fatalf("registered as %q, want the predefined Cluster", name)
+	}
+	list := &fleet.ClusterList{}
+	if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Errorf("%d Clusters, want exactly the predefined one", len(list.Items))
+	}
+	if c := getCluster(t, ws, "my-cluster"); c.Labels["other"] != "" || c.Labels["team"] != "a" {
+		t.Errorf("a predefined Cluster keeps its own labels: %v", c.Labels)
+	}
+}

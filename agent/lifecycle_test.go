@@ -1,0 +1,255 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/agent"
+	"github.com/gitops-fleet/fleet/internal/names"
+)
+
+func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {
+	ds := env.Downstreams[0]
+	ns := newNamespace(t, ds.Client, "agent-empty-")
+	a := startAgent(t, ds, ns, nil)
+	eventually(t, 20*time.Second, "stuck state reported", func() error {
+		err := a.ReadyCheck(nil)
+		if err == nil || !strings.Contains(err.Error(), "no fleet-agent-bootstrap Secret") || !strings.Contains(err.Error(), "helm upgrade --install fleet-agent") {
+			return fmt.Errorf("ready check: %v", err)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, "a NoBootstrapCredential event", func() error {
+		evs := &corev1.EventList{}
+		if err := ds.Client.List(t.Context(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == fleet.NoBootstrapCredentialReason && strings.Contains(e.Message, "helm upgrade --install") {
+				return nil
+			}
+		}
+		return fmt.Errorf("events: %+v", evs.Items)
+	})
+}
+
+func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
+	ds := env.Downstreams[0]
+	ws := newNamespace(t, up, "fleet-ws-")
+	values := newToken(t, ws, "short", fleet.ClusterRegistrationTokenSpec{})
+	// The token goes (as at expiry) before the agent uses it.
+	if err := up.Delete(t.Context(), &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "short"}}); err != nil {
+		t.Fatal(err)
+	}
+	agentNS := "agent-" + ws
+	helmInstall(t, ds, agentNS, values, nil)
+	eventually(t, 30*time.Second, "import ServiceAccount gone", func() error {
+		sa := &corev1.ServiceAccount{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "import-short"}, sa); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	a := startAgent(t, ds, agentNS, nil)
+	eventually(t, 20*time.Second, "refusal reported", func() error {
+		err := a.ReadyCheck(nil)
+		if err == nil || !strings.Contains(err.Error(), "refused the import token") {
+			return fmt.Errorf("ready check: %v", err)
+		}
+		return nil
+	})
+}
+
+func TestAgent_RenewsItsCredentialWithoutRegisteringAgain(t *testing.T) {
+	ds := env.Downstreams[1]
+	ws := newNamespace(t, up, "fleet-ws-")
+	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
+	agentNS := "agent-" + ws
+	clientID := "renew-" + ws
+	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": clientID})
+	a := startAgent(t, ds, agentNS, nil)
+	_, name := waitRegistered(t, a)
+	a.stop()
+
+	// Pretend the credential was issued long ago: two thirds of its
+	// lifetime have passed, so the agent renews it when it starts.
+	cred, err := localSecret(t, ds, agentNS, "fleet-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldKubeconfig := string(cred.Data["kubeconfig"])
+	expires, _ := time.Parse(time.RFC3339, string(cred.Data["expires"]))
+	cred.Data["issued"] = []byte(expires.Add(-10 * time.Hour).UTC().Format(time.RFC3339))
+	if err := ds.Client.Update(t.Context(), cred); err != nil {
+		t.Fatal(err)
+	}
+	a2 := startAgent(t, ds, agentNS, nil)
+	eventually(t, 30*time.Second, "credential renewed", func() error {
+		s, err := localSecret(t, ds, agentNS, "fleet-agent")
+		if err != nil {
+			return err
+		}
+		if string(s.Data["kubeconfig"]) == oldKubeconfig {
+			return fmt.Errorf("same token")
+		}
+		return nil
+	})
+	if _, n := a2.Registered(); n != name {
+		t.Errorf("registered as %q after renewal, want %q", n, name)
+	}
+	if n := countRegistrations(t, ws, clientID); n != 1 {
+		t.Errorf("%d ClusterRegistrations: renewal must not register again", n)
+	}
+	waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
+}
+
+func TestAgent_DeletingTheClusterRevokesTheAgentWithinSeconds(t *testing.T) {
+	ds := env.Downstreams[1]
+	ws := newNamespace(t, up, "fleet-ws-")
+	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
+	agentNS := "agent-" + ws
+	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "revoke-" + ws})
+	a := startAgent(t, ds, agentNS, nil)
+	_, name := waitRegistered(t, a)
+	start := time.Now()
+	if err := up.Delete(t.Context(), &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "agent cut off", func() error {
+		if err := a.ReadyCheck(nil); err == nil || !strings.Contains(err.Error(), "no working credential") {
+			return fmt.Errorf("ready check: %v", err)
+		}
+		return nil
+	})
+	t.Logf("agent lost access %s after the Cluster was deleted", time.Since(start).Round(100*time.Millisecond))
+}
+
+func TestOffline_ClusterTurnsOfflineAndBack(t *testing.T) {
+	ds := env.Downstreams[0]
+	ws := newNamespace(t, up, "fleet-ws-")
+	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
+	agentNS := "agent-" + ws
+	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "offline-" + ws})
+	a := startAgent(t, ds, agentNS, nil)
+	_, name := waitRegistered(t, a)
+	waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
+	a.stop()
+	stopped := time.Now()
+	c := waitReady(t, ws, name, metav1.ConditionFalse, fleet.OfflineReason)
+	t.Logf("offline %s after the agent stopped (3 missed heartbeats of %s)", time.Since(stopped).Round(100*time.Millisecond), heartbeat)
+	if c.Status.Display.State != "Offline" {
+		t.Errorf("display state %q", c.Status.Display.State)
+	}
+	startAgent(t, ds, agentNS, nil)
+	waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
+}
+
+// TestAgent_RestartAtAnyHandshakeStepConverges stops the agent at each step
+// of the handshake and starts a new one: registration completes, with
+// exactly one Cluster and one registration left.
+func TestAgent_RestartAtAnyHandshakeStepConverges(t *testing.T) {
+	for _, step := range []string{"registration-created", "credential-received", "credential-stored", "bootstrap-deleted"} {
+		t.Run(step, func(t *testing.T) {
+			ds := env.Downstreams[1]
+			ws := newNamespace(t, up, "fleet-ws-")
+			values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
+			agentNS := "agent-" + ws
+			clientID := "restart-" + ws
+			helmInstall(t, ds, agentNS, values, map[string]any{"clientID": clientID})
+			stopped := make(chan struct{})
+			first := startAgent(t, ds, agentNS, func(a *agent.Agent, cancel context.CancelFunc) {
+				a.SetStepHook(func(s string) {
+					if s == step {
+						cancel()
+						close(stopped)
+					}
+				})
+			})
+			select {
+			case <-stopped:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the agent never reached step %s", step)
+			}
+			first.stop()
+			second := startAgent(t, ds, agentNS, nil)
+			_, name := waitRegistered(t, second)
+			waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
+			eventually(t, 30*time.Second, "one Cluster and one registration", func() error {
+				list := &fleet.ClusterList{}
+				if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
+					return err
+				}
+				if len(list.Items) != 1 || list.Items[0].Name != names.AutoClusterName(clientID) {
+					return fmt.Errorf("%d clusters", len(list.Items))
+				}
+				if n := countRegistrations(t, ws, clientID); n != 1 {
+					return fmt.Errorf("%d registrations", n)
+				}
+				return nil
+			})
+			if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); err == nil {
+				t.Error("bootstrap Secret left behind")
+			}
+		})
+	}
+}
+
+// TestManagerInitiated_AgentPushedByTheControllerRegisters runs the whole
+// manager-initiated flow: Cluster + kubeconfig Secret upstream, the
+// controller pushes the agent's objects, the agent (run here in-process, as
+// nothing runs pods in these control planes) registers and reports in.
+func TestManagerInitiated_AgentPushedByTheControllerRegisters(t *testing.T) {
+	ds := env.Downstreams[0]
+	ws := newNamespace(t, up, "fleet-ws-")
+	agentNS := "agent-" + ws
+	if err := up.Create(t.Context(), ds.KubeconfigSecret(ws, "kc")); err != nil {
+		t.Fatal(err)
+	}
+	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "pushed"}, Spec: fleet.ClusterSpec{KubeConfigSecret: "kc", AgentNamespace: agentNS}}
+	if err := up.Create(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "bootstrap Secret pushed downstream", func() error {
+		_, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap")
+		return err
+	})
+	a := startAgent(t, ds, agentNS, nil)
+	_, name := waitRegistered(t, a)
+	if name != "pushed" {
+		t.Fatalf("registered as %q, want the Cluster that pushed it", name)
+	}
+	waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
+
+	// A bump redeploys with a fresh bootstrap and removes the credential:
+	// the running agent registers again, to the same Cluster.
+	cur := getCluster(t, ws, name)
+	cur.Spec.RedeployAgentGeneration = 1
+	if err := up.Update(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "registered again after the redeploy", func() error {
+		regs := &fleet.ClusterRegistrationList{}
+		if err := up.List(t.Context(), regs, client.InNamespace(ws)); err != nil {
+			return err
+		}
+		if len(regs.Items) != 1 || !regs.Items[0].Status.Granted || regs.Items[0].CreationTimestamp.Time.Before(cur.CreationTimestamp.Time) {
+			return fmt.Errorf("%d registrations", len(regs.Items))
+		}
+		if _, err := localSecret(t, ds, agentNS, "fleet-agent"); err != nil {
+			return err
+		}
+		if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); err == nil {
+			return fmt.Errorf("bootstrap not consumed yet")
+		}
+		return nil
+	})
+	waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
+}

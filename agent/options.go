@@ -1,0 +1,68 @@
+// Package agent is the downstream agent (`fleet agent`): it registers its
+// cluster with the upstream (the identity handshake of shared/SPEC.md §4),
+// keeps its credential fresh, reports a heartbeat, and applies the
+// BundleDeployments of its cluster. Several agents can run in one process
+// (the benchmarks do), each with its own namespace and identity.
+package agent
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Options configure one agent.
+type Options struct {
+	// Local reaches the downstream cluster the agent runs in.
+	Local *rest.Config
+	// Namespace is the agent's namespace downstream (fleet-agent Secrets,
+	// ConfigMap, leader election Lease).
+	Namespace string
+	// PodName identifies this replica (leader election, events).
+	PodName string
+
+	// CheckinInterval is the heartbeat interval.
+	CheckinInterval time.Duration
+	// Generation is the redeployAgentGeneration this agent was deployed
+	// with, reported upstream.
+	Generation *int64
+
+	// LeaderElect elects one active replica per namespace (default in
+	// `fleet agent`). LeaseDuration, RenewDeadline, RetryPeriod tune it.
+	LeaderElect   bool
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+
+	// RegistrationTimeout bounds the wait for the upstream's answer to one
+	// registration request before a new request is made.
+	RegistrationTimeout time.Duration
+
+	// SystemCAs, when set, replaces the system trust store (tests).
+	SystemCAs []byte
+}
+
+func (o *Options) defaults() error {
+	if o.Local == nil {
+		return errors.New("agent: no local cluster configuration")
+	}
+	if o.Namespace == "" {
+		return errors.New("agent: no namespace")
+	}
+	if o.PodName == "" {
+		h, _ := os.Hostname()
+		o.PodName = h
+	}
+	if o.CheckinInterval <= 0 {
+		o.CheckinInterval = time.Minute
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 30*time.Second, 25*time.Second, 10*time.Second
+	}
+	if o.RegistrationTimeout <= 0 {
+		o.RegistrationTimeout = 5 * time.Minute
+	}
+	return nil
+}

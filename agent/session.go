@@ -1,0 +1,244 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/version"
+)
+
+// session is the agent's connection upstream under one credential.
+type session struct {
+	agent  *Agent
+	cred   *credential
+	tokens *tokenSource
+	up     client.WithWatch
+}
+
+var (
+	errCredentialRejected = errors.New("the upstream rejected the agent's credential")
+	errCredentialDeleted  = errors.New("the local fleet-agent credential was deleted (the agent was redeployed)")
+)
+
+func (a *Agent) newSession(ctx context.Context, cred *credential) (*session, error) {
+	tokens := newTokenSource(cred.Token)
+	cfg, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, "strict", tokens, nil)
+	if err != nil {
+		return nil, err
+	}
+	up, err := newUpstreamClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &session{agent: a, cred: cred, tokens: tokens, up: up}, nil
+}
+
+// check asks the upstream whether the credential still works: a read of the
+// agent's own Cluster, the cheapest request it is allowed.
+func (s *session) check(ctx context.Context) error {
+	return s.up.Get(ctx, client.ObjectKey{Namespace: s.cred.ClusterNamespace, Name: s.cred.ClusterName}, &fleet.Cluster{})
+}
+
+// work runs the session's loops until one ends it.
+func (a *Agent) work(ctx context.Context, cred *credential) error {
+	s, err := a.newSession(ctx, cred)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.session = s
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.session = nil
+		a.mu.Unlock()
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	loops := []func(context.Context, *session) error{
+		func(ctx context.Context, s *session) error { return s.heartbeatLoop(ctx) },
+		func(ctx context.Context, s *session) error { return s.renewLoop(ctx) },
+		func(ctx context.Context, s *session) error { return s.watchCredential(ctx) },
+	}
+	loops = append(loops, a.workers...)
+	errs := make(chan error, len(loops))
+	for _, loop := range loops {
+		go func() { errs <- loop(ctx, s) }()
+	}
+	err = <-errs
+	cancel()
+	for range len(loops) - 1 {
+		<-errs
+	}
+	return err
+}
+
+// heartbeatLoop reports status.agent of the Cluster now and every
+// CheckinInterval: one write per interval, no read.
+func (s *session) heartbeatLoop(ctx context.Context) error {
+	kubeVersion := ""
+	if v, err := s.agent.kube.Discovery().ServerVersion(); err == nil {
+		kubeVersion = v.GitVersion
+	}
+	t := time.NewTicker(s.agent.opts.CheckinInterval)
+	defer t.Stop()
+	for {
+		err := s.heartbeat(ctx, kubeVersion)
+		switch {
+		case err == nil:
+		case isRejected(err):
+			return fmt.Errorf("%w: %v", errCredentialRejected, err)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			s.agent.log.Info("heartbeat failed; retrying at the next interval", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (s *session) heartbeat(ctx context.Context, kubeVersion string) error {
+	a := s.agent
+	nodes := &corev1.NodeList{}
+	var total, ready int32
+	sample := ""
+	if err := a.local.List(ctx, nodes); err == nil {
+		for _, n := range nodes.Items {
+			total++
+			if sample == "" {
+				sample = n.Name
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+	}
+	status := fleet.AgentStatus{
+		LastSeen:                 metav1.Now(),
+		Namespace:                a.opts.Namespace,
+		Version:                  version.Version,
+		KubernetesVersion:        kubeVersion,
+		NodeCount:                total,
+		ReadyNodeCount:           ready,
+		SampleNode:               sample,
+		Generation:               a.opts.Generation,
+		HeartbeatIntervalSeconds: int32(a.opts.CheckinInterval / time.Second),
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"agent": status}})
+	if err != nil {
+		return err
+	}
+	cluster := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.cred.ClusterNamespace, Name: s.cred.ClusterName}}
+	return s.up.Status().Patch(ctx, cluster, client.RawPatch(types.MergePatchType, patch))
+}
+
+// renewLoop replaces the request token with a fresh one (same lifetime)
+// once two thirds of its lifetime have passed, using the token itself.
+func (s *session) renewLoop(ctx context.Context) error {
+	for {
+		c := s.cred
+		lifetime := c.Expires.Sub(c.Issued)
+		if c.Expires.IsZero() || c.Issued.IsZero() || lifetime <= 0 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		renewAt := c.Issued.Add(lifetime * 2 / 3)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(renewAt)):
+		}
+		if err := s.renew(ctx, lifetime); err != nil {
+			if isRejected(err) {
+				return fmt.Errorf("%w: renewing the token: %v", errCredentialRejected, err)
+			}
+			s.agent.log.Info("renewing the credential failed; retrying in a minute", "error", err.Error())
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Minute):
+			}
+		}
+	}
+}
+
+func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: s.cred.DeploymentNamespace, Name: s.cred.ServiceAccount}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(lifetime / time.Second))}}
+	if err := s.up.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return err
+	}
+	next := *s.cred
+	next.Token = tr.Status.Token
+	next.Issued = time.Now()
+	next.Expires = tr.Status.ExpirationTimestamp.Time
+	if err := writeCredential(ctx, s.agent.local, s.agent.opts.Namespace, &next); err != nil {
+		return fmt.Errorf("storing the renewed credential: %w", err)
+	}
+	s.tokens.set(next.Token)
+	s.cred = &next
+	s.agent.log.Info("credential renewed", "expires", next.Expires.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// watchCredential ends the session when the local credential is deleted: the
+// controller does that when it redeploys the agent with a fresh bootstrap
+// Secret, so the agent registers again.
+func (s *session) watchCredential(ctx context.Context) error {
+	a := s.agent
+	sel := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", CredentialSecretName)}
+	for {
+		list := &corev1.SecretList{}
+		if err := a.local.List(ctx, list, client.InNamespace(a.opts.Namespace), sel); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		if len(list.Items) == 0 {
+			return errCredentialDeleted
+		}
+		w, err := a.local.Watch(ctx, &corev1.SecretList{ListMeta: metav1.ListMeta{ResourceVersion: list.ResourceVersion}}, client.InNamespace(a.opts.Namespace), sel)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Deleted {
+				w.Stop()
+				return errCredentialDeleted
+			}
+			if ev.Type == watch.Error && apierrors.IsGone(apierrors.FromObject(ev.Object)) {
+				break
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/gitops-fleet/fleet/agent"
+	"github.com/gitops-fleet/fleet/internal/config"
+)
+
+func newAgentCommand() *cobra.Command {
+	opts := agent.Options{LeaderElect: true}
+	var kubeconfig, probeAddress string
+	var devLog bool
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the downstream agent (registers the cluster, heartbeat, applies its Bundles)",
+		Long: `Run the agent in a downstream cluster. Settings come from flags or, as the
+fleet-agent chart sets them, from the environment: NAMESPACE, POD_NAME,
+GENERATION, CHECKIN_INTERVAL, CATTLE_ELECTION_LEASE_DURATION,
+CATTLE_ELECTION_RENEW_DEADLINE, CATTLE_ELECTION_RETRY_PERIOD.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			if kubeconfig != "" {
+				_ = os.Setenv("KUBECONFIG", kubeconfig)
+			}
+			local, err := ctrl.GetConfig()
+			if err != nil {
+				return fmt.Errorf("finding the local cluster: %w", err)
+			}
+			opts.Local = local
+			if err := agentEnv(&opts); err != nil {
+				return err
+			}
+			a, err := agent.New(opts)
+			if err != nil {
+				return err
+			}
+			if probeAddress != "" && probeAddress != "0" {
+				if err := serveProbes(cmd.Context(), probeAddress, a.ReadyCheck); err != nil {
+					return err
+				}
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: in-cluster, or $KUBECONFIG)")
+	f.StringVar(&opts.Namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "the agent's namespace")
+	f.StringVar(&opts.PodName, "pod-name", os.Getenv("POD_NAME"), "this replica's name (leader election)")
+	f.StringVar(&probeAddress, "probe-address", ":8081", "address of /healthz and /readyz (0 disables them)")
+	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect one active replica")
+	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	return cmd
+}
+
+// agentEnv reads the settings the agent chart passes as environment
+// variables; a malformed one is an error naming it.
+func agentEnv(o *agent.Options) error {
+	durations := []struct {
+		name string
+		into *time.Duration
+	}{
+		{"CHECKIN_INTERVAL", &o.CheckinInterval},
+		{"CATTLE_ELECTION_LEASE_DURATION", &o.LeaseDuration},
+		{"CATTLE_ELECTION_RENEW_DEADLINE", &o.RenewDeadline},
+		{"CATTLE_ELECTION_RETRY_PERIOD", &o.RetryPeriod},
+	}
+	var errs []error
+	for _, d := range durations {
+		if v := os.Getenv(d.name); v != "" {
+			p, err := time.ParseDuration(v)
+			if err != nil || p <= 0 {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q is not a positive Go duration such as 30s", d.name, v))
+				continue
+			}
+			*d.into = p
+		}
+	}
+	if v := os.Getenv("GENERATION"); v != "" {
+		g, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("environment variable GENERATION=%q is not an integer", v))
+		} else {
+			o.Generation = &g
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// serveProbes serves /healthz (always ok while the process runs) and /readyz.
+func serveProbes(ctx context.Context, addr string, ready func(*http.Request) error) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("probe address %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}

@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/config"
+)
+
+// importMemo remembers, per Cluster, the inputs of its last import check
+// that found nothing to deploy. Most reconciles are caused by heartbeats
+// (status only); with the same inputs they need not read the kubeconfig
+// Secret from the API server again.
+type importMemo struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]memoKey
+}
+
+// memoKey is everything the import decision depends on.
+type memoKey struct {
+	generation   int64
+	config       *config.Config // the store hands out a new pointer on every change
+	secret       string         // UID and resourceVersion of the kubeconfig Secret
+	valuesHash   string         // status as last written
+	deployedGen  int64
+	serverHash   string
+	configChange bool
+}
+
+func (m *importMemo) seen(k types.NamespacedName, key memoKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.m[k]
+	return ok && old == key
+}
+
+func (m *importMemo) remember(k types.NamespacedName, key memoKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[types.NamespacedName]memoKey{}
+	}
+	m.m[k] = key
+}
+
+func (m *importMemo) forget(k types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, k)
+}
+
+// importMemoKey reads the kubeconfig Secret's metadata from the informer
+// cache; nil when it cannot (then the import reads the Secret).
+func (r *Reconciler) importMemoKey(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config) *memoKey {
+	if r.Cache == nil || cluster.Status.AgentDeployedGeneration == nil {
+		return nil
+	}
+	ns := cluster.Spec.KubeConfigSecretNamespace
+	if ns == "" {
+		ns = cluster.Namespace
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := r.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.Spec.KubeConfigSecret}, meta); err != nil {
+		return nil
+	}
+	st := &cluster.Status
+	return &memoKey{
+		generation:   cluster.Generation,
+		config:       cfg,
+		secret:       string(meta.UID) + "/" + meta.ResourceVersion,
+		valuesHash:   st.AgentValuesHash,
+		deployedGen:  *st.AgentDeployedGeneration,
+		serverHash:   st.KubeConfigServerHash,
+		configChange: st.AgentConfigChanged,
+	}
+}

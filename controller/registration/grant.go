@@ -1,0 +1,540 @@
+package registration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+// refusal is a terminal answer to a registration: it gets no credential and
+// is not retried; its status says why and what to do.
+type refusal struct {
+	reason, message string
+}
+
+// waitError means the grant cannot go on until something else changes; it
+// becomes a Granted=False condition, not a failure.
+type waitError struct {
+	reason, message string
+	// retry is when to look again; zero means a watch brings the
+	// registration back.
+	retry time.Duration
+	// warn records a Warning event: a person has to act.
+	warn bool
+}
+
+func (e *waitError) Error() string { return e.message }
+
+// outcome is what one grant pass observed, from which the status is
+// computed.
+type outcome struct {
+	clusterName         string
+	deploymentNamespace string
+	secretName          string
+	granted             bool
+	refusal             *refusal
+	wait                *waitError
+	err                 error
+}
+
+func (o outcome) failed(err error) outcome {
+	var w *waitError
+	if errors.As(err, &w) {
+		o.wait = w
+		return o
+	}
+	o.err = err
+	return o
+}
+
+// grant runs the steps of a grant as a straight line. Every step reads what
+// exists and makes only what is missing, so a pass interrupted anywhere is
+// finished by the next one.
+func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, cfg *config.Config, now time.Time) outcome {
+	out := outcome{}
+	ref, err := r.check(ctx, reg, now)
+	if err != nil {
+		return out.failed(err)
+	}
+	if ref != nil {
+		// Whatever an earlier pass made before the token went away goes.
+		if err := r.cleanup(ctx, reg); err != nil {
+			return out.failed(err)
+		}
+		out.refusal = ref
+		return out
+	}
+
+	cluster, err := r.ensureCluster(ctx, reg, cfg)
+	if err != nil {
+		return out.failed(err)
+	}
+	out.clusterName = cluster.Name
+	if err := r.ensureOwnerReference(ctx, reg, cluster); err != nil {
+		return out.failed(err)
+	}
+	out.deploymentNamespace = names.ClusterNamespace(reg.Namespace, cluster.Name)
+	if err := r.ensureNamespace(ctx, clusterNamespace(reg.Namespace, cluster.Name)); err != nil {
+		return out.failed(err)
+	}
+
+	// Access to the credential Secret first, so the agent's watch on it
+	// starts as early as possible.
+	out.secretName = credentialSecretName(reg)
+	if err := r.ensureNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemRegistrationNS}}); err != nil {
+		return out.failed(err)
+	}
+	secret, err := r.getCredentialSecret(ctx, reg)
+	if err != nil {
+		return out.failed(err)
+	}
+	if token := reg.Labels[fleet.RegistrationTokenLabel]; token != "" {
+		if err := r.ensureCredentialAccess(ctx, reg, token); err != nil {
+			return out.failed(err)
+		}
+	}
+
+	sa, err := r.ensureRequestIdentity(ctx, reg, cluster.Name, out.deploymentNamespace)
+	if err != nil {
+		return out.failed(err)
+	}
+	if err := r.supersede(ctx, reg); err != nil {
+		return out.failed(err)
+	}
+	if err := r.ensureCredentialSecret(ctx, reg, secret, sa, cluster.Name, cfg, now); err != nil {
+		return out.failed(err)
+	}
+	out.granted = true
+	return out
+}
+
+// check validates the registration and the token it claims. A registration
+// without the registration-token label was made by an admin (the admission
+// policy requires the label from import identities) and is not checked
+// against a token.
+func (r *Reconciler) check(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (*refusal, error) {
+	if ref := checkRegistration(reg); ref != nil {
+		return ref, nil
+	}
+	name := reg.Labels[fleet.RegistrationTokenLabel]
+	if name == "" {
+		return nil, nil
+	}
+	token := &fleet.ClusterRegistrationToken{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: reg.Namespace, Name: name}, token); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading ClusterRegistrationToken %s/%s: %w", reg.Namespace, name, err)
+		}
+		token = nil
+	}
+	return checkToken(reg, name, token, now), nil
+}
+
+// ensureCluster finds the Cluster of the registration's clientID in its
+// workspace, or creates cluster-<hash>.
+func (r *Reconciler) ensureCluster(ctx context.Context, reg *fleet.ClusterRegistration, cfg *config.Config) (*fleet.Cluster, error) {
+	list := &fleet.ClusterList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(reg.Namespace), client.MatchingFields{clusterClientIDIndex: reg.Spec.ClientID}); err != nil {
+		return nil, fmt.Errorf("listing Clusters with clientID %q in %s: %w", reg.Spec.ClientID, reg.Namespace, err)
+	}
+	switch len(list.Items) {
+	case 0:
+	case 1:
+		return usableCluster(&list.Items[0])
+	default:
+		found := make([]string, 0, len(list.Items))
+		for _, c := range list.Items {
+			found = append(found, c.Name)
+		}
+		slices.Sort(found)
+		return nil, &waitError{
+			reason: DuplicateClientIDReason,
+			message: fmt.Sprintf("Clusters %s in %s all have spec.clientID %q, so the registration cannot tell which cluster it is: give each Cluster its own clientID",
+				strings.Join(found, ", "), reg.Namespace, reg.Spec.ClientID),
+			warn: true,
+		}
+	}
+
+	name := names.AutoClusterName(reg.Spec.ClientID)
+	cluster := &fleet.Cluster{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: reg.Namespace, Name: name}, cluster)
+	switch {
+	case err == nil && cluster.Spec.ClientID == reg.Spec.ClientID:
+		return usableCluster(cluster)
+	case err == nil:
+		return nil, &waitError{
+			reason: ClusterNameTakenReason,
+			message: fmt.Sprintf("Cluster %s/%s, the name made for clientID %q, exists with spec.clientID %q: set spec.clientID of the Cluster meant for this agent to %q, or rename or delete %s",
+				reg.Namespace, name, reg.Spec.ClientID, cluster.Spec.ClientID, reg.Spec.ClientID, name),
+			warn: true,
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading Cluster %s/%s: %w", reg.Namespace, name, err)
+	}
+	cluster = &fleet.Cluster{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: reg.Namespace,
+			Name:      name,
+			Labels:    clusterLabels(reg, name, cfg.IgnoreClusterRegistrationLabels),
+		},
+		Spec: fleet.ClusterSpec{ClientID: reg.Spec.ClientID},
+	}
+	if err := r.Client.Create(ctx, cluster, client.FieldOwner(FieldManager)); err != nil {
+		return nil, fmt.Errorf("creating Cluster %s/%s: %w", reg.Namespace, name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created Cluster for a new agent", "cluster", reg.Namespace+"/"+name)
+	return cluster, nil
+}
+
+func usableCluster(c *fleet.Cluster) (*fleet.Cluster, error) {
+	if !c.DeletionTimestamp.IsZero() {
+		// Its deletion removes this registration too, or, failing that,
+		// brings it back here through the Cluster watch.
+		return nil, &waitError{
+			reason:  ClusterDeletingReason,
+			message: fmt.Sprintf("Cluster %s/%s is being deleted; register again once it is gone", c.Namespace, c.Name),
+		}
+	}
+	return c, nil
+}
+
+// ensureOwnerReference makes the Cluster an owner (not the controller) of
+// the registration, so deleting the Cluster deletes its registrations.
+func (r *Reconciler) ensureOwnerReference(ctx context.Context, reg *fleet.ClusterRegistration, cluster *fleet.Cluster) error {
+	for _, ref := range reg.OwnerReferences {
+		if ref.UID == cluster.UID {
+			return nil
+		}
+	}
+	reg.OwnerReferences = append(reg.OwnerReferences, metav1.OwnerReference{
+		APIVersion: fleet.GroupVersion.String(),
+		Kind:       "Cluster",
+		Name:       cluster.Name,
+		UID:        cluster.UID,
+	})
+	if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("adding Cluster %s as owner of ClusterRegistration %s/%s: %w", cluster.Name, reg.Namespace, reg.Name, err)
+	}
+	return nil
+}
+
+// clusterNamespace is the per-cluster namespace as the Cluster reconciler
+// makes it.
+func clusterNamespace(workspace, cluster string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: names.ClusterNamespace(workspace, cluster),
+		Labels: map[string]string{
+			fleet.ManagedLabel:          "true",
+			fleet.ClusterNamespaceLabel: workspace,
+			fleet.ClusterLabel:          cluster,
+		},
+		Annotations: map[string]string{
+			fleet.ClusterNamespaceAnnotation: workspace,
+			fleet.ClusterAnnotation:          cluster,
+		},
+	}}
+}
+
+// ensureNamespace creates ns if it is missing, and waits while a namespace
+// of that name is being deleted.
+func (r *Reconciler) ensureNamespace(ctx context.Context, ns *corev1.Namespace) error {
+	existing := &corev1.Namespace{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: ns.Name}, existing)
+	switch {
+	case err == nil && !existing.DeletionTimestamp.IsZero():
+		return &waitError{reason: fleet.WaitingReason, message: fmt.Sprintf("namespace %s is being deleted; waiting to create it again", ns.Name), retry: namespaceRetry}
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading namespace %s: %w", ns.Name, err)
+	}
+	if err := r.Client.Create(ctx, ns, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created namespace", "namespace", ns.Name)
+	return nil
+}
+
+// getCredentialSecret reads the credential Secret (from the API server:
+// Secrets are not cached). It returns nil when there is none, and a
+// conflict when a Secret of that name belongs to another registration: then
+// no one gets access to it through this registration.
+func (r *Reconciler) getCredentialSecret(ctx context.Context, reg *fleet.ClusterRegistration) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: credentialSecretName(reg)}
+	if err := r.Client.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading credential Secret %s: %w", key, err)
+	}
+	if !ownedBy(secret, reg) {
+		return nil, conflict("Secret", key.String())
+	}
+	return secret, nil
+}
+
+// ensureCredentialAccess lets the import identity of the registration's
+// token read (get, or list and watch with a metadata.name field selector)
+// and delete the one credential Secret of this registration.
+func (r *Reconciler) ensureCredentialAccess(ctx context.Context, reg *fleet.ClusterRegistration, token string) error {
+	name := credentialRoleName(reg)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemRegistrationNS, Name: name}}
+	if err := r.ensure(ctx, reg, role, func() {
+		role.Rules = []rbacv1.PolicyRule{{
+			APIGroups:     []string{""},
+			Resources:     []string{"secrets"},
+			ResourceNames: []string{credentialSecretName(reg)},
+			Verbs:         []string{"get", "list", "watch", "delete"},
+		}}
+	}); err != nil {
+		return err
+	}
+	return r.ensureBinding(ctx, reg, config.DefaultSystemRegistrationNS, name, rbacv1.Subject{
+		Kind: rbacv1.ServiceAccountKind, Namespace: reg.Namespace, Name: registration.ImportServiceAccountName(token),
+	})
+}
+
+// ensureRequestIdentity makes the request ServiceAccount in the cluster
+// namespace and its RBAC: the cluster's BundleDeployments (and the Secrets
+// holding their contents) in the cluster namespace, a token for itself, and
+// its own Cluster's status in the workspace. Nothing more.
+func (r *Reconciler) ensureRequestIdentity(ctx context.Context, reg *fleet.ClusterRegistration, clusterName, clusterNS string) (*corev1.ServiceAccount, error) {
+	name := registration.RequestServiceAccountName(reg.Name)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name}}
+	if err := r.ensure(ctx, reg, sa, func() {
+		if sa.Annotations == nil {
+			sa.Annotations = map[string]string{}
+		}
+		sa.Annotations[fleet.ClusterRegistrationAnnotation] = reg.Name
+		sa.Annotations[fleet.ClusterRegistrationNamespaceAnnotation] = reg.Namespace
+		sa.Annotations[fleet.ClusterAnnotation] = clusterName
+		sa.AutomountServiceAccountToken = ptr.To(false)
+	}); err != nil {
+		return nil, err
+	}
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: clusterNS, Name: name}
+
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name}}
+	if err := r.ensure(ctx, reg, role, func() { role.Rules = clusterNamespaceRules(name) }); err != nil {
+		return nil, err
+	}
+	if err := r.ensureBinding(ctx, reg, clusterNS, name, subject); err != nil {
+		return nil, err
+	}
+
+	role = &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: name}}
+	if err := r.ensure(ctx, reg, role, func() { role.Rules = workspaceRules(clusterName) }); err != nil {
+		return nil, err
+	}
+	if err := r.ensureBinding(ctx, reg, reg.Namespace, name, subject); err != nil {
+		return nil, err
+	}
+	return sa, nil
+}
+
+// clusterNamespaceRules is what the request identity may do in its cluster
+// namespace.
+func clusterNamespaceRules(serviceAccount string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"bundledeployments"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"bundledeployments/status"}, Verbs: []string{"update", "patch"}},
+		// BundleDeployment contents are Secrets in the cluster namespace.
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
+		// The agent renews its own token, and only its own.
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{serviceAccount}, Verbs: []string{"create"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+}
+
+// workspaceRules is what the request identity may do in the workspace: read
+// its own Cluster and write its status.
+func workspaceRules(cluster string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"clusters"}, ResourceNames: []string{cluster}, Verbs: []string{"get"}},
+		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"clusters/status"}, ResourceNames: []string{cluster}, Verbs: []string{"get", "patch", "update"}},
+	}
+}
+
+// ensureBinding binds the Role of the same name to subject.
+func (r *Reconciler) ensureBinding(ctx context.Context, reg *fleet.ClusterRegistration, namespace, name string, subject rbacv1.Subject) error {
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}
+	replace := false
+	if err := r.ensure(ctx, reg, rb, func() {
+		if !rb.CreationTimestamp.IsZero() && rb.RoleRef != roleRef {
+			replace = true
+			return
+		}
+		rb.RoleRef = roleRef
+		rb.Subjects = []rbacv1.Subject{subject}
+	}); err != nil || !replace {
+		return err
+	}
+	// roleRef is immutable: replace the binding.
+	if err := r.Client.Delete(ctx, rb, client.Preconditions{UID: ptr.To(rb.UID)}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting RoleBinding %s/%s to replace its roleRef: %w", namespace, name, err)
+	}
+	return &waitError{reason: fleet.ProgressingReason, message: fmt.Sprintf("replacing RoleBinding %s/%s", namespace, name), retry: cacheLagRetry}
+}
+
+// ensure creates obj (named by its key, read from the cache) as mutate
+// describes it, labelled for reg, or updates it when the fields mutate sets
+// differ. An unchanged object is never written. An object of that name
+// made for something else is left alone and reported.
+func (r *Reconciler) ensure(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object, mutate func()) error {
+	kind := kindOf(obj)
+	key := client.ObjectKeyFromObject(obj)
+	err := r.Client.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		mutate()
+		label(reg, obj)
+		if err := r.Client.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("creating %s %s: %w", kind, key, err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("created "+kind, "object", key.String())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s %s: %w", kind, key, err)
+	}
+	if !ownedBy(obj, reg) {
+		return conflict(kind, key.String())
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return &waitError{reason: fleet.WaitingReason, message: fmt.Sprintf("%s %s is being deleted; waiting to create it again", kind, key), retry: cacheLagRetry}
+	}
+	before := obj.DeepCopyObject()
+	mutate()
+	label(reg, obj)
+	if equality.Semantic.DeepEqual(before, obj) {
+		return nil
+	}
+	if err := r.Client.Update(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("updating %s %s: %w", kind, key, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("updated "+kind, "object", key.String())
+	return nil
+}
+
+func conflict(kind, key string) error {
+	return &waitError{
+		reason:  ObjectConflictReason,
+		message: fmt.Sprintf("%s %s exists and was not made for this registration: delete it so the registration can be granted", kind, key),
+		retry:   conflictRetry,
+		warn:    true,
+	}
+}
+
+// supersede deletes every other registration of the same clientID in the
+// workspace that is older than reg, granted or not; their finalizers remove
+// what was made for them (so their request tokens stop working at once).
+func (r *Reconciler) supersede(ctx context.Context, reg *fleet.ClusterRegistration) error {
+	list := &fleet.ClusterRegistrationList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(reg.Namespace), client.MatchingFields{registrationClientIDIndex: reg.Spec.ClientID}); err != nil {
+		return fmt.Errorf("listing ClusterRegistrations with clientID %q in %s: %w", reg.Spec.ClientID, reg.Namespace, err)
+	}
+	var errs []error
+	for i := range list.Items {
+		old := &list.Items[i]
+		if old.UID == reg.UID || !old.DeletionTimestamp.IsZero() || !olderThan(old, reg) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, old, client.Preconditions{UID: ptr.To(old.UID)}); err != nil {
+			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("deleting superseded ClusterRegistration %s/%s: %w", old.Namespace, old.Name, err))
+			}
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("deleted superseded ClusterRegistration", "superseded", old.Namespace+"/"+old.Name)
+		r.event(old, corev1.EventTypeNormal, fleet.SupersededReason, "Delete", "superseded by ClusterRegistration %s of the same clientID", reg.Name)
+	}
+	return errors.Join(errs...)
+}
+
+// ensureCredentialSecret writes the credential Secret: a fresh bearer token
+// of the request ServiceAccount and where the agent's cluster lives. A
+// Secret written by an interrupted earlier pass is kept as it is when its
+// token still authenticates (same ServiceAccount UID, not near expiry).
+func (r *Reconciler) ensureCredentialSecret(ctx context.Context, reg *fleet.ClusterRegistration, existing *corev1.Secret, sa *corev1.ServiceAccount, clusterName string, cfg *config.Config, now time.Time) error {
+	key := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: credentialSecretName(reg)}
+	secret := existing
+	if secret == nil {
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Type:       registration.CredentialSecretType,
+		}
+	}
+	desired := secret.DeepCopy()
+	label(reg, desired)
+	desired.Labels[fleet.ClusterLabel] = clusterName
+
+	bearer, expires := reusableToken(existing, sa, now)
+	if bearer == "" {
+		tr, err := r.Clientset.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(cfg.GetRequestCredentialTTL() / time.Second))},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+		}
+		bearer, expires = tr.Status.Token, tr.Status.ExpirationTimestamp.Time
+		ctrl.LoggerFrom(ctx).V(1).Info("minted request token", "serviceAccount", sa.Namespace+"/"+sa.Name, "tokenExpires", expires.UTC().Format(time.RFC3339))
+	}
+	if desired.Annotations == nil {
+		desired.Annotations = map[string]string{}
+	}
+	desired.Annotations[ServiceAccountUIDAnnotation] = string(sa.UID)
+	desired.Data = map[string][]byte{
+		registration.KeyToken:               []byte(bearer),
+		registration.KeyClusterNamespace:    []byte(reg.Namespace),
+		registration.KeyClusterName:         []byte(clusterName),
+		registration.KeyDeploymentNamespace: []byte(sa.Namespace),
+		registration.KeyServiceAccount:      []byte(sa.Name),
+		registration.KeyExpires:             []byte(expires.UTC().Format(time.RFC3339)),
+	}
+	if existing == nil {
+		if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("creating credential Secret %s: %w", key, err)
+		}
+		return nil
+	}
+	if equality.Semantic.DeepEqual(existing, desired) {
+		return nil
+	}
+	if err := r.Client.Update(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("updating credential Secret %s: %w", key, err)
+	}
+	return nil
+}
+
+// reusableToken returns the bearer token of a credential Secret left by an
+// earlier pass when it was minted for sa and is good for a while longer.
+func reusableToken(secret *corev1.Secret, sa *corev1.ServiceAccount, now time.Time) (string, time.Time) {
+	if secret == nil || secret.Annotations[ServiceAccountUIDAnnotation] != string(sa.UID) {
+		return "", time.Time{}
+	}
+	bearer := string(secret.Data[registration.KeyToken])
+	expires, err := time.Parse(time.RFC3339, string(secret.Data[registration.KeyExpires]))
+	if bearer == "" || err != nil || expires.Sub(now) < 10*time.Minute {
+		return "", time.Time{}
+	}
+	return bearer, expires
+}

@@ -1,0 +1,392 @@
+// Package registration reconciles ClusterRegistrations: the controller side
+// of the identity handshake ("grant", shared/SPEC.md §4). For a registration
+// made with a valid ClusterRegistrationToken it finds or creates the Cluster,
+// makes a request identity (a ServiceAccount in the cluster namespace whose
+// RBAC reaches only that cluster's BundleDeployments and its own Cluster's
+// status), mints a bearer token for it and hands the token back in the
+// credential Secret c-<hash>, readable only by the import identity that
+// asked. Older registrations of the same cluster are removed with everything
+// made for them, and the credential Secret is removed once the agent had time
+// to pick it up.
+package registration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+// ControllerName names the controller (logs, metrics).
+const ControllerName = "clusterregistration"
+
+// FieldManager is the field manager of every write of this controller.
+const FieldManager = "fleet-controller"
+
+// Condition reasons of this controller not shared in the API package.
+const (
+	// ObjectConflictReason: an object the grant needs exists and belongs to
+	// someone else.
+	ObjectConflictReason = "ObjectConflict"
+	// ClusterNameTakenReason: the Cluster cluster-<hash> that would be made
+	// for the clientID exists with another clientID.
+	ClusterNameTakenReason = "ClusterNameTaken"
+	// DuplicateClientIDReason: several Clusters in the workspace claim the
+	// registration's clientID.
+	DuplicateClientIDReason = "DuplicateClientID"
+	// ClusterDeletingReason: the matching Cluster is being deleted.
+	ClusterDeletingReason = "ClusterDeleting"
+)
+
+// Event reasons.
+const (
+	// GrantedEventReason: a registration was handed its credential.
+	GrantedEventReason = "Granted"
+	// RefusedEventReason: a registration was refused or is blocked.
+	RefusedEventReason = "Refused"
+	// CredentialRemovedEventReason: the credential Secret was removed after
+	// the pickup timeout.
+	CredentialRemovedEventReason = "CredentialRemoved"
+)
+
+// ServiceAccountUIDAnnotation on the credential Secret records which request
+// ServiceAccount (by UID) its token was minted for, so a retried grant can
+// tell whether the token still authenticates.
+const ServiceAccountUIDAnnotation = "fleet.cattle.io/request-service-account-uid"
+
+const (
+	// cacheLagRetry is how soon to retry when an object the cache did not
+	// show yet turned out to exist.
+	cacheLagRetry = time.Second
+	// namespaceRetry is how often to look again at a namespace that is
+	// still being deleted (namespaces are not watched here).
+	namespaceRetry = 2 * time.Second
+	// conflictRetry is how often a registration whose objects are taken is
+	// looked at again.
+	conflictRetry = 30 * time.Second
+)
+
+// Reconciler reconciles ClusterRegistrations.
+type Reconciler struct {
+	// Client is the manager's client. Secrets are not cached: reads of them
+	// go to the API server, and the controller never lists them.
+	Client client.Client
+	// Config is the controller configuration in force.
+	Config *configstore.Store
+	// Clientset serves the TokenRequest API.
+	Clientset kubernetes.Interface
+	// Recorder records events on registrations.
+	Recorder recorder.EventRecorder
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// CredentialPickupTimeout is how long a credential Secret is kept after
+	// the grant; zero means registration.CredentialPickupTimeout.
+	CredentialPickupTimeout time.Duration
+
+	// justGranted holds the UIDs of registrations this process granted
+	// until the cache shows them granted, so a pass on a stale copy does
+	// not run the grant again (and, say, write again a credential Secret
+	// the agent already picked up and deleted).
+	justGranted sync.Map
+}
+
+// Reconcile grants a ClusterRegistration its credential, refuses it, or,
+// once granted, removes the credential Secret after the pickup timeout.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	reg := &fleet.ClusterRegistration{}
+	if err := r.Client.Get(ctx, req.NamespacedName, reg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !reg.DeletionTimestamp.IsZero() {
+		r.justGranted.Delete(reg.UID)
+		return ctrl.Result{}, r.finalize(ctx, reg)
+	}
+	if reg.Status.Granted {
+		r.justGranted.Delete(reg.UID)
+	} else if _, ok := r.justGranted.Load(reg.UID); ok {
+		log.V(1).Info("the cache does not show the grant yet; waiting for it")
+		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
+	}
+	if controllerutil.AddFinalizer(reg, registration.RegistrationFinalizer) {
+		if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	now := r.now()
+	if reg.Status.Granted {
+		return r.reconcileGranted(ctx, reg, now)
+	}
+
+	origStatus := reg.Status.DeepCopy()
+	out := r.grant(ctx, reg, r.Config.Get(), now)
+	// grant may have updated the registration's metadata (owner
+	// reference); diff the status against what was read.
+	base := reg.DeepCopy()
+	base.Status = *origStatus
+	setStatus(reg, out, now)
+	if err := r.patchStatus(ctx, base, reg); err != nil {
+		return ctrl.Result{}, errors.Join(out.err, err)
+	}
+	if out.granted {
+		r.justGranted.Store(reg.UID, struct{}{})
+	}
+	if base.Status.Granted != reg.Status.Granted || conditionChanged(base, reg) {
+		r.recordOutcome(reg, out)
+	}
+
+	switch {
+	case out.err != nil && apierrors.IsAlreadyExists(out.err):
+		log.V(1).Info("object exists but was not in the cache yet; retrying", "error", out.err.Error())
+		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
+	case out.err != nil:
+		return ctrl.Result{}, out.err
+	case out.refusal != nil:
+		log.Info("ClusterRegistration refused", "reason", out.refusal.reason, "message", out.refusal.message)
+		return ctrl.Result{}, nil
+	case out.wait != nil:
+		log.Info("ClusterRegistration is waiting", "reason", out.wait.reason, "message", out.wait.message)
+		return ctrl.Result{RequeueAfter: out.wait.retry}, nil
+	}
+	log.Info("ClusterRegistration granted", "cluster", reg.Namespace+"/"+out.clusterName,
+		"serviceAccount", out.deploymentNamespace+"/"+registration.RequestServiceAccountName(reg.Name),
+		"credentialSecret", config.DefaultSystemRegistrationNS+"/"+out.secretName)
+	// Come back to remove the credential Secret once it had time to be
+	// picked up.
+	return ctrl.Result{RequeueAfter: r.pickupTimeout()}, nil
+}
+
+// reconcileGranted never grants again: it only removes the credential Secret
+// and the access to it once the pickup timeout has passed since the grant.
+func (r *Reconciler) reconcileGranted(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (ctrl.Result, error) {
+	deadline := pickupDeadline(reg, r.pickupTimeout())
+	if now.Before(deadline) {
+		return ctrl.Result{RequeueAfter: deadline.Sub(now)}, nil
+	}
+	removed, err := r.deleteCredential(ctx, reg)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if removed {
+		ctrl.LoggerFrom(ctx).Info("removed credential Secret after the pickup timeout",
+			"secret", config.DefaultSystemRegistrationNS+"/"+credentialSecretName(reg))
+		r.event(reg, corev1.EventTypeNormal, CredentialRemovedEventReason, "Delete",
+			"the credential Secret %s/%s and the access to it were removed %s after the grant",
+			config.DefaultSystemRegistrationNS, credentialSecretName(reg), r.pickupTimeout())
+	}
+	return ctrl.Result{}, nil
+}
+
+// pickupDeadline is when the credential of a granted registration is
+// removed: the pickup timeout after the Granted condition turned true. A
+// granted registration without that condition is past its deadline.
+func pickupDeadline(reg *fleet.ClusterRegistration, timeout time.Duration) time.Time {
+	cond := meta.FindStatusCondition(reg.Status.Conditions, fleet.GrantedCondition)
+	if cond == nil || cond.Status != metav1.ConditionTrue {
+		return time.Time{}
+	}
+	return cond.LastTransitionTime.Add(timeout)
+}
+
+// deleteCredential deletes the credential Secret and the Role and
+// RoleBinding that let the import identity read it. It reports whether the
+// Secret was there.
+func (r *Reconciler) deleteCredential(ctx context.Context, reg *fleet.ClusterRegistration) (bool, error) {
+	removed, err := r.deleteCredentialSecret(ctx, reg)
+	if err != nil {
+		return false, err
+	}
+	name := credentialRoleName(reg)
+	for _, obj := range []client.Object{
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemRegistrationNS, Name: name}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemRegistrationNS, Name: name}},
+	} {
+		if err := r.deleteIfOurs(ctx, reg, obj); err != nil {
+			return false, err
+		}
+	}
+	return removed, nil
+}
+
+// deleteCredentialSecret deletes the credential Secret of reg if it belongs
+// to reg. Secrets are not cached: this reads the API server.
+func (r *Reconciler) deleteCredentialSecret(ctx context.Context, reg *fleet.ClusterRegistration) (bool, error) {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: credentialSecretName(reg)}
+	if err := r.Client.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading credential Secret %s: %w", key, err)
+	}
+	if !ownedBy(secret, reg) {
+		return false, nil
+	}
+	if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: ptr.To(secret.UID)}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return false, fmt.Errorf("deleting credential Secret %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// finalize removes everything made for a registration being deleted, then
+// lets it go.
+func (r *Reconciler) finalize(ctx context.Context, reg *fleet.ClusterRegistration) error {
+	if !controllerutil.ContainsFinalizer(reg, registration.RegistrationFinalizer) {
+		return nil
+	}
+	if err := r.cleanup(ctx, reg); err != nil {
+		return err
+	}
+	controllerutil.RemoveFinalizer(reg, registration.RegistrationFinalizer)
+	if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing finalizer of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("ClusterRegistration deleted with its request identity and credential")
+	return nil
+}
+
+// cleanup deletes every object made for reg: the credential Secret (by name,
+// Secrets are not cached) and the ServiceAccounts, Roles and RoleBindings
+// labelled for it, wherever they live.
+func (r *Reconciler) cleanup(ctx context.Context, reg *fleet.ClusterRegistration) error {
+	log := ctrl.LoggerFrom(ctx)
+	var errs []error
+	if _, err := r.deleteCredentialSecret(ctx, reg); err != nil {
+		errs = append(errs, err)
+	}
+	for _, list := range []client.ObjectList{&rbacv1.RoleBindingList{}, &rbacv1.RoleList{}, &corev1.ServiceAccountList{}} {
+		if err := r.Client.List(ctx, list, client.MatchingFields{generatedIndex: indexKey(reg.Namespace, reg.Name)}); err != nil {
+			errs = append(errs, fmt.Errorf("listing objects of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err))
+			continue
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, it := range items {
+			obj := it.(client.Object)
+			if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err))
+				continue
+			}
+			log.V(1).Info("deleted "+kindOf(obj), "object", obj.GetNamespace()+"/"+obj.GetName())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteIfOurs deletes obj (named by its key, read from the cache) when it
+// is labelled for reg.
+func (r *Reconciler) deleteIfOurs(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object) error {
+	key := client.ObjectKeyFromObject(obj)
+	if err := r.Client.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading %s %s: %w", kindOf(obj), key, err)
+	}
+	if !ownedBy(obj, reg) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting %s %s: %w", kindOf(obj), key, err)
+	}
+	return nil
+}
+
+// patchStatus writes the status when it changed.
+func (r *Reconciler) patchStatus(ctx context.Context, base, reg *fleet.ClusterRegistration) error {
+	if equality.Semantic.DeepEqual(base.Status, reg.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, reg, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patching status of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
+	}
+	return nil
+}
+
+// recordOutcome records an event for a grant, a refusal or a block, once
+// per change of the Granted condition.
+func (r *Reconciler) recordOutcome(reg *fleet.ClusterRegistration, out outcome) {
+	switch {
+	case out.granted:
+		r.event(reg, corev1.EventTypeNormal, GrantedEventReason, "Grant",
+			"granted as Cluster %s/%s: request ServiceAccount %s/%s, credential Secret %s/%s",
+			reg.Namespace, out.clusterName, out.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
+			config.DefaultSystemRegistrationNS, out.secretName)
+	case out.refusal != nil:
+		r.event(reg, corev1.EventTypeWarning, out.refusal.reason, "Refuse", "%s", out.refusal.message)
+	case out.wait != nil && out.wait.warn:
+		r.event(reg, corev1.EventTypeWarning, out.wait.reason, "Grant", "%s", out.wait.message)
+	}
+}
+
+func conditionChanged(a, b *fleet.ClusterRegistration) bool {
+	ca := meta.FindStatusCondition(a.Status.Conditions, fleet.GrantedCondition)
+	cb := meta.FindStatusCondition(b.Status.Conditions, fleet.GrantedCondition)
+	if ca == nil || cb == nil {
+		return ca != cb
+	}
+	return ca.Status != cb.Status || ca.Reason != cb.Reason || ca.Message != cb.Message
+}
+
+func (r *Reconciler) event(reg *fleet.ClusterRegistration, eventType, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(reg, nil, eventType, reason, action, note, args...)
+	}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Reconciler) pickupTimeout() time.Duration {
+	if r.CredentialPickupTimeout > 0 {
+		return r.CredentialPickupTimeout
+	}
+	return registration.CredentialPickupTimeout
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *corev1.ServiceAccount:
+		return "ServiceAccount"
+	case *rbacv1.Role:
+		return "Role"
+	case *rbacv1.RoleBinding:
+		return "RoleBinding"
+	case *corev1.Secret:
+		return "Secret"
+	case *corev1.Namespace:
+		return "Namespace"
+	case *fleet.Cluster:
+		return "Cluster"
+	}
+	return fmt.Sprintf("%T", obj)
+}

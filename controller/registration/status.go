@@ -1,0 +1,191 @@
+package registration
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+// InvalidNameReason: the registration's name cannot label the objects made
+// for it.
+const InvalidNameReason = "InvalidName"
+
+// reinstall tells a person how to recover from a refused token.
+const reinstall = "create a new ClusterRegistrationToken and reinstall the agent with its values (helm upgrade --install fleet-agent charts/fleet-agent -f values.yaml)"
+
+// checkRegistration refuses a registration whose name is not a valid label
+// value: every object made for it is labelled with its name.
+func checkRegistration(reg *fleet.ClusterRegistration) *refusal {
+	if errs := validation.IsValidLabelValue(reg.Name); len(errs) > 0 {
+		return &refusal{
+			reason:  InvalidNameReason,
+			message: fmt.Sprintf("the name %q cannot label the objects made for this registration (%s): create it with a name of at most 63 characters, or with generateName: request-", reg.Name, strings.Join(errs, "; ")),
+		}
+	}
+	return nil
+}
+
+// checkToken decides whether the token a registration names lets it
+// register; token is nil when it does not exist. A nil result means yes.
+func checkToken(reg *fleet.ClusterRegistration, name string, token *fleet.ClusterRegistrationToken, now time.Time) *refusal {
+	ref := reg.Namespace + "/" + name
+	if token == nil {
+		return &refusal{
+			reason:  fleet.TokenNotFoundReason,
+			message: fmt.Sprintf("ClusterRegistrationToken %s does not exist (it was deleted or it expired), so this registration gets no credential: %s", ref, reinstall),
+		}
+	}
+	if !token.DeletionTimestamp.IsZero() {
+		return &refusal{
+			reason:  fleet.TokenNotFoundReason,
+			message: fmt.Sprintf("ClusterRegistrationToken %s is being deleted, so this registration gets no credential: %s", ref, reinstall),
+		}
+	}
+	if expires, ok := tokenExpires(token); ok && !now.Before(expires) {
+		return &refusal{
+			reason:  fleet.TokenExpiredReason,
+			message: fmt.Sprintf("ClusterRegistrationToken %s expired at %s, so this registration gets no credential: %s", ref, expires.UTC().Format(time.RFC3339), reinstall),
+		}
+	}
+	if token.Spec.ClientID != "" && token.Spec.ClientID != reg.Spec.ClientID {
+		return &refusal{
+			reason: fleet.ClientIDNotAllowedReason,
+			message: fmt.Sprintf("ClusterRegistrationToken %s may only register clientID %q, not %q: install the agent with --set clientID=%s, or register this cluster with a token made for it",
+				ref, token.Spec.ClientID, reg.Spec.ClientID, token.Spec.ClientID),
+		}
+	}
+	return nil
+}
+
+// tokenExpires is when a token expires: its status, or, before the token
+// controller wrote that, its creation plus its TTL.
+func tokenExpires(token *fleet.ClusterRegistrationToken) (time.Time, bool) {
+	if token.Status.Expires != nil {
+		return token.Status.Expires.Time, true
+	}
+	if token.Spec.TTL != nil && token.Spec.TTL.Duration > 0 {
+		return token.CreationTimestamp.Add(token.Spec.TTL.Duration), true
+	}
+	return time.Time{}, false
+}
+
+// clusterLabels are the labels of a Cluster made for a registration: the
+// agent's labels without reserved ones (fleet.cattle.io/ and
+// management.cattle.io/, except created-by-agent-pod) and without invalid
+// ones, unless the controller ignores agent labels; plus the cluster label.
+func clusterLabels(reg *fleet.ClusterRegistration, cluster string, ignore bool) map[string]string {
+	labels := map[string]string{}
+	if !ignore {
+		for k, v := range reg.Spec.ClusterLabels {
+			if reservedLabel(k) || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+				continue
+			}
+			labels[k] = v
+		}
+	}
+	labels[fleet.ClusterLabel] = cluster
+	return labels
+}
+
+func reservedLabel(key string) bool {
+	if key == fleet.CreatedByAgentPodLabel {
+		return false
+	}
+	for _, p := range fleet.ReservedLabelPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// olderThan orders registrations of one clientID: by creation time, and,
+// within the same second (the precision of creationTimestamp), a granted
+// one before one that is not, then by name. Only registrations that are not
+// granted yet supersede, so a tie between a granted registration and a new
+// one always removes the granted one.
+func olderThan(a, b *fleet.ClusterRegistration) bool {
+	ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	if a.Status.Granted != b.Status.Granted {
+		return a.Status.Granted
+	}
+	return a.Name < b.Name
+}
+
+// setStatus computes the registration's status from what the pass
+// observed.
+func setStatus(reg *fleet.ClusterRegistration, out outcome, now time.Time) {
+	if out.clusterName != "" {
+		reg.Status.ClusterName = out.clusterName
+	}
+	cond := metav1.Condition{
+		Type:               fleet.GrantedCondition,
+		ObservedGeneration: reg.Generation,
+		LastTransitionTime: metav1.NewTime(now),
+	}
+	switch {
+	case out.err != nil && (apierrors.IsConflict(out.err) || apierrors.IsAlreadyExists(out.err)):
+		// A retry follows at once; keep the condition as it is.
+		return
+	case out.err != nil:
+		cond.Status, cond.Reason = metav1.ConditionFalse, fleet.ProgressingReason
+		cond.Message = fmt.Sprintf("granting failed, retrying: %v", out.err)
+	case out.refusal != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, out.refusal.reason, out.refusal.message
+	case out.wait != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, out.wait.reason, out.wait.message
+	case out.granted:
+		reg.Status.Granted = true
+		cond.Status, cond.Reason = metav1.ConditionTrue, fleet.GrantedReason
+		cond.Message = fmt.Sprintf("granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential waits in Secret %s/%s until the agent picks it up",
+			reg.Namespace, out.clusterName, out.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
+			config.DefaultSystemRegistrationNS, out.secretName)
+	default:
+		return
+	}
+	meta.SetStatusCondition(&reg.Status.Conditions, cond)
+}
+
+// label marks obj as made for reg.
+func label(reg *fleet.ClusterRegistration, obj client.Object) {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[fleet.ManagedLabel] = "true"
+	labels[registration.RegistrationLabel] = reg.Name
+	labels[registration.RegistrationNamespaceLabel] = reg.Namespace
+	obj.SetLabels(labels)
+}
+
+// ownedBy reports whether obj was made for reg.
+func ownedBy(obj client.Object, reg *fleet.ClusterRegistration) bool {
+	l := obj.GetLabels()
+	return l[registration.RegistrationLabel] == reg.Name && l[registration.RegistrationNamespaceLabel] == reg.Namespace
+}
+
+func credentialSecretName(reg *fleet.ClusterRegistration) string {
+	return registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
+}
+
+// credentialRoleName names the Role and RoleBinding in the system
+// registration namespace that give the import identity its credential
+// Secret. The namespace is shared by all workspaces, so the name carries
+// the workspace too.
+func credentialRoleName(reg *fleet.ClusterRegistration) string {
+	return names.SafeConcatName(reg.Namespace, reg.Name, "creds")
+}

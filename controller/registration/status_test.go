@@ -1,0 +1,250 @@
+package registration
+
+import (
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func reg(name, clientID string) *fleet.ClusterRegistration {
+	return &fleet.ClusterRegistration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: name},
+		Spec:       fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: "0123456789abcdef"},
+	}
+}
+
+func TestCheckToken(t *testing.T) {
+	past, future := metav1.NewTime(now.Add(-time.Second)), metav1.NewTime(now.Add(time.Hour))
+	deleting := metav1.NewTime(now)
+	tests := []struct {
+		name   string
+		token  *fleet.ClusterRegistrationToken
+		reason string // "" means allowed
+	}{
+		{"missing token", nil, fleet.TokenNotFoundReason},
+		{"token being deleted", &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleting}}, fleet.TokenNotFoundReason},
+		{"expired by status", &fleet.ClusterRegistrationToken{Status: fleet.ClusterRegistrationTokenStatus{Expires: &past}}, fleet.TokenExpiredReason},
+		{"expires exactly now", &fleet.ClusterRegistrationToken{Status: fleet.ClusterRegistrationTokenStatus{Expires: &metav1.Time{Time: now}}}, fleet.TokenExpiredReason},
+		{"expired by ttl before status was written", &fleet.ClusterRegistrationToken{
+			ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-2 * time.Hour))},
+			Spec:       fleet.ClusterRegistrationTokenSpec{TTL: &metav1.Duration{Duration: time.Hour}},
+		}, fleet.TokenExpiredReason},
+		{"valid, no expiry", &fleet.ClusterRegistrationToken{}, ""},
+		{"valid, expires later", &fleet.ClusterRegistrationToken{Status: fleet.ClusterRegistrationTokenStatus{Expires: &future}}, ""},
+		{"bound to this clientID", &fleet.ClusterRegistrationToken{Spec: fleet.ClusterRegistrationTokenSpec{ClientID: "cid"}}, ""},
+		{"bound to another clientID", &fleet.ClusterRegistrationToken{Spec: fleet.ClusterRegistrationTokenSpec{ClientID: "other"}}, fleet.ClientIDNotAllowedReason},
+		{"expired and bound elsewhere: expiry first", &fleet.ClusterRegistrationToken{
+			Spec:   fleet.ClusterRegistrationTokenSpec{ClientID: "other"},
+			Status: fleet.ClusterRegistrationTokenStatus{Expires: &past},
+		}, fleet.TokenExpiredReason},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := checkToken(reg("request-abc", "cid"), "tok", tt.token, now)
+			if tt.reason == "" {
+				if got != nil {
+					t.Fatalf("refused: %+v", got)
+				}
+				return
+			}
+			if got == nil || got.reason != tt.reason {
+				t.Fatalf("got %+v, want reason %s", got, tt.reason)
+			}
+			if !strings.Contains(got.message, "fleet-default/tok") {
+				t.Errorf("message does not name the token: %s", got.message)
+			}
+			if tt.reason != fleet.ClientIDNotAllowedReason && !strings.Contains(got.message, "create a new ClusterRegistrationToken and reinstall the agent") {
+				t.Errorf("message does not say what to do: %s", got.message)
+			}
+			if tt.reason == fleet.ClientIDNotAllowedReason && (!strings.Contains(got.message, `"other"`) || !strings.Contains(got.message, `"cid"`)) {
+				t.Errorf("message does not name both clientIDs: %s", got.message)
+			}
+		})
+	}
+}
+
+func TestCheckRegistration_RefusesNamesThatCannotBeLabels(t *testing.T) {
+	if ref := checkRegistration(reg("request-abcde", "x")); ref != nil {
+		t.Fatalf("refused a generated name: %+v", ref)
+	}
+	ref := checkRegistration(reg(strings.Repeat("a", 64), "x"))
+	if ref == nil || ref.reason != InvalidNameReason {
+		t.Fatalf("got %+v", ref)
+	}
+}
+
+func TestClusterLabels(t *testing.T) {
+	r := reg("request-abc", "cid")
+	r.Spec.ClusterLabels = map[string]string{
+		"env":                              "prod",
+		"example.com/team":                 "a",
+		fleet.CreatedByAgentPodLabel:       "fleet-agent-0",
+		"fleet.cattle.io/cluster":          "spoofed",
+		"fleet.cattle.io/shard-id":         "s1",
+		"management.cattle.io/cluster-id":  "c-123",
+		"bad key with spaces":              "x",
+		"ok":                               "bad value with spaces",
+		"long":                             strings.Repeat("v", 64),
+		"fleet.cattle.io.example.com/fine": "yes",
+	}
+	want := map[string]string{
+		"env":                              "prod",
+		"example.com/team":                 "a",
+		fleet.CreatedByAgentPodLabel:       "fleet-agent-0",
+		fleet.ClusterLabel:                 "cluster-x",
+		"fleet.cattle.io.example.com/fine": "yes",
+	}
+	if got := clusterLabels(r, "cluster-x", false); !maps.Equal(got, want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+	if got := clusterLabels(r, "cluster-x", true); !maps.Equal(got, map[string]string{fleet.ClusterLabel: "cluster-x"}) {
+		t.Errorf("ignoring agent labels: got %v", got)
+	}
+}
+
+func FuzzClusterLabels(f *testing.F) {
+	f.Add("env", "prod")
+	f.Add("fleet.cattle.io/cluster", "x")
+	f.Add("management.cattle.io/a", "b")
+	f.Add("a/b/c", "")
+	f.Fuzz(func(t *testing.T, k, v string) {
+		r := reg("request-abc", "cid")
+		r.Spec.ClusterLabels = map[string]string{k: v}
+		got := clusterLabels(r, "cluster-x", false)
+		if got[fleet.ClusterLabel] != "cluster-x" {
+			t.Fatalf("cluster label overridden: %v", got)
+		}
+		for key := range got {
+			if key != fleet.CreatedByAgentPodLabel && key != fleet.ClusterLabel && reservedLabel(key) {
+				t.Fatalf("reserved label kept: %v", got)
+			}
+		}
+	})
+}
+
+func TestOlderThan(t *testing.T) {
+	at := func(name string, sec int, granted bool) *fleet.ClusterRegistration {
+		r := reg(name, "cid")
+		r.CreationTimestamp = metav1.NewTime(now.Add(time.Duration(sec) * time.Second))
+		r.Status.Granted = granted
+		return r
+	}
+	tests := []struct {
+		name string
+		a, b *fleet.ClusterRegistration
+		want bool
+	}{
+		{"earlier", at("z", 0, false), at("a", 1, false), true},
+		{"later", at("a", 1, true), at("z", 0, false), false},
+		{"same second, granted one is older", at("z", 0, true), at("a", 0, false), true},
+		{"same second, pending one is not older than a granted one", at("a", 0, false), at("z", 0, true), false},
+		{"same second, both pending: by name", at("a", 0, false), at("b", 0, false), true},
+		{"same second, both pending: by name, reversed", at("b", 0, false), at("a", 0, false), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := olderThan(tt.a, tt.b); got != tt.want {
+				t.Fatalf("olderThan = %v, want %v", got, tt.want)
+			}
+			if tt.want && olderThan(tt.b, tt.a) {
+				t.Fatal("order is not antisymmetric")
+			}
+		})
+	}
+}
+
+func TestSetStatus(t *testing.T) {
+	tests := []struct {
+		name       string
+		out        outcome
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		granted    bool
+		keep       bool
+	}{
+		{"granted", outcome{granted: true, clusterName: "c", deploymentNamespace: "cluster-ns", secretName: "c-1"}, metav1.ConditionTrue, fleet.GrantedReason, true, false},
+		{"refused", outcome{refusal: &refusal{reason: fleet.TokenNotFoundReason, message: "gone"}}, metav1.ConditionFalse, fleet.TokenNotFoundReason, false, false},
+		{"waiting", outcome{wait: &waitError{reason: ClusterNameTakenReason, message: "taken"}}, metav1.ConditionFalse, ClusterNameTakenReason, false, false},
+		{"api error", outcome{err: errors.New("boom")}, metav1.ConditionFalse, fleet.ProgressingReason, false, false},
+		{"conflict keeps the condition", outcome{err: apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("stale"))}, "", "", false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := reg("request-abc", "cid")
+			setStatus(r, tt.out, now)
+			cond := meta.FindStatusCondition(r.Status.Conditions, fleet.GrantedCondition)
+			if tt.keep {
+				if cond != nil {
+					t.Fatalf("condition set: %+v", cond)
+				}
+				return
+			}
+			if cond == nil || cond.Status != tt.wantStatus || cond.Reason != tt.wantReason {
+				t.Fatalf("condition %+v", cond)
+			}
+			if r.Status.Granted != tt.granted {
+				t.Fatalf("granted = %v", r.Status.Granted)
+			}
+			if tt.granted && (r.Status.ClusterName != "c" || !cond.LastTransitionTime.Time.Equal(now)) {
+				t.Fatalf("status %+v", r.Status)
+			}
+		})
+	}
+}
+
+func TestPickupDeadline(t *testing.T) {
+	r := reg("request-abc", "cid")
+	if d := pickupDeadline(r, time.Minute); !d.IsZero() {
+		t.Fatalf("no condition: deadline %v, want at once", d)
+	}
+	setStatus(r, outcome{granted: true, clusterName: "c"}, now)
+	if d := pickupDeadline(r, time.Minute); !d.Equal(now.Add(time.Minute)) {
+		t.Fatalf("deadline %v", d)
+	}
+}
+
+func TestReusableToken(t *testing.T) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{UID: types.UID("sa-1")}}
+	secret := func(uid, token string, expires time.Time) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ServiceAccountUIDAnnotation: uid}},
+			Data: map[string][]byte{
+				registration.KeyToken:   []byte(token),
+				registration.KeyExpires: []byte(expires.Format(time.RFC3339)),
+			},
+		}
+	}
+	tests := []struct {
+		name   string
+		secret *corev1.Secret
+		reuse  bool
+	}{
+		{"no secret", nil, false},
+		{"same ServiceAccount, fresh", secret("sa-1", "tok", now.Add(time.Hour)), true},
+		{"ServiceAccount replaced", secret("sa-0", "tok", now.Add(time.Hour)), false},
+		{"about to expire", secret("sa-1", "tok", now.Add(time.Minute)), false},
+		{"empty token", secret("sa-1", "", now.Add(time.Hour)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok, _ := reusableToken(tt.secret, sa, now)
+			if (tok != "") != tt.reuse {
+				t.Fatalf("reused %q, want reuse %v", tok, tt.reuse)
+			}
+		})
+	}
+}

@@ -1,0 +1,354 @@
+package registration_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller"
+	"github.com/gitops-fleet/fleet/controller/token"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+// pickupTimeout is the credential pickup timeout of the controller under
+// test, short so its expiry can be watched.
+const pickupTimeout = 8 * time.Second
+
+var (
+	env *controlplane.Env
+	up  client.Client
+	// logs holds everything the controller logged, so tests can prove no
+	// bearer token reaches a log.
+	logs syncBuffer
+	// bearers collects every bearer token the tests saw.
+	bearers struct {
+		sync.Mutex
+		tokens []string
+	}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	echo := os.Getenv("FLEET_TEST_LOG") != ""
+	ctrl.SetLogger(funcr.New(func(prefix, args string) {
+		line := prefix + " " + args
+		logs.Write(line)
+		if echo {
+			fmt.Fprintln(os.Stderr, line)
+		}
+	}, funcr.Options{Verbosity: 1}))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	env, err = controlplane.Start(ctx, controlplane.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	up = env.Upstream.Client
+
+	c, err := controller.New(ctx, controller.Options{
+		RestConfig:              env.Upstream.Config,
+		InitialConfig:           &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
+		MetricsAddress:          "0",
+		ProbeAddress:            "0",
+		CredentialPickupTimeout: pickupTimeout,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgrCtx, mgrCancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Start(mgrCtx) }()
+	code := m.Run()
+	mgrCancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "controller:", err)
+		}
+	case <-time.After(30 * time.Second):
+		fmt.Fprintln(os.Stderr, "controller did not stop within 30s")
+	}
+	return code
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(line)
+	s.b.WriteByte('\n')
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func remember(bearer string) {
+	bearers.Lock()
+	defer bearers.Unlock()
+	bearers.tokens = append(bearers.tokens, bearer)
+}
+
+// eventually polls cond every 100ms until it returns nil, and fails the test
+// after timeout naming what it waited for.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func randomID(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// newWorkspace makes a workspace namespace for one test.
+func newWorkspace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fleet-ws-"}}
+	if err := up.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// importToken makes a ClusterRegistrationToken (bound to clientID when set)
+// and returns the import bearer token from its values Secret, as a person
+// installing the agent would.
+func importToken(t *testing.T, ws, name, clientID string) string {
+	t.Helper()
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}}
+	tok.Spec.ClientID = clientID
+	if err := up.Create(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	var bearer string
+	eventually(t, 30*time.Second, "values Secret of token "+ws+"/"+name, func() error {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
+			return err
+		}
+		if tok.Status.SecretName == "" {
+			return errors.New("no status.secretName yet")
+		}
+		s := &corev1.Secret{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: tok.Status.SecretName}, s); err != nil {
+			return err
+		}
+		v, err := token.ParseValues(s.Data[token.ValuesKey])
+		if err != nil {
+			return err
+		}
+		if v.Token == "" {
+			return errors.New("no token in values")
+		}
+		bearer = v.Token
+		return nil
+	})
+	remember(bearer)
+	return bearer
+}
+
+// identity is a client acting as one bearer token.
+type identity struct {
+	client.WithWatch
+	cs kubernetes.Interface
+}
+
+func as(t *testing.T, bearer string) identity {
+	t.Helper()
+	cfg := env.Upstream.ConfigForToken(bearer)
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return identity{WithWatch: c, cs: cs}
+}
+
+// agent simulates the registering side of the handshake with an import
+// identity.
+type agent struct {
+	ws, tokenName string
+	importer      identity
+}
+
+func newAgent(t *testing.T, ws, tokenName, bearer string) *agent {
+	return &agent{ws: ws, tokenName: tokenName, importer: as(t, bearer)}
+}
+
+// register creates a ClusterRegistration as the import identity and waits,
+// watching the credential Secret with a field selector as the agent does,
+// until the grant. It returns the registration and the Secret.
+func (a *agent) register(t *testing.T, clientID string, labels map[string]string) (*fleet.ClusterRegistration, *corev1.Secret) {
+	t.Helper()
+	reg := a.create(t, clientID, labels)
+	secret := a.waitCredential(t, reg, 30*time.Second)
+	return reg, secret
+}
+
+func (a *agent) create(t *testing.T, clientID string, labels map[string]string) *fleet.ClusterRegistration {
+	t.Helper()
+	reg := &fleet.ClusterRegistration{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    a.ws,
+			GenerateName: "request-",
+			Labels:       map[string]string{fleet.RegistrationTokenLabel: a.tokenName},
+		},
+		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: randomID("random-"), ClusterLabels: labels},
+	}
+	if err := a.importer.Create(t.Context(), reg); err != nil {
+		t.Fatalf("creating ClusterRegistration as the import identity: %v", err)
+	}
+	return reg
+}
+
+// waitCredential watches the credential Secret as the import identity:
+// Forbidden until the grant made the Role that lets it read the Secret.
+func (a *agent) waitCredential(t *testing.T, reg *fleet.ClusterRegistration, timeout time.Duration) *corev1.Secret {
+	t.Helper()
+	name := registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	var lastErr error
+	for ctx.Err() == nil {
+		w, err := a.importer.cs.CoreV1().Secrets(config.DefaultSystemRegistrationNS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			lastErr = err
+			if !apierrors.IsForbidden(err) {
+				t.Fatalf("watching credential Secret %s: %v", name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if s, ok := ev.Object.(*corev1.Secret); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) && len(s.Data[registration.KeyToken]) > 0 {
+				w.Stop()
+				remember(string(s.Data[registration.KeyToken]))
+				return s
+			}
+		}
+		w.Stop()
+	}
+	t.Fatalf("timed out after %s waiting for credential Secret %s (last error: %v)", timeout, name, lastErr)
+	return nil
+}
+
+func getReg(t *testing.T, ws, name string) *fleet.ClusterRegistration {
+	t.Helper()
+	reg := &fleet.ClusterRegistration{}
+	if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: name}, reg); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// waitCondition waits for the registration's Granted condition with status
+// and reason.
+func waitCondition(t *testing.T, ws, name string, status metav1.ConditionStatus, reason string) *fleet.ClusterRegistration {
+	t.Helper()
+	reg := &fleet.ClusterRegistration{}
+	eventually(t, 30*time.Second, fmt.Sprintf("ClusterRegistration %s/%s Granted=%s reason %s", ws, name, status, reason), func() error {
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: name}, reg); err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(reg.Status.Conditions, fleet.GrantedCondition)
+		if cond == nil || cond.Status != status || cond.Reason != reason {
+			return fmt.Errorf("status %+v", reg.Status)
+		}
+		return nil
+	})
+	return reg
+}
+
+// counts are the registrations of a workspace and the objects made for
+// them.
+type counts struct{ registrations, serviceAccounts, roles, roleBindings, secrets int }
+
+// countGenerated counts the registrations of workspace ws and, in every
+// namespace, the objects labelled for them. Secrets are listed with the
+// uncached admin client.
+func countGenerated(t *testing.T, ws string) counts {
+	t.Helper()
+	sel := client.MatchingLabels{registration.RegistrationNamespaceLabel: ws}
+	var c counts
+	regs := &fleet.ClusterRegistrationList{}
+	sas := &corev1.ServiceAccountList{}
+	secrets := &corev1.SecretList{}
+	for _, l := range []client.ObjectList{sas, secrets} {
+		if err := up.List(t.Context(), l, sel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := up.List(t.Context(), regs, client.InNamespace(ws)); err != nil {
+		t.Fatal(err)
+	}
+	c.registrations, c.serviceAccounts, c.secrets = len(regs.Items), len(sas.Items), len(secrets.Items)
+	c.roles, c.roleBindings = countRBAC(t, sel)
+	return c
+}
+
+// waitEvent waits for an event with reason (and a note containing noteHas)
+// on the named registration.
+func waitEvent(t *testing.T, ws, name, reason, noteHas string) {
+	t.Helper()
+	eventually(t, 20*time.Second, fmt.Sprintf("event %s on ClusterRegistration %s/%s", reason, ws, name), func() error {
+		list := &eventsv1.EventList{}
+		if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "ClusterRegistration" && e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, noteHas) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none matching", len(list.Items))
+	})
+}
