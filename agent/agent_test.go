@@ -21,8 +21,8 @@ import (
 	"github.com/fluxcd/pkg/ssa"
 	"go.uber.org/zap/zapcore"
 
-	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/agent"
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
