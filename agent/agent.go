@@ -12,12 +12,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -122,6 +124,7 @@ func (a *Agent) Registered() (namespace, name string) {
 // run connects (using the stored credential or registering), works until
 // the credential is lost, and starts over, with backoff on failure.
 func (a *Agent) run(ctx context.Context) error {
+	a.hardenDefaultServiceAccount(ctx)
 	delay := time.Second
 	for ctx.Err() == nil {
 		cred, err := a.connect(ctx)
@@ -226,5 +229,23 @@ func (a *Agent) event(ctx context.Context, typ, reason, msg string) {
 	}
 	if err := a.local.Create(ctx, ev); err != nil {
 		a.log.Info("could not record event", "error", err.Error())
+	}
+}
+
+// hardenDefaultServiceAccount turns off token automounting for the agent
+// namespace's default ServiceAccount: only the agent needs a token there.
+// The chart cannot own that object (the namespace makes it before helm
+// install runs), so the agent sets the one field, with server-side apply.
+func (a *Agent) hardenDefaultServiceAccount(ctx context.Context) {
+	sa := &unstructured.Unstructured{}
+	sa.SetAPIVersion("v1")
+	sa.SetKind("ServiceAccount")
+	sa.SetNamespace(a.opts.Namespace)
+	sa.SetName("default")
+	if err := unstructured.SetNestedField(sa.Object, false, "automountServiceAccountToken"); err != nil {
+		return
+	}
+	if err := a.local.Patch(ctx, sa, client.Apply, client.FieldOwner(apply.FieldManager), client.ForceOwnership); err != nil {
+		a.log.Info("could not turn off token automounting of the default ServiceAccount", "error", err.Error())
 	}
 }

@@ -192,10 +192,13 @@ func TestAgentRender_Customisations(t *testing.T) {
 			if v.ClientID != renderer.ClientIDPlaceholder {
 				t.Errorf("clientID %q, want the placeholder", v.ClientID)
 			}
-			for _, name := range []string{"fleet-agent", "default"} {
-				if find(t, objects(t, out), "ServiceAccount", name) == nil {
-					t.Errorf("no ServiceAccount %s", name)
-				}
+			if find(t, objects(t, out), "ServiceAccount", "fleet-agent") == nil {
+				t.Error("no ServiceAccount fleet-agent")
+			}
+			// The namespace's default ServiceAccount exists before helm
+			// install runs: the chart must not create it (the agent hardens it).
+			if find(t, objects(t, out), "ServiceAccount", "default") != nil {
+				t.Error("the chart creates ServiceAccount default: helm install would fail on it")
 			}
 			if find(t, objects(t, out), "NetworkPolicy", "default-allow-all") == nil || find(t, objects(t, out), "ClusterRole", "cattle-fleet-system-fleet-agent-role") == nil {
 				t.Error("missing NetworkPolicy or ClusterRole")
