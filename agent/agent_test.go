@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -59,6 +60,9 @@ func TestMain(m *testing.M) {
 			AgentCheckinInterval:         metav1.Duration{Duration: heartbeat},
 			OfflineAfterMissedHeartbeats: 3,
 			RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
+			// Registration tests: no agent Bundles (nothing applies them
+			// here, and their pending state would hold Ready back).
+			ManageAgent: ptr.To(false),
 		},
 		MetricsAddress: "0",
 		ProbeAddress:   "0",

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/registration"
@@ -133,6 +134,13 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Recorder:                events,
 		CredentialPickupTimeout: opts.CredentialPickupTimeout,
 	}).SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
+	if err := (&bundle.Reconciler{
+		Client:   mgr.GetClient(),
+		Cache:    mgr.GetCache(),
+		Recorder: events,
+	}).SetupWithManager(mgr, 0); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -24,6 +24,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -98,6 +99,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, nil
 		}
 		o.failure = waiting(fleet.ProgressingReason, "writing the agent Bundle failed: %v", err)
+		return ctrl.Result{}, err
+	}
+	if err := r.summarizeBundles(ctx, cluster, &o); err != nil {
 		return ctrl.Result{}, err
 	}
 	if cluster.Spec.KubeConfigSecret != "" {
@@ -212,4 +216,22 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster
 // ignoring condition timestamps that SetStatusCondition keeps stable anyway.
 func equalStatus(a, b *fleet.Cluster) bool {
 	return statusEqual(a.Status, b.Status)
+}
+
+// summarizeBundles aggregates the cluster's BundleDeployments into its
+// status (the BUNDLES-READY column) and the outcome.
+func (r *Reconciler) summarizeBundles(ctx context.Context, cluster *fleet.Cluster, o *outcome) error {
+	list := &fleet.BundleDeploymentList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(cluster.Status.Namespace)); err != nil {
+		return err
+	}
+	o.bundles = summary.Summarize(list.Items)
+	cluster.Status.Summary = o.bundles
+	cluster.Status.Display.ReadyBundles = fmt.Sprintf("%d/%d", o.bundles.Ready, o.bundles.DesiredReady)
+	a := cluster.Status.Agent
+	if a.NodeCount > 0 {
+		cluster.Status.Display.ReadyNodes = fmt.Sprintf("%d/%d", a.ReadyNodeCount, a.NodeCount)
+		cluster.Status.Display.SampleNode = a.SampleNode
+	}
+	return nil
 }

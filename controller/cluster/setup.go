@@ -54,6 +54,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 			agentStatusChanged()))).
 		Owns(&fleet.ClusterRegistrationToken{}).
+		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(clusterOfDeployment)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret), builder.OnlyMetadata).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allClusters))).
 		WithOptions(controller.Options{
@@ -104,4 +105,13 @@ func agentStatusChanged() predicate.Predicate {
 			return ok1 && ok2 && !o.Status.Agent.LastSeen.Equal(&n.Status.Agent.LastSeen)
 		},
 	}
+}
+
+// clusterOfDeployment maps a BundleDeployment to its Cluster.
+func clusterOfDeployment(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[fleet.ClusterLabel] == "" || l[fleet.ClusterNamespaceLabel] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[fleet.ClusterNamespaceLabel], Name: l[fleet.ClusterLabel]}}}
 }

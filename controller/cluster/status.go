@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/summary"
 )
 
 // outcome is what one reconcile observed; computeConditions turns it into
@@ -24,6 +25,8 @@ type outcome struct {
 	// offlineAfter is how long without a heartbeat makes the agent offline.
 	offlineAfter time.Duration
 	now          time.Time
+	// bundles summarises the cluster's BundleDeployments.
+	bundles fleet.BundleSummary
 }
 
 // stepResult is one step's condition: ok, or a reason and message, and
@@ -80,6 +83,9 @@ func computeConditions(c *fleet.Cluster, o outcome) {
 	default:
 		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.StalledCondition)
 		ready, reason, msg := agentState(c, o)
+		if ready && summary.WorstState(o.bundles) != "" {
+			ready, reason, msg = false, fleet.BundleDeploymentsNotReadyReason, summary.ReadyMessage(o.bundles)
+		}
 		set(fleet.ReadyCondition, ready, reason, msg)
 		if ready {
 			meta.RemoveStatusCondition(&c.Status.Conditions, fleet.ReconcilingCondition)
@@ -117,7 +123,7 @@ func displayState(c *fleet.Cluster, o outcome) string {
 	if ready, reason, _ := agentState(c, o); !ready && reason == fleet.OfflineReason {
 		return "Offline"
 	}
-	return c.Status.Display.State
+	return string(summary.WorstState(o.bundles))
 }
 
 func statusEqual(a, b fleet.ClusterStatus) bool { return equality.Semantic.DeepEqual(a, b) }

@@ -1,0 +1,253 @@
+// Package deployer is the agent side of a BundleDeployment: it reads the
+// BundleDeployments of its cluster namespace upstream and their content
+// Secrets (internal/bundlecontent), applies the manifests to the downstream
+// cluster through the project's one server-side apply path
+// (internal/apply), prunes what left the bundle, keeps an inventory per
+// BundleDeployment downstream, and reports health (kstatus) and drift in the
+// BundleDeployment's status.
+//
+// Upstream, the deployer needs only what a cluster's request identity may
+// do: get/list/watch BundleDeployments and Secrets in its cluster namespace
+// and update/patch bundledeployments/status. It cannot hold a finalizer on a
+// BundleDeployment, so a deletion is noticed as a BundleDeployment that is
+// gone while its inventory ConfigMap (downstream, in the agent's namespace)
+// is still there; that also works across agent restarts.
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fluxcd/pkg/ssa"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/scheme"
+)
+
+// Options configure a Deployer.
+type Options struct {
+	// Upstream is the agent's request identity upstream. A token rotated
+	// behind the config (BearerTokenFile, WrapTransport) is picked up as
+	// client-go does.
+	Upstream *rest.Config
+	// Namespace is the cluster namespace upstream that holds this cluster's
+	// BundleDeployments and their content Secrets.
+	Namespace string
+	// Local is the downstream cluster (cluster-admin).
+	Local *rest.Config
+	// AgentNamespace is the agent's own namespace downstream; the inventory
+	// ConfigMaps live there.
+	AgentNamespace string
+
+	// ResyncInterval is how often an applied BundleDeployment is checked
+	// again for drift and health. Default 30s.
+	ResyncInterval time.Duration
+	// HealthTimeout is how long resources may take to become ready after an
+	// apply before the BundleDeployment reports HealthTimeout. Default 2m;
+	// spec.options.helm.timeoutSeconds overrides it when > 0.
+	HealthTimeout time.Duration
+	// Workers is the number of BundleDeployments handled at once. Default 4.
+	Workers int
+}
+
+func (o *Options) defaults() error {
+	switch {
+	case o.Upstream == nil:
+		return errors.New("deployer: no upstream configuration")
+	case o.Local == nil:
+		return errors.New("deployer: no local cluster configuration")
+	case o.Namespace == "":
+		return errors.New("deployer: no cluster namespace")
+	case o.AgentNamespace == "":
+		return errors.New("deployer: no agent namespace")
+	}
+	if o.ResyncInterval <= 0 {
+		o.ResyncInterval = 30 * time.Second
+	}
+	if o.HealthTimeout <= 0 {
+		o.HealthTimeout = 2 * time.Minute
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	return nil
+}
+
+// Deployer applies the BundleDeployments of one cluster namespace to the
+// downstream cluster.
+type Deployer struct {
+	opts Options
+	log  logr.Logger
+
+	mgr      manager.Manager
+	up       client.Client // cached BundleDeployments, status writes
+	upReader client.Reader // uncached: content Secrets, deletion checks
+	local    client.Client
+	rm       *ssa.ResourceManager
+	inv      *inventoryStore
+
+	// orphans feeds the reconciler the names of inventories found at start,
+	// so BundleDeployments deleted while the agent was down are pruned.
+	orphans chan event.GenericEvent
+
+	mu        sync.Mutex
+	appliedAt map[string]appliedRecord
+
+	// reconciles counts Reconcile calls (tests).
+	reconciles atomic.Int64
+}
+
+// appliedRecord remembers when a deployment was last applied, for the
+// health timeout.
+type appliedRecord struct {
+	id string
+	at time.Time
+}
+
+// New checks the options and assembles the deployer; nothing runs until Run.
+func New(opts Options) (*Deployer, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	log := ctrl.Log.WithName("deployer").WithValues("clusterNamespace", opts.Namespace)
+	local, err := client.New(rest.CopyConfig(opts.Local), client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the local cluster: %w", err)
+	}
+	up := rest.CopyConfig(opts.Upstream)
+	if up.UserAgent == "" {
+		up.UserAgent = "fleet-agent-deployer"
+	}
+	mgr, err := ctrl.NewManager(up, ctrl.Options{
+		Scheme: scheme.Scheme,
+		Logger: log,
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{opts.Namespace: {}},
+			DefaultTransform:  cache.TransformStripManagedFields(),
+		},
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Content Secrets are read on demand: only their metadata is
+			// watched, their data is never kept in memory.
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+		// Several agents (benchmarks, tests) may run in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the upstream manager: %w", err)
+	}
+	d := &Deployer{
+		opts:      opts,
+		log:       log,
+		mgr:       mgr,
+		up:        mgr.GetClient(),
+		upReader:  mgr.GetAPIReader(),
+		local:     local,
+		rm:        apply.NewManager(local),
+		inv:       newInventoryStore(local, opts.AgentNamespace),
+		orphans:   make(chan event.GenericEvent),
+		appliedAt: map[string]appliedRecord{},
+	}
+	if err := d.setup(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Deployer) setup() error {
+	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+	})
+	err := ctrl.NewControllerManagedBy(d.mgr).
+		Named("bundledeployment-deployer").
+		// Status writes (ours) do not change the generation: they must not
+		// wake the reconciler again.
+		For(&fleet.BundleDeployment{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesMetadata(&corev1.Secret{}, sameName).
+		WatchesRawSource(source.Channel(d.orphans, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: d.opts.Workers,
+			// Failures (API errors, kinds the cluster does not serve yet)
+			// back off from 1s to 5m per BundleDeployment.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		}).
+		Complete(d)
+	if err != nil {
+		return fmt.Errorf("setting up the BundleDeployment controller: %w", err)
+	}
+	// Inventories whose BundleDeployment is gone (deleted while the agent
+	// was down) are reconciled once at start: the reconciler prunes them.
+	return d.mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		names, err := d.inv.list(ctx)
+		if err != nil {
+			d.log.Error(err, "listing inventories at start; BundleDeployments deleted while the agent was down are pruned only when seen again")
+			return nil
+		}
+		for _, name := range names {
+			bd := &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: d.opts.Namespace, Name: name}}
+			select {
+			case d.orphans <- event.GenericEvent{Object: bd}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		return nil
+	}))
+}
+
+// Run runs the deployer until ctx ends. It returns an error only when it
+// cannot start (for example, when its caches cannot sync for lack of
+// permissions).
+func (d *Deployer) Run(ctx context.Context) error {
+	d.log.Info("starting", "agentNamespace", d.opts.AgentNamespace, "workers", d.opts.Workers)
+	return d.mgr.Start(ctx)
+}
+
+func (d *Deployer) recordApplied(name, id string, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.appliedAt[name] = appliedRecord{id: id, at: at}
+}
+
+func (d *Deployer) lastApplied(name, id string) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.appliedAt[name]
+	if !ok || r.id != id {
+		return time.Time{}, false
+	}
+	return r.at, true
+}
+
+func (d *Deployer) forget(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.appliedAt, name)
+}

@@ -1,0 +1,487 @@
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
+	"github.com/fluxcd/pkg/ssa"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+const (
+	// contentRetry is how soon a BundleDeployment waiting for its content is
+	// looked at again (the Secret watch usually comes first).
+	contentRetry = 5 * time.Second
+	// healthPoll is how often resources that are not ready yet are checked
+	// again, until the health timeout.
+	healthPoll = 2 * time.Second
+	// agentBundlePrefix names the agent's own Bundle's BundleDeployment.
+	agentBundlePrefix = "fleet-agent-"
+)
+
+// Reconcile applies one BundleDeployment, or prunes it when it is gone.
+//
+// Requeue table: API errors and kinds the cluster does not serve yet →
+// error (backoff 1s..5m); waiting for content → contentRetry; resources not
+// ready within the health timeout → healthPoll; otherwise → ResyncInterval
+// (drift and health check). Undecodable manifests → terminal error: only new
+// content helps, and new content wakes the reconciler.
+func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	d.reconciles.Add(1)
+	log := ctrl.LoggerFrom(ctx)
+	bd := &fleet.BundleDeployment{}
+	if err := d.up.Get(ctx, req.NamespacedName, bd); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		return d.removeDeleted(ctx, req.Name)
+	}
+	orig := bd.DeepCopy()
+	obs, res, rerr := d.reconcile(ctx, bd)
+	st := computeStatus(bd.Status, obs)
+	if !equality.Semantic.DeepEqual(st, bd.Status) {
+		bd.Status = st
+		if err := d.up.Status().Patch(ctx, bd, client.MergeFrom(orig)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil // deleted meanwhile: prune
+			}
+			return ctrl.Result{}, errors.Join(rerr, fmt.Errorf("patching status of bundledeployment %s/%s: %w", bd.Namespace, bd.Name, err))
+		}
+	}
+	if rerr != nil {
+		var ie *inputError
+		if errors.As(rerr, &ie) {
+			log.Info("bundle cannot be applied", "error", rerr.Error())
+		}
+		return ctrl.Result{}, rerr
+	}
+	return res, nil
+}
+
+// reconcile is the deploy and monitor steps of a BundleDeployment that
+// exists, as a straight line.
+func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (observation, ctrl.Result, error) {
+	opts := bd.Spec.Options
+	o := observation{
+		Generation:          bd.Generation,
+		DeploymentID:        bd.Spec.DeploymentID,
+		ForceSyncGeneration: opts.ForceSyncGeneration,
+		Paused:              bd.Spec.Paused,
+	}
+	fail := func(reason string, err error) (observation, ctrl.Result, error) {
+		o.Failed = &failure{Reason: reason, Message: err.Error()}
+		return o, ctrl.Result{}, err
+	}
+
+	upToDate := bd.Spec.DeploymentID == bd.Status.AppliedDeploymentID &&
+		bd.Status.SyncGeneration != nil && *bd.Status.SyncGeneration == opts.ForceSyncGeneration
+	if bd.Spec.Paused && !upToDate {
+		// Nothing is applied while paused; what the inventory holds is
+		// still watched for health.
+		prev, err := d.inv.get(ctx, bd.Name)
+		if err != nil || prev == nil {
+			return o, ctrl.Result{}, err
+		}
+		return d.monitor(ctx, bd, o, prev.Resources, nil)
+	}
+
+	// Content.
+	if bd.Spec.DeploymentID == "" {
+		o.Waiting = "the BundleDeployment names no deployment yet"
+		return o, ctrl.Result{}, nil
+	}
+	manifests, waiting, err := d.readContent(ctx, bd)
+	if err != nil {
+		var ie *inputError
+		if errors.As(err, &ie) {
+			return fail(ContentInvalidReason, err)
+		}
+		return o, ctrl.Result{}, err
+	}
+	if waiting != "" {
+		o.Waiting = waiting
+		return o, ctrl.Result{RequeueAfter: contentRetry}, nil
+	}
+
+	// Objects.
+	objs, err := renderer.DecodeObjects(manifests)
+	if err != nil {
+		return fail(fleet.ApplyFailedReason, reconcile.TerminalError(&inputError{err: err}))
+	}
+	p, err := prepareObjects(objs, opts, d.local.RESTMapper(), func(objs []*unstructured.Unstructured) {
+		d.rm.SetOwnerLabels(objs, bd.Name, bd.Namespace)
+	})
+	if err != nil {
+		return fail(fleet.ApplyFailedReason, err)
+	}
+	refs := p.refs()
+	prev, err := d.inv.get(ctx, bd.Name)
+	if err != nil {
+		return o, ctrl.Result{}, err
+	}
+
+	// Apply: a new deployment, a forced sync, an inventory that misses
+	// objects of the bundle, or drift to correct.
+	correct := correctDrift(bd)
+	needApply := !bd.Spec.Paused && (!upToDate || !prev.contains(refs))
+	var drift []driftEntry
+	if !needApply {
+		if prev == nil {
+			// Paused before anything was applied: nothing to monitor.
+			return o, ctrl.Result{}, nil
+		}
+		if drift, err = d.diff(ctx, p.objects); err != nil {
+			return d.monitorFailed(o, refs, err)
+		}
+		if correct != nil && len(drift) > 0 && !bd.Spec.Paused {
+			needApply = true
+			for _, e := range drift {
+				o.Corrected = append(o.Corrected, e.ref.String())
+			}
+			ctrl.LoggerFrom(ctx).Info("correcting drift", "resources", o.Corrected)
+		}
+	}
+	if needApply {
+		if err := d.apply(ctx, bd, p, prev, correct); err != nil {
+			return fail(fleet.ApplyFailedReason, err)
+		}
+		o.Applied = true
+		if !upToDate {
+			d.recordApplied(bd.Name, bd.Spec.DeploymentID, time.Now())
+		}
+		if drift, err = d.diff(ctx, p.objects); err != nil {
+			return d.monitorFailed(o, refs, err)
+		}
+	}
+	return d.monitor(ctx, bd, o, refs, drift)
+}
+
+// monitor reports drift (already computed) and health of the inventory,
+// and says when to look again.
+func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, o observation, refs []objRef, drift []driftEntry) (observation, ctrl.Result, error) {
+	o.Resources = resources(refs)
+	o.Monitored = true
+	for _, e := range drift {
+		o.Modified = append(o.Modified, e.status())
+	}
+	nonReady, err := d.health(ctx, refs)
+	if err != nil {
+		return d.monitorFailed(o, refs, err)
+	}
+	o.NonReady = nonReady
+	if len(nonReady) == 0 {
+		return o, ctrl.Result{RequeueAfter: d.resync()}, nil
+	}
+	timeout := d.opts.HealthTimeout
+	if h := bd.Spec.Options.Helm; h != nil && h.TimeoutSeconds > 0 {
+		timeout = time.Duration(h.TimeoutSeconds) * time.Second
+	}
+	since, ok := d.lastApplied(bd.Name, bd.Spec.DeploymentID)
+	if !ok {
+		// Applied by an earlier agent: count from the Deployed condition.
+		since = time.Now()
+		if c := meta.FindStatusCondition(bd.Status.Conditions, fleet.DeployedCondition); c != nil && c.Status == metav1.ConditionTrue {
+			since = c.LastTransitionTime.Time
+		}
+		d.recordApplied(bd.Name, bd.Spec.DeploymentID, since)
+	}
+	if left := timeout - time.Since(since); left > 0 {
+		return o, ctrl.Result{RequeueAfter: min(healthPoll, left+100*time.Millisecond, d.opts.ResyncInterval)}, nil
+	}
+	o.HealthTimedOut = true
+	return o, ctrl.Result{RequeueAfter: d.resync()}, nil
+}
+
+func (d *Deployer) monitorFailed(o observation, refs []objRef, err error) (observation, ctrl.Result, error) {
+	o.Monitored = true
+	o.Resources = resources(refs)
+	o.MonitorError = err.Error()
+	return o, ctrl.Result{}, err
+}
+
+// resync is ResyncInterval with up to 10% jitter, so many BundleDeployments
+// do not all wake together.
+func (d *Deployer) resync() time.Duration {
+	i := d.opts.ResyncInterval
+	return i + time.Duration(rand.Int64N(int64(i)/10+1))
+}
+
+func correctDrift(bd *fleet.BundleDeployment) *fleet.CorrectDrift {
+	c := bd.Spec.CorrectDrift
+	if c == nil {
+		c = bd.Spec.Options.CorrectDrift
+	}
+	if c == nil || !c.Enabled {
+		return nil
+	}
+	return c
+}
+
+func resources(refs []objRef) []fleet.BundleDeploymentResource {
+	out := make([]fleet.BundleDeploymentResource, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, r.resource())
+	}
+	return out
+}
+
+// readContent returns the manifests of a BundleDeployment, or why it waits.
+func (d *Deployer) readContent(ctx context.Context, bd *fleet.BundleDeployment) ([]byte, string, error) {
+	s := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: bd.Namespace, Name: bundlecontent.SecretName(bd.Name)}
+	if err := d.upReader.Get(ctx, key, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Sprintf("waiting for the content secret %s/%s", key.Namespace, key.Name), nil
+		}
+		return nil, "", fmt.Errorf("reading content secret %s/%s: %w", key.Namespace, key.Name, err)
+	}
+	manifests, err := bundlecontent.Decode(s, "")
+	if err != nil {
+		return nil, "", &inputError{err: err}
+	}
+	want := bundlecontent.SplitDeploymentID(bd.Spec.DeploymentID)
+	if got := bundlecontent.ManifestID(manifests); got != want {
+		return nil, fmt.Sprintf("waiting for content %s: the content secret %s/%s holds %s", shortID(want), key.Namespace, key.Name, shortID(got)), nil
+	}
+	return manifests, "", nil
+}
+
+// apply applies a prepared bundle staged (CRDs, namespaces and cluster
+// roles first), prunes what left it and stores the new inventory. For the
+// agent's own bundle, the whole set is dry-run first: a bundle that would
+// fail half-way is not applied at all.
+func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, p *prepared, prev *inventory, correct *fleet.CorrectDrift) error {
+	objs := p.all()
+	if strings.HasPrefix(bd.Name, agentBundlePrefix) {
+		if err := d.dryRunAll(ctx, objs); err != nil {
+			return fmt.Errorf("the agent bundle was not applied, its dry run failed: %w", err)
+		}
+	}
+	opts := ssa.DefaultApplyOptions()
+	opts.WaitInterval = 500 * time.Millisecond
+	opts.Force = correct != nil && correct.Force
+	refs := p.refs()
+	cs, err := d.rm.ApplyAllStaged(ctx, objs, opts)
+	if err != nil {
+		// Some objects may be applied: remember them with the previous ones,
+		// so a later prune finds them.
+		if perr := d.inv.put(ctx, d.newInventory(bd, union(refs, prev))); perr != nil {
+			err = errors.Join(err, perr)
+		}
+		return err
+	}
+	if changed := changes(cs); len(changed) > 0 {
+		ctrl.LoggerFrom(ctx).Info("applied", "changes", changed)
+	}
+	if stale := prev.without(refs); len(stale) > 0 && !bd.Spec.Options.KeepResources {
+		if err := d.prune(ctx, stale, bd.Name, bd.Namespace); err != nil {
+			if perr := d.inv.put(ctx, d.newInventory(bd, union(refs, prev))); perr != nil {
+				err = errors.Join(err, perr)
+			}
+			return err
+		}
+	}
+	return d.inv.put(ctx, d.newInventory(bd, refs))
+}
+
+func (d *Deployer) newInventory(bd *fleet.BundleDeployment, refs []objRef) *inventory {
+	return &inventory{
+		BundleDeployment: bd.Name,
+		ClusterNamespace: bd.Namespace,
+		KeepResources:    bd.Spec.Options.KeepResources,
+		Resources:        refs,
+	}
+}
+
+func changes(cs *ssa.ChangeSet) []string {
+	var out []string
+	for _, e := range cs.Entries {
+		if e.Action != ssa.UnchangedAction && e.Action != ssa.SkippedAction {
+			out = append(out, e.String())
+		}
+	}
+	return out
+}
+
+// dryRunAll server-side dry-runs every object. Objects that cannot be
+// dry-run before the rest is applied are let through: those in a namespace
+// the set creates, and custom resources whose CRD the set brings.
+func (d *Deployer) dryRunAll(ctx context.Context, objs []*unstructured.Unstructured) error {
+	newNS := map[string]bool{}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" {
+			newNS[o.GetName()] = true
+		}
+	}
+	var errs []error
+	for _, o := range objs {
+		_, _, _, err := d.rm.Diff(ctx, o.DeepCopy(), ssa.DefaultDiffOptions())
+		switch {
+		case err == nil:
+		case meta.IsNoMatchError(err):
+		case apierrors.IsNotFound(err) && newNS[o.GetNamespace()]:
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prune deletes objects that carry the BundleDeployment's owner labels, and
+// not the prune-disabled annotation. Kinds no longer served count as gone.
+func (d *Deployer) prune(ctx context.Context, refs []objRef, name, namespace string) error {
+	objs := make([]*unstructured.Unstructured, 0, len(refs))
+	for _, r := range refs {
+		objs = append(objs, r.object())
+	}
+	// Dependents first, CRDs and namespaces last.
+	sort.Sort(sort.Reverse(ssa.SortableUnstructureds(objs)))
+	opts := ssa.DefaultDeleteOptions()
+	opts.Inclusions = d.rm.GetOwnerLabels(name, namespace)
+	opts.Exclusions = map[string]string{PruneAnnotation: PruneDisabled}
+	var errs []error
+	var deleted []string
+	for _, o := range objs {
+		cse, err := d.rm.Delete(ctx, o, opts)
+		switch {
+		case err == nil:
+			if cse.Action == ssa.DeletedAction {
+				deleted = append(deleted, cse.Subject)
+			}
+		case meta.IsNoMatchError(err):
+		default:
+			errs = append(errs, err)
+		}
+	}
+	if len(deleted) > 0 {
+		ctrl.LoggerFrom(ctx).Info("pruned", "resources", deleted)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pruning: %w", err)
+	}
+	return nil
+}
+
+// removeDeleted prunes what a deleted BundleDeployment applied, unless it
+// asked to keep its resources, and forgets its inventory.
+func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result, error) {
+	inv, err := d.inv.get(ctx, name)
+	if err != nil || inv == nil {
+		d.forget(name)
+		return ctrl.Result{}, err
+	}
+	// The cache says it is gone; make sure before deleting anything.
+	err = d.upReader.Get(ctx, client.ObjectKey{Namespace: d.opts.Namespace, Name: name}, &fleet.BundleDeployment{})
+	switch {
+	case err == nil:
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, err
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if inv.KeepResources {
+		log.Info("bundledeployment deleted, keeping its resources", "resources", len(inv.Resources))
+	} else {
+		log.Info("bundledeployment deleted, pruning its resources", "resources", len(inv.Resources))
+		if err := d.prune(ctx, inv.Resources, inv.BundleDeployment, inv.ClusterNamespace); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if err := d.inv.remove(ctx, name); err != nil {
+		return ctrl.Result{}, err
+	}
+	d.forget(name)
+	return ctrl.Result{}, nil
+}
+
+// driftEntry is one object that differs from the bundle.
+type driftEntry struct {
+	ref     objRef
+	missing bool
+	summary string
+}
+
+func (e driftEntry) status() fleet.ModifiedStatus {
+	return fleet.ModifiedStatus{
+		Kind: e.ref.Kind, APIVersion: e.ref.APIVersion, Namespace: e.ref.Namespace, Name: e.ref.Name,
+		Create: e.missing, Patch: e.summary,
+	}
+}
+
+// diff dry-runs every object and reports those that are missing or differ
+// from what applying them would make.
+func (d *Deployer) diff(ctx context.Context, objs []*unstructured.Unstructured) ([]driftEntry, error) {
+	var out []driftEntry
+	var errs []error
+	for _, o := range objs {
+		ref := refOf(o)
+		cse, live, merged, err := d.rm.Diff(ctx, o.DeepCopy(), ssa.DefaultDiffOptions())
+		switch {
+		case err != nil && (apierrors.IsNotFound(err) || meta.IsNoMatchError(err)):
+			// Its namespace or its CRD is gone: so is the object.
+			out = append(out, driftEntry{ref: ref, missing: true})
+		case err != nil:
+			errs = append(errs, fmt.Errorf("checking %s for drift: %w", ref, err))
+		case cse.Action == ssa.CreatedAction:
+			out = append(out, driftEntry{ref: ref, missing: true})
+		case cse.Action == ssa.ConfiguredAction:
+			e := driftEntry{ref: ref}
+			if live != nil && merged != nil {
+				e.summary = driftSummary(live.Object, merged.Object)
+			}
+			out = append(out, e)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// health computes the kstatus of every object, one GET each.
+func (d *Deployer) health(ctx context.Context, refs []objRef) ([]fleet.NonReadyStatus, error) {
+	var out []fleet.NonReadyStatus
+	for _, r := range refs {
+		nr := fleet.NonReadyStatus{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}
+		u := r.object()
+		err := d.local.Get(ctx, client.ObjectKeyFromObject(u), u)
+		switch {
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+			nr.Summary = "not found"
+			out = append(out, nr)
+			continue
+		case err != nil:
+			return out, fmt.Errorf("checking the health of %s: %w", r, err)
+		}
+		res, err := status.Compute(u)
+		if err != nil {
+			nr.Summary = "status unknown: " + err.Error()
+			out = append(out, nr)
+			continue
+		}
+		if res.Status == status.CurrentStatus {
+			continue
+		}
+		nr.Summary = string(res.Status)
+		if res.Message != "" {
+			nr.Summary += ": " + res.Message
+		}
+		out = append(out, nr)
+	}
+	return out, nil
+}

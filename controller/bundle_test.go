@@ -1,0 +1,280 @@
+package controller_test
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+const webChart = `apiVersion: v2
+name: web
+version: 0.1.0
+`
+
+const webTemplate = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-settings
+data:
+  replicas: {{ .Values.replicas | quote }}
+`
+
+// webBundle is a Helm chart plus a kustomize overlay, targeted by label.
+func webBundle(ws string) *fleet.Bundle {
+	return &fleet.Bundle{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "web"},
+		Spec: fleet.BundleSpec{
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{
+				DefaultNamespace: "web",
+				Helm:             &fleet.HelmOptions{Chart: "chart", Values: &fleet.GenericMap{Data: map[string]any{"replicas": 1}}},
+				Kustomize:        &fleet.KustomizeOptions{Dir: "overlay"},
+			},
+			Resources: []fleet.BundleResource{
+				{Name: "chart/Chart.yaml", Content: webChart},
+				{Name: "chart/values.yaml", Content: "replicas: 1\n"},
+				{Name: "chart/templates/cm.yaml", Content: webTemplate},
+				{Name: "overlay/kustomization.yaml", Content: "labels:\n- pairs:\n    team: web\n"},
+			},
+			Targets: []fleet.BundleTarget{
+				{Name: "prod", ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
+					BundleDeploymentOptions: fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Values: &fleet.GenericMap{Data: map[string]any{"replicas": 3}}}}},
+				{Name: "gold", ClusterGroup: "gold"},
+			},
+		},
+	}
+}
+
+func newCluster(t *testing.T, ws, name string, labels map[string]string) *fleet.Cluster {
+	t.Helper()
+	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name, Labels: labels}, Spec: fleet.ClusterSpec{ClientID: name}}
+	if err := up.Create(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// deployedTo returns the clusters that have a BundleDeployment of the bundle.
+func deployedTo(t *testing.T, ws, bundle string) []string {
+	t.Helper()
+	list := &fleet.BundleDeploymentList{}
+	if err := up.List(t.Context(), list, client.MatchingLabels{fleet.BundleLabel: bundle, fleet.BundleNamespaceLabel: ws}); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, bd := range list.Items {
+		if bd.DeletionTimestamp.IsZero() {
+			out = append(out, bd.Labels[fleet.ClusterLabel])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func waitDeployedTo(t *testing.T, ws, bundle string, want ...string) {
+	t.Helper()
+	sort.Strings(want)
+	eventually(t, 30*time.Second, fmt.Sprintf("bundle %s deployed to exactly %v", bundle, want), func() error {
+		if got := deployedTo(t, ws, bundle); strings.Join(got, ",") != strings.Join(want, ",") {
+			return fmt.Errorf("deployed to %v", got)
+		}
+		return nil
+	})
+}
+
+// content returns the rendered manifests a cluster's BundleDeployment points at.
+func content(t *testing.T, ws, cluster, bundle string) string {
+	t.Helper()
+	ns := names.ClusterNamespace(ws, cluster)
+	bd := &fleet.BundleDeployment{}
+	var manifests []byte
+	eventually(t, 30*time.Second, "content of "+ns+"/"+bundle, func() error {
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: bundle}, bd); err != nil {
+			return err
+		}
+		s := &corev1.Secret{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: bundlecontent.SecretName(bundle)}, s); err != nil {
+			return err
+		}
+		var err error
+		manifests, err = bundlecontent.Decode(s, bundlecontent.SplitDeploymentID(bd.Spec.DeploymentID))
+		return err
+	})
+	return string(manifests)
+}
+
+func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
+	ws := newNamespace(t, up, "fleet-bundles-")
+	newCluster(t, ws, "prod-1", map[string]string{"env": "prod"})
+	newCluster(t, ws, "dev-1", map[string]string{"env": "dev"})
+	gold := newCluster(t, ws, "gold-1", map[string]string{"env": "dev", "tier": "gold"})
+	if err := up.Create(t.Context(), &fleet.ClusterGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "gold"},
+		Spec: fleet.ClusterGroupSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Create(t.Context(), webBundle(ws)); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, "web", "prod-1", "gold-1")
+
+	prod := content(t, ws, "prod-1", "web")
+	for _, want := range []string{"name: web-settings", `replicas: "3"`, "team: web"} {
+		if !strings.Contains(prod, want) {
+			t.Errorf("prod content lacks %q (target values, release name, overlay):\n%s", want, prod)
+		}
+	}
+	if g := content(t, ws, "gold-1", "web"); !strings.Contains(g, `replicas: "1"`) {
+		t.Errorf("gold content must use the bundle's values:\n%s", g)
+	}
+	bd := &fleet.BundleDeployment{}
+	if err := up.Get(t.Context(), client.ObjectKey{Namespace: names.ClusterNamespace(ws, "prod-1"), Name: "web"}, bd); err != nil {
+		t.Fatal(err)
+	}
+	if bd.Spec.Options.DefaultNamespace != "web" || !strings.HasPrefix(bd.Spec.DeploymentID, "s-") {
+		t.Errorf("BundleDeployment spec: %+v", bd.Spec)
+	}
+
+	// Labels change: dev-1 joins prod, gold-1 leaves the group.
+	dev := &fleet.Cluster{}
+	if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "dev-1"}, dev); err != nil {
+		t.Fatal(err)
+	}
+	dev.Labels["env"] = "prod"
+	if err := up.Update(t.Context(), dev); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Get(t.Context(), client.ObjectKeyFromObject(gold), gold); err != nil {
+		t.Fatal(err)
+	}
+	delete(gold.Labels, "tier")
+	if err := up.Update(t.Context(), gold); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, "web", "prod-1", "dev-1")
+
+	// The bundle reports every cluster waiting for its agent to apply.
+	eventually(t, 30*time.Second, "bundle status", func() error {
+		b := &fleet.Bundle{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "web"}, b); err != nil {
+			return err
+		}
+		r := meta.FindStatusCondition(b.Status.Conditions, fleet.ReadyCondition)
+		if b.Status.Display.ReadyClusters != "0/2" || b.Status.Summary.WaitApplied != 2 || r == nil || !strings.Contains(r.Message, "WaitApplied(2)") {
+			return fmt.Errorf("status %+v", b.Status)
+		}
+		return nil
+	})
+	// prod-1 has two: web and its own agent Bundle (manageagent).
+	eventually(t, 30*time.Second, "cluster BUNDLES-READY", func() error {
+		c := &fleet.Cluster{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "prod-1"}, c); err != nil {
+			return err
+		}
+		if c.Status.Display.ReadyBundles != "0/2" {
+			return fmt.Errorf("readyBundles %q", c.Status.Display.ReadyBundles)
+		}
+		return nil
+	})
+
+	// Deleting the bundle removes its deployments and their content.
+	if err := up.Delete(t.Context(), webBundle(ws)); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, "web")
+	eventually(t, 30*time.Second, "content garbage-collected", func() error {
+		err := up.Get(t.Context(), client.ObjectKey{Namespace: names.ClusterNamespace(ws, "prod-1"), Name: "web"}, &corev1.Secret{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("content Secret still there: %v", err)
+	})
+}
+
+func TestBundle_PausedStagesChangesWithoutDeploying(t *testing.T) {
+	ws := newNamespace(t, up, "fleet-paused-")
+	newCluster(t, ws, "prod-1", map[string]string{"env": "prod"})
+	b := webBundle(ws)
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, "web", "prod-1")
+	before := content(t, ws, "prod-1", "web")
+	key := client.ObjectKey{Namespace: names.ClusterNamespace(ws, "prod-1"), Name: "web"}
+	bd := &fleet.BundleDeployment{}
+	if err := up.Get(t.Context(), key, bd); err != nil {
+		t.Fatal(err)
+	}
+	deployed := bd.Spec.DeploymentID
+
+	if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.Paused = true
+	b.Spec.Helm.Values.Data["replicas"] = 7
+	b.Spec.Targets[0].Helm = nil
+	if err := up.Update(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "change staged", func() error {
+		if err := up.Get(t.Context(), key, bd); err != nil {
+			return err
+		}
+		if !bd.Spec.Paused || bd.Spec.StagedDeploymentID == deployed || bd.Spec.DeploymentID != deployed {
+			return fmt.Errorf("spec %+v", bd.Spec)
+		}
+		return nil
+	})
+	if after := content(t, ws, "prod-1", "web"); after != before {
+		t.Error("a paused bundle changed the content in force")
+	}
+	b.Spec.Paused = false
+	if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.Paused = false
+	if err := up.Update(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "unpaused change deployed", func() error {
+		if !strings.Contains(content(t, ws, "prod-1", "web"), `replicas: "7"`) {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+}
+
+func TestBundle_InvalidTargetIsStalled(t *testing.T) {
+	ws := newNamespace(t, up, "fleet-badtarget-")
+	newCluster(t, ws, "c", map[string]string{"env": "prod"})
+	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "bad"}, Spec: fleet.BundleSpec{
+		Resources: []fleet.BundleResource{{Name: "cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"}},
+		Targets: []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "env", Operator: "Like", Values: []string{"p"}}}}}},
+	}}
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "Stalled TargetsInvalid", func() error {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		s := meta.FindStatusCondition(b.Status.Conditions, fleet.StalledCondition)
+		if s == nil || s.Reason != fleet.TargetsInvalidReason || !strings.Contains(s.Message, "spec.targets[0]") {
+			return fmt.Errorf("conditions %+v", b.Status.Conditions)
+		}
+		return nil
+	})
+	_ = renderer.TokenPlaceholder
+}
