@@ -21,6 +21,7 @@ import (
 
 	"github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/controller/cluster"
+	"github.com/gitops-fleet/fleet/controller/clustergroup"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
@@ -141,6 +142,9 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Cache:    mgr.GetCache(),
 		Recorder: events,
 	}).SetupWithManager(mgr, 0); err != nil {
+		return nil, err
+	}
+	if err := (&clustergroup.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -16,8 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
@@ -28,6 +32,14 @@ import (
 var env *controlplane.Env
 
 func TestMain(m *testing.M) {
+	level := zapcore.ErrorLevel
+	switch os.Getenv("FLEET_TEST_LOG") {
+	case "debug":
+		level = zapcore.DebugLevel
+	case "info":
+		level = zapcore.InfoLevel
+	}
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	var err error
 	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 1})
@@ -195,16 +207,19 @@ func (f *fixture) writeContent(name, manifests string) {
 // updateBD creates or updates a BundleDeployment's spec.
 func (f *fixture) updateBD(name string, mutate func(*fleet.BundleDeployment)) {
 	f.t.Helper()
-	bd := &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
-	err := f.up.Get(f.t.Context(), client.ObjectKeyFromObject(bd), bd)
-	switch {
-	case apierrors.IsNotFound(err):
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		bd := &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
+		err := f.up.Get(f.t.Context(), client.ObjectKeyFromObject(bd), bd)
+		switch {
+		case apierrors.IsNotFound(err):
+			mutate(bd)
+			return f.up.Create(f.t.Context(), bd)
+		case err != nil:
+			return err
+		}
 		mutate(bd)
-		err = f.up.Create(f.t.Context(), bd)
-	case err == nil:
-		mutate(bd)
-		err = f.up.Update(f.t.Context(), bd)
-	}
+		return f.up.Update(f.t.Context(), bd)
+	})
 	if err != nil {
 		f.t.Fatal(err)
 	}

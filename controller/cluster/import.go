@@ -274,14 +274,23 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 	if err != nil {
 		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
 	}
-	ns := agentNamespaceObject(values.Internal.SystemNamespace)
-	objs = append([]*unstructured.Unstructured{ns}, objs...)
-
 	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), kubeconfig)
 	if err != nil {
 		return host, err
 	}
 	host = rc.Host
+	// Label the agent's objects as the agent's deployer labels what it
+	// applies from Bundle fleet-agent-<cluster>, so its adoption of them
+	// finds nothing to change.
+	bundleObjs := make([]*unstructured.Unstructured, 0, len(objs))
+	for i, o := range objs {
+		objs[i] = o.DeepCopy()
+		if o.GetKind() != "Secret" || o.GetName() != renderer.BootstrapSecretName {
+			bundleObjs = append(bundleObjs, objs[i])
+		}
+	}
+	rc.Applier.SetOwnerLabels(bundleObjs, names.AgentBundle(cluster.Name), cluster.Status.Namespace)
+	objs = append([]*unstructured.Unstructured{agentNamespaceObject(values.Internal.SystemNamespace)}, objs...)
 	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: CredentialSecretName}}
 	if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
 		return host, err
