@@ -32,6 +32,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand())
+	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newBenchCommand())
 	return root
 }

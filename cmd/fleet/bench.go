@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/gitops-fleet/fleet/internal/bench"
+)
+
+func newBenchCommand() *cobra.Command {
+	opts := bench.Options{}
+	var jsonFile string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure registration latency, scale and steady-state cost on local control planes",
+		Long: `Start an upstream and downstream control planes (bin/ must hold kube-apiserver,
+etcd and kube-controller-manager: make controlplane-bins), run this binary's
+controller as a separate process and agents in-process, and measure:
+render, agent-initiated, manager-initiated, scale and steady-state. Prints a
+table and, with --json, writes the results.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapErrorLevel())))
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			opts.FleetBinary = self
+			opts.Progress = cmd.ErrOrStderr()
+			results, err := bench.Run(cmd.Context(), opts)
+			bench.WriteTable(cmd.OutOrStdout(), results)
+			if jsonFile != "" && len(results) > 0 {
+				if werr := bench.WriteJSON(jsonFile, results); werr != nil {
+					return werr
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", jsonFile)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&opts.Quick, "quick", false, "smoke run for CI (under two minutes)")
+	f.IntVar(&opts.Clusters, "clusters", 0, "clusters in the scale scenario (default 1000, 50 with --quick)")
+	f.IntVar(&opts.Shards, "shards", 1, "controller shards")
+	f.StringVar(&jsonFile, "json", "", "write the results as JSON to this file")
+	return cmd
+}
+
+func zapErrorLevel() zapcore.Level { return zapcore.ErrorLevel }

@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Options select the run.
+type Options struct {
+	// Quick is the CI smoke run (under two minutes).
+	Quick bool
+	// Clusters is the size of the scale scenario (default 100 quick, 1000).
+	Clusters int
+	// Shards is the number of controller shards (only 1 for now).
+	Shards int
+	// FleetBinary runs the controller process.
+	FleetBinary string
+	// Progress receives one line per step.
+	Progress io.Writer
+}
+
+// Run runs every scenario and returns their results.
+func Run(ctx context.Context, opts Options) ([]Result, error) {
+	if opts.Shards > 1 {
+		return nil, errors.New("--shards > 1: sharded controllers are not implemented yet")
+	}
+	latencyN, downstreams, window, renders, heartbeat := 20, 3, time.Minute, 1000, 10*time.Second
+	if opts.Quick {
+		latencyN, downstreams, window, renders, heartbeat = 5, 2, 20*time.Second, 200, 5*time.Second
+	}
+	if opts.Clusters == 0 {
+		opts.Clusters = 1000
+		if opts.Quick {
+			opts.Clusters = 50
+		}
+	}
+	step := func(format string, args ...any) {
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+		}
+	}
+	var results []Result
+
+	step("render: %d agent renders", renders)
+	r, err := renderScenario(renders)
+	if err != nil {
+		return results, err
+	}
+	results = append(results, r)
+
+	step("starting an upstream and %d downstream control planes and the controller", downstreams)
+	h, err := startHarness(ctx, downstreams, heartbeat, opts.FleetBinary)
+	if err != nil {
+		return results, err
+	}
+	defer h.stop()
+
+	step("agent-initiated: %d registrations, one at a time", latencyN)
+	if r, err = h.agentInitiated(ctx, latencyN, opts.Progress); err != nil {
+		return results, fmt.Errorf("agent-initiated: %w (controller log: %s)", err, h.ctrlLog)
+	}
+	results = append(results, r)
+
+	step("manager-initiated: %d clusters, one at a time", latencyN)
+	if r, err = h.managerInitiated(ctx, latencyN); err != nil {
+		return results, fmt.Errorf("manager-initiated: %w", err)
+	}
+	results = append(results, r)
+
+	as := &agents{}
+	defer as.stopAll()
+	step("scale: %d agent-initiated registrations at once", opts.Clusters)
+	r, _, err = h.scale(ctx, opts.Clusters, as)
+	if err != nil {
+		return results, fmt.Errorf("scale: %w", err)
+	}
+	results = append(results, r)
+
+	step("steady-state: %d clusters reporting every %s, measured for %s", opts.Clusters, heartbeat, window)
+	if r, err = h.steadyState(ctx, opts.Clusters, window); err != nil {
+		return results, fmt.Errorf("steady-state: %w", err)
+	}
+	results = append(results, r)
+	return results, nil
+}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+)
+
+// harness is the benchmark's world: control planes and a controller process.
+type harness struct {
+	env        *controlplane.Env
+	dir        string
+	controller *exec.Cmd
+	ctrlLog    string
+	heartbeat  time.Duration
+}
+
+func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, fleetBin string) (*harness, error) {
+	env, err := controlplane.Start(ctx, controlplane.Options{Downstreams: downstreams,
+		// Many agents at once: leave the API server room.
+		APIServerFlags: []string{"max-requests-inflight=2000", "max-mutating-requests-inflight=1000"}})
+	if err != nil {
+		return nil, err
+	}
+	h := &harness{env: env, heartbeat: heartbeat}
+	if h.dir, err = os.MkdirTemp("", "fleet-bench-"); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	if err := h.writeControllerConfig(ctx); err != nil {
+		h.stop()
+		return nil, err
+	}
+	kc := filepath.Join(h.dir, "upstream.kubeconfig")
+	if err := os.WriteFile(kc, env.Upstream.Kubeconfig, 0o600); err != nil {
+		h.stop()
+		return nil, err
+	}
+	h.ctrlLog = filepath.Join(h.dir, "controller.log")
+	logf, err := os.Create(h.ctrlLog)
+	if err != nil {
+		h.stop()
+		return nil, err
+	}
+	h.controller = exec.Command(fleetBin, "controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
+		"--metrics-address", "0", "--probe-address", "0", "--leader-elect=false", "--workers", "20")
+	h.controller.Stdout, h.controller.Stderr = logf, logf
+	if err := h.controller.Start(); err != nil {
+		h.stop()
+		return nil, fmt.Errorf("starting the controller (%s): %w", fleetBin, err)
+	}
+	return h, nil
+}
+
+// writeControllerConfig points agents at the upstream control plane.
+func (h *harness) writeControllerConfig(ctx context.Context) error {
+	c := h.env.Upstream.Clientset
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemNamespace}}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	doc := fmt.Sprintf(`{"apiServerURL": %q, "apiServerCA": %q, "agentCheckinInterval": %q, "offlineAfterMissedHeartbeats": 3, "requestCredentialTTL": "24h", "manageAgent": false}`,
+		h.env.Upstream.Config.Host, b64(h.env.Upstream.Config.CAData), h.heartbeat.String())
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemNamespace, Name: config.ConfigMapName},
+		Data: map[string]string{config.ConfigMapKey: doc}}
+	_, err := c.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+	return err
+}
+
+func (h *harness) stop() {
+	if h.controller != nil && h.controller.Process != nil {
+		_ = h.controller.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = h.controller.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = h.controller.Process.Kill()
+		}
+	}
+	if h.env != nil {
+		_ = h.env.Stop()
+	}
+	if h.dir != "" {
+		_ = os.RemoveAll(h.dir)
+	}
+}
+
+// controllerUsage reads the controller process's peak RSS (MB) and CPU
+// seconds so far from /proc.
+func (h *harness) controllerUsage() (peakRSSMB, cpuS float64) {
+	pid := h.controller.Process.Pid
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+				peakRSSMB = kb / 1024
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command (which may hold spaces) start after ")".
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+		if len(fields) > 13 {
+			ut, _ := strconv.ParseFloat(fields[11], 64)
+			st, _ := strconv.ParseFloat(fields[12], 64)
+			cpuS = (ut + st) / 100 // USER_HZ
+		}
+	}
+	return peakRSSMB, cpuS
+}
+
+// requestCounts sums the upstream API server's apiserver_request_total into
+// reads (GET, LIST, WATCH) and writes (everything else).
+func (h *harness) requestCounts(ctx context.Context) (reads, writes float64, err error) {
+	raw, err := h.env.Upstream.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading upstream metrics: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		i := strings.LastIndex(line, " ")
+		n, _ := strconv.ParseFloat(line[i+1:], 64)
+		verb := label(line, "verb")
+		switch verb {
+		case "GET", "LIST", "WATCH", "WATCHLIST":
+			reads += n
+		case "CONNECT":
+		default:
+			writes += n
+		}
+	}
+	return reads, writes, nil
+}
+
+func label(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	return rest[:strings.Index(rest, `"`)]
+}

@@ -1,0 +1,475 @@
+package bench
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/agent"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/scheme"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// tokenValues is what a ClusterRegistrationToken's values file holds.
+type tokenValues struct {
+	APIServerURL                string `json:"apiServerURL"`
+	APIServerCA                 string `json:"apiServerCA"`
+	ClusterNamespace            string `json:"clusterNamespace"`
+	SystemRegistrationNamespace string `json:"systemRegistrationNamespace"`
+	Token                       string `json:"token"`
+	TokenName                   string `json:"tokenName"`
+}
+
+// newWorkspace makes a namespace and a ClusterRegistrationToken in it, and
+// returns the token's values.
+func (h *harness) newWorkspace(ctx context.Context, name string) (*tokenValues, error) {
+	up := h.env.Upstream.Client
+	if err := up.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		return nil, err
+	}
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "bench"}}
+	if err := up.Create(ctx, tok); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		s := &corev1.Secret{}
+		if err := up.Get(ctx, client.ObjectKey{Namespace: name, Name: "bench"}, s); err == nil && len(s.Data["values"]) > 0 {
+			v := &tokenValues{}
+			if err := yaml.Unmarshal(s.Data["values"], v); err != nil {
+				return nil, err
+			}
+			if v.Token != "" {
+				return v, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil, errors.New("the token's values Secret did not appear within a minute: is the controller running? (see its log)")
+}
+
+// installBootstrap writes what `helm install fleet-agent` gives the agent to
+// start from: its namespace, the bootstrap Secret and the ConfigMap.
+func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns string, v *tokenValues, clientID string) error {
+	c := ds.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: renderer.BootstrapSecretName}, Data: map[string][]byte{
+		registration.BootstrapKeyAPIServerURL:                []byte(v.APIServerURL),
+		registration.BootstrapKeyAPIServerCA:                 []byte(v.APIServerCA),
+		registration.BootstrapKeyClusterNamespace:            []byte(v.ClusterNamespace),
+		registration.BootstrapKeySystemRegistrationNamespace: []byte(v.SystemRegistrationNamespace),
+		registration.BootstrapKeyToken:                       []byte(v.Token),
+		registration.BootstrapKeyTokenName:                   []byte(v.TokenName),
+	}}
+	if err := c.Create(ctx, boot); err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: agent.ConfigMapName},
+		Data: map[string]string{agent.ConfigMapKey: fmt.Sprintf(`{"clientID": %q, "labels": {"bench": "true"}}`, clientID)}}
+	return c.Create(ctx, cm)
+}
+
+// agents runs in-process agents and stops them all at the end.
+type agents struct {
+	mu      sync.Mutex
+	cancels []func()
+	wg      sync.WaitGroup
+}
+
+func (as *agents) start(ds *controlplane.ControlPlane, ns string, heartbeat time.Duration) (*agent.Agent, error) {
+	a, err := agent.New(agent.Options{Local: ds.Config, Namespace: ns, PodName: ns, CheckinInterval: heartbeat, RegistrationTimeout: 5 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	as.mu.Lock()
+	as.cancels = append(as.cancels, cancel)
+	as.mu.Unlock()
+	as.wg.Add(1)
+	go func() {
+		defer as.wg.Done()
+		_ = a.Run(ctx)
+	}()
+	return a, nil
+}
+
+func (as *agents) stopAll() {
+	as.mu.Lock()
+	for _, c := range as.cancels {
+		c()
+	}
+	as.cancels = nil
+	as.mu.Unlock()
+	as.wg.Wait()
+}
+
+// clusterWatch records, per Cluster of a namespace, when it was first seen
+// Ready and when its agent first checked in.
+type clusterWatch struct {
+	mu      sync.Mutex
+	ready   map[string]time.Time
+	checkin map[string]time.Time
+	changed chan struct{}
+}
+
+func watchClusters(ctx context.Context, up client.WithWatch, ns string) *clusterWatch {
+	cw := &clusterWatch{ready: map[string]time.Time{}, checkin: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	go func() {
+		for ctx.Err() == nil {
+			list := &fleet.ClusterList{}
+			if err := up.List(ctx, list, client.InNamespace(ns)); err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for i := range list.Items {
+				cw.observe(&list.Items[i])
+			}
+			w, err := up.Watch(ctx, &fleet.ClusterList{ListMeta: metav1.ListMeta{ResourceVersion: list.ResourceVersion}}, client.InNamespace(ns))
+			if err != nil {
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if c, ok := ev.Object.(*fleet.Cluster); ok && ev.Type != watch.Deleted {
+					cw.observe(c)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return cw
+}
+
+func (cw *clusterWatch) observe(c *fleet.Cluster) {
+	now := time.Now()
+	cw.mu.Lock()
+	if _, seen := cw.ready[c.Name]; !seen && meta.IsStatusConditionTrue(c.Status.Conditions, fleet.ReadyCondition) {
+		cw.ready[c.Name] = now
+	}
+	if _, seen := cw.checkin[c.Name]; !seen && !c.Status.Agent.LastSeen.IsZero() {
+		cw.checkin[c.Name] = now
+	}
+	cw.mu.Unlock()
+	select {
+	case cw.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait blocks until pick(cluster) has a time for every name, and returns them.
+func (cw *clusterWatch) wait(ctx context.Context, ready bool, names []string, timeout time.Duration) (map[string]time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		cw.mu.Lock()
+		m := cw.checkin
+		if ready {
+			m = cw.ready
+		}
+		out := map[string]time.Time{}
+		for _, n := range names {
+			if t, ok := m[n]; ok {
+				out[n] = t
+			}
+		}
+		cw.mu.Unlock()
+		if len(out) == len(names) {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return out, fmt.Errorf("%d of %d clusters done within %s", len(out), len(names), timeout)
+		case <-cw.changed:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func newWatchClient(h *harness) (client.WithWatch, error) {
+	return client.NewWithWatch(h.env.Upstream.Config, client.Options{Scheme: scheme.Scheme})
+}
+
+// agentInitiated: agent started with bootstrap values → fleet-agent
+// credential written and the Cluster Ready upstream, one at a time.
+func (h *harness) agentInitiated(ctx context.Context, n int, out io.Writer) (Result, error) {
+	r := Result{Name: "agent-initiated", Count: n, Goal: "p50 <= 500 ms"}
+	ws := "bench-agent-initiated"
+	v, err := h.newWorkspace(ctx, ws)
+	if err != nil {
+		return r, err
+	}
+	wc, err := newWatchClient(h)
+	if err != nil {
+		return r, err
+	}
+	cw := watchClusters(ctx, wc, ws)
+	as := &agents{}
+	defer as.stopAll()
+	var samples []time.Duration
+	reads0, writes0, _ := h.requestCounts(ctx)
+	for i := 0; i < n; i++ {
+		ds := h.env.Downstreams[i%len(h.env.Downstreams)]
+		clientID := fmt.Sprintf("ai-%d", i)
+		ns := fmt.Sprintf("bench-ai-%d", i)
+		if err := installBootstrap(ctx, ds, ns, v, clientID); err != nil {
+			return r, err
+		}
+		start := time.Now()
+		a, err := as.start(ds, ns, h.heartbeat)
+		if err != nil {
+			return r, err
+		}
+		name := names.AutoClusterName(clientID)
+		got, err := cw.wait(ctx, true, []string{name}, time.Minute)
+		if err != nil {
+			return r, fmt.Errorf("cluster %s not Ready: %w (agent: %v)", name, err, a.ReadyCheck(nil))
+		}
+		samples = append(samples, got[name].Sub(start))
+	}
+	reads1, writes1, _ := h.requestCounts(ctx)
+	r.latencies(samples)
+	r.UpstreamReadsPerRegistration = f((reads1 - reads0) / float64(n))
+	r.UpstreamWritesPerRegistration = f((writes1 - writes0) / float64(n))
+	r.Notes = "from agent start to the credential written and the Cluster Ready upstream (includes the first heartbeat)"
+	return r, nil
+}
+
+// managerInitiated: Cluster + kubeconfig Secret created → agent pushed,
+// started as soon as its bootstrap Secret exists (no image pull or pod start
+// here), registered and first heartbeat seen upstream.
+func (h *harness) managerInitiated(ctx context.Context, n int) (Result, error) {
+	r := Result{Name: "manager-initiated", Count: n, Goal: "p50 <= 1500 ms"}
+	ws := "bench-manager-initiated"
+	up := h.env.Upstream.Client
+	if err := up.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ws}}); err != nil {
+		return r, err
+	}
+	wc, err := newWatchClient(h)
+	if err != nil {
+		return r, err
+	}
+	cw := watchClusters(ctx, wc, ws)
+	as := &agents{}
+	defer as.stopAll()
+	var samples []time.Duration
+	reads0, writes0, _ := h.requestCounts(ctx)
+	for i := 0; i < n; i++ {
+		ds := h.env.Downstreams[i%len(h.env.Downstreams)]
+		name := fmt.Sprintf("m-%d", i)
+		agentNS := "bench-mi-" + name
+		secret := ds.KubeconfigSecret(ws, name+"-kubeconfig")
+		if err := up.Create(ctx, secret); err != nil {
+			return r, err
+		}
+		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name},
+			Spec: fleet.ClusterSpec{KubeConfigSecret: secret.Name, AgentNamespace: agentNS}}
+		start := time.Now()
+		if err := up.Create(ctx, c); err != nil {
+			return r, err
+		}
+		if err := waitForSecret(ctx, ds, agentNS, renderer.BootstrapSecretName, time.Minute); err != nil {
+			return r, fmt.Errorf("agent not pushed to cluster %s: %w", name, err)
+		}
+		if _, err := as.start(ds, agentNS, h.heartbeat); err != nil {
+			return r, err
+		}
+		got, err := cw.wait(ctx, false, []string{name}, time.Minute)
+		if err != nil {
+			return r, fmt.Errorf("cluster %s: no heartbeat: %w", name, err)
+		}
+		samples = append(samples, got[name].Sub(start))
+	}
+	reads1, writes1, _ := h.requestCounts(ctx)
+	r.latencies(samples)
+	r.UpstreamReadsPerRegistration = f((reads1 - reads0) / float64(n))
+	r.UpstreamWritesPerRegistration = f((writes1 - writes0) / float64(n))
+	r.Notes = "from Cluster creation to the first heartbeat upstream; the push, registration and heartbeat are real, the pod start is not simulated"
+	return r, nil
+}
+
+func waitForSecret(ctx context.Context, ds *controlplane.ControlPlane, ns, name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if err := ds.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{}); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("secret %s/%s did not appear within %s", ns, name, timeout)
+}
+
+// scale registers n agent-initiated clusters at once.
+func (h *harness) scale(ctx context.Context, n int, as *agents) (Result, []string, error) {
+	r := Result{Name: "scale", Count: n, Goal: "all Ready <= 60 s, controller RSS <= 300 MB, <= 12 writes/registration, 0 leftovers"}
+	ws := "bench-scale"
+	v, err := h.newWorkspace(ctx, ws)
+	if err != nil {
+		return r, nil, err
+	}
+	wc, err := newWatchClient(h)
+	if err != nil {
+		return r, nil, err
+	}
+	cw := watchClusters(ctx, wc, ws)
+	// Prepare every agent's namespace first: the measurement starts when all
+	// agents start.
+	var clusterNames []string
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		ds := h.env.Downstreams[i%len(h.env.Downstreams)]
+		clientID := fmt.Sprintf("scale-%d", i)
+		clusterNames = append(clusterNames, names.AutoClusterName(clientID))
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := installBootstrap(ctx, ds, fmt.Sprintf("bench-scale-%d", i), v, clientID); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return r, nil, err
+	}
+	reads0, writes0, _ := h.requestCounts(ctx)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if _, err := as.start(h.env.Downstreams[i%len(h.env.Downstreams)], fmt.Sprintf("bench-scale-%d", i), h.heartbeat); err != nil {
+			return r, nil, err
+		}
+	}
+	got, err := cw.wait(ctx, true, clusterNames, 10*time.Minute)
+	wall := time.Since(start)
+	if err != nil {
+		r.Notes = err.Error()
+	}
+	var samples []time.Duration
+	for _, t := range got {
+		samples = append(samples, t.Sub(start))
+	}
+	reads1, writes1, _ := h.requestCounts(ctx)
+	rss, cpu := h.controllerUsage()
+	r.latencies(samples)
+	r.WallS = f(wall.Seconds())
+	r.ThroughputPerS = f(float64(len(got)) / wall.Seconds())
+	r.ControllerPeakRSSMB, r.ControllerCPUS = f(rss), f(cpu)
+	r.UpstreamReadsPerRegistration = f((reads1 - reads0) / float64(n))
+	r.UpstreamWritesPerRegistration = f((writes1 - writes0) / float64(n))
+	left, err := h.leftovers(ctx, ws, n)
+	if err != nil {
+		return r, clusterNames, err
+	}
+	r.LeftoverObjects = &left
+	return r, clusterNames, nil
+}
+
+// leftovers counts registration objects beyond one registration, one request
+// identity per cluster: extra ClusterRegistrations and credential Secrets not
+// picked up.
+func (h *harness) leftovers(ctx context.Context, ws string, clusters int) (int, error) {
+	up := h.env.Upstream.Client
+	regs := &fleet.ClusterRegistrationList{}
+	if err := up.List(ctx, regs, client.InNamespace(ws)); err != nil {
+		return 0, err
+	}
+	secrets := &corev1.SecretList{}
+	if err := up.List(ctx, secrets, client.InNamespace(config.DefaultSystemRegistrationNS)); err != nil {
+		return 0, err
+	}
+	creds := 0
+	for _, s := range secrets.Items {
+		if s.Type == registration.CredentialSecretType && s.Labels[registration.RegistrationNamespaceLabel] == ws {
+			creds++
+		}
+	}
+	return max(0, len(regs.Items)-clusters) + creds, nil
+}
+
+// steadyState measures, with the scale scenario's clusters registered and
+// reporting, what heartbeats cost upstream and in the controller.
+func (h *harness) steadyState(ctx context.Context, clusters int, window time.Duration) (Result, error) {
+	r := Result{Name: "steady-state", Count: clusters, Goal: "controller <= 5% of one core, <= 1 write per cluster per heartbeat interval"}
+	_, writes0, err := h.requestCounts(ctx)
+	if err != nil {
+		return r, err
+	}
+	_, cpu0 := h.controllerUsage()
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return r, ctx.Err()
+	case <-time.After(window):
+	}
+	elapsed := time.Since(start)
+	_, writes1, _ := h.requestCounts(ctx)
+	rss, cpu1 := h.controllerUsage()
+	perMinute := (writes1 - writes0) / elapsed.Minutes()
+	intervals := elapsed.Seconds() / h.heartbeat.Seconds()
+	r.WallS = f(elapsed.Seconds())
+	r.ThroughputPerS = f((writes1 - writes0) / elapsed.Seconds())
+	r.ControllerCPUS = f(cpu1 - cpu0)
+	r.ControllerPeakRSSMB = f(rss)
+	r.Notes = fmt.Sprintf("upstream writes/min %.0f; writes per cluster per heartbeat interval (%s) %.2f; controller CPU %.1f%% of one core",
+		perMinute, h.heartbeat, (writes1-writes0)/(float64(clusters)*intervals), 100*(cpu1-cpu0)/elapsed.Seconds())
+	return r, nil
+}
+
+// renderScenario renders the agent for n clusters with the chart parsed once.
+func renderScenario(n int) (Result, error) {
+	r := Result{Name: "render", Count: n, Goal: "<= 2 ms per cluster"}
+	ar, err := renderer.NewAgentRenderer()
+	if err != nil {
+		return r, err
+	}
+	cfg := &config.Config{APIServerURL: "https://upstream.example.com:6443"}
+	var samples []time.Duration
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: fmt.Sprintf("c-%d", i)},
+			Spec: fleet.ClusterSpec{KubeConfigSecret: "kc", ClientID: fmt.Sprint(i), RedeployAgentGeneration: int64(i)}}
+		t0 := time.Now()
+		v, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+		if err != nil {
+			return r, err
+		}
+		if _, err := ar.Render(v); err != nil {
+			return r, err
+		}
+		samples = append(samples, time.Since(t0))
+	}
+	wall := time.Since(start)
+	r.latencies(samples)
+	r.WallS = f(wall.Seconds())
+	r.ThroughputPerS = f(float64(n) / wall.Seconds())
+	r.Notes = "values + render of charts/fleet-agent per cluster; `go test -bench RenderAgent ./renderer` gives allocations"
+	return r, nil
+}
