@@ -765,7 +765,7 @@ spec:
 	bd, took := f.waitBD("app", 30*time.Second, "NotReady", func(bd *fleet.BundleDeployment) bool {
 		return bd.Status.AppliedDeploymentID == id && bd.Status.Display.State == string(fleet.NotReady)
 	})
-	t.Logf("NotReady reported in %s", took)
+	t.Logf("NotReady reported in %s: %+v", took, bd.Status.NonReadyStatus)
 	if bd.Status.Ready || len(bd.Status.NonReadyStatus) != 1 || bd.Status.NonReadyStatus[0].Kind != "Deployment" || bd.Status.NonReadyStatus[0].Name != "web" || bd.Status.NonReadyStatus[0].Summary == "" {
 		t.Errorf("ready=%v nonReadyStatus=%+v, want the Deployment web with a summary", bd.Status.Ready, bd.Status.NonReadyStatus)
 	}
@@ -799,4 +799,76 @@ spec:
 	if got := f.getBD("app"); got.Status.AppliedDeploymentID != id || got.Status.Display.State != string(fleet.NotReady) {
 		t.Errorf("state %s applied %s", got.Status.Display.State, got.Status.AppliedDeploymentID)
 	}
+}
+
+func TestDeployer_AgentBundleNeverHalfApplies(t *testing.T) {
+	f := newFixture(t)
+	appNS := "agent-bundle-" + f.suffix
+	role := "agent-bundle-" + f.suffix
+	name := "fleet-agent-" + f.suffix
+	roleYAML := "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: " + role + "\nrules: []\n"
+	// The Service is invalid (port out of range): only a dry run finds it.
+	badService := "apiVersion: v1\nkind: Service\nmetadata:\n  name: broken\nspec:\n  ports:\n  - port: 99999\n"
+	opts := fleet.BundleDeploymentOptions{DefaultNamespace: appNS}
+	f.deploy(name, docs(roleYAML, configMapYAML("cfg", "1"), badService), opts)
+	bd, took := f.waitBD(name, 30*time.Second, "ErrApplied", stateIs(fleet.ErrApplied))
+	t.Logf("dry-run failure reported in %s", took)
+	if c := condition(bd, fleet.DeployedCondition); c.Reason != fleet.ApplyFailedReason || !strings.Contains(c.Message, "dry run") || !strings.Contains(c.Message, "broken") {
+		t.Errorf("Deployed = %+v, want ApplyFailed naming the dry run and the Service", c)
+	}
+	if f.exists(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}}) || f.exists(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}) {
+		t.Error("the agent bundle was half-applied: its first stage exists")
+	}
+
+	// A fixed agent bundle applies, including into the namespace it makes.
+	id := f.deploy(name, docs(roleYAML, configMapYAML("cfg", "1")), opts)
+	f.waitBD(name, 30*time.Second, "Ready", readyFor(id))
+	if !f.exists(cm(appNS, "cfg")) {
+		t.Error("configmap cfg missing")
+	}
+}
+
+func TestDeployer_PausedAppliesNothingAndForceSyncReapplies(t *testing.T) {
+	f := newFixture(t)
+	appNS := "paused-" + f.suffix
+	opts := fleet.BundleDeploymentOptions{DefaultNamespace: appNS}
+	paused := func(p bool) func(*fleet.BundleDeployment) {
+		return func(bd *fleet.BundleDeployment) { bd.Spec.Paused = p }
+	}
+	id := f.deploy("app", configMapYAML("a", "1"), opts, paused(true))
+	bd, _ := f.waitBD("app", 30*time.Second, "Paused", func(bd *fleet.BundleDeployment) bool {
+		return condition(bd, fleet.DeployedCondition).Reason == fleet.PausedReason
+	})
+	if bd.Status.Display.State != string(fleet.WaitApplied) || bd.Status.AppliedDeploymentID != "" {
+		t.Errorf("paused: state %s applied %q", bd.Status.Display.State, bd.Status.AppliedDeploymentID)
+	}
+	time.Sleep(2 * f.opts.ResyncInterval)
+	if f.exists(cm(appNS, "a")) {
+		t.Fatal("a paused BundleDeployment was applied")
+	}
+	f.updateBD("app", paused(false))
+	f.waitBD("app", 30*time.Second, "Ready after unpausing", readyFor(id))
+
+	// Paused with new content: the old deployment stays, still monitored.
+	id2 := f.deploy("app", configMapYAML("a", "2"), opts, paused(true))
+	bd, _ = f.waitBD("app", 30*time.Second, "Paused behind", func(bd *fleet.BundleDeployment) bool {
+		return bd.Spec.DeploymentID == id2 && condition(bd, fleet.DeployedCondition).Reason == fleet.PausedReason
+	})
+	if bd.Status.AppliedDeploymentID != id || len(bd.Status.Resources) != 1 {
+		t.Errorf("paused behind: applied %q resources %v", bd.Status.AppliedDeploymentID, bd.Status.Resources)
+	}
+	c := cm(appNS, "a")
+	f.exists(c)
+	if c.Data["key"] != "1" {
+		t.Errorf("paused content was applied: %v", c.Data)
+	}
+	f.updateBD("app", paused(false))
+	f.waitBD("app", 30*time.Second, "Ready after unpausing", readyFor(id2))
+
+	// forceSyncGeneration: applied again (nothing to write when nothing
+	// drifted), and recorded.
+	f.updateBD("app", func(bd *fleet.BundleDeployment) { bd.Spec.Options.ForceSyncGeneration = 3 })
+	f.waitBD("app", 30*time.Second, "syncGeneration 3", func(bd *fleet.BundleDeployment) bool {
+		return bd.Status.SyncGeneration != nil && *bd.Status.SyncGeneration == 3 && readyFor(id2)(bd)
+	})
 }

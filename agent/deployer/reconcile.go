@@ -63,6 +63,9 @@ func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.R
 			if apierrors.IsNotFound(err) {
 				return ctrl.Result{RequeueAfter: time.Second}, nil // deleted meanwhile: prune
 			}
+			if ctx.Err() != nil {
+				return ctrl.Result{}, nil // shutting down
+			}
 			return ctrl.Result{}, errors.Join(rerr, fmt.Errorf("patching status of bundledeployment %s/%s: %w", bd.Namespace, bd.Name, err))
 		}
 	}
@@ -321,9 +324,10 @@ func changes(cs *ssa.ChangeSet) []string {
 	return out
 }
 
-// dryRunAll server-side dry-runs every object. Objects that cannot be
-// dry-run before the rest is applied are let through: those in a namespace
-// the set creates, and custom resources whose CRD the set brings.
+// dryRunAll server-side dry-runs every object. An object in a namespace
+// the set creates is dry-run in the agent's namespace instead (validation
+// does not depend on the namespace); custom resources whose CRD the set
+// brings cannot be dry-run before it is applied and are let through.
 func (d *Deployer) dryRunAll(ctx context.Context, objs []*unstructured.Unstructured) error {
 	newNS := map[string]bool{}
 	for _, o := range objs {
@@ -334,11 +338,12 @@ func (d *Deployer) dryRunAll(ctx context.Context, objs []*unstructured.Unstructu
 	var errs []error
 	for _, o := range objs {
 		_, _, _, err := d.rm.Diff(ctx, o.DeepCopy(), ssa.DefaultDiffOptions())
-		switch {
-		case err == nil:
-		case meta.IsNoMatchError(err):
-		case apierrors.IsNotFound(err) && newNS[o.GetNamespace()]:
-		default:
+		if err != nil && apierrors.IsNotFound(err) && newNS[o.GetNamespace()] {
+			moved := o.DeepCopy()
+			moved.SetNamespace(d.opts.AgentNamespace)
+			_, _, _, err = d.rm.Diff(ctx, moved, ssa.DefaultDiffOptions())
+		}
+		if err != nil && !meta.IsNoMatchError(err) {
 			errs = append(errs, err)
 		}
 	}
