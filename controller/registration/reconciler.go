@@ -107,6 +107,11 @@ type Reconciler struct {
 	// not run the grant again (and, say, write again a credential Secret
 	// the agent already picked up and deleted).
 	justGranted sync.Map
+
+	// clientLocks serialises the work on registrations of one clientID
+	// (superseding compares them; two must never be granted at once), while
+	// registrations of different clusters are granted in parallel.
+	clientLocks keyedMutex
 }
 
 // Reconcile grants a ClusterRegistration its credential, refuses it, or,
@@ -117,6 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, reg); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	defer r.clientLocks.lock(reg.Namespace + "/" + reg.Spec.ClientID)()
 	if !reg.DeletionTimestamp.IsZero() {
 		r.justGranted.Delete(reg.UID)
 		return ctrl.Result{}, r.finalize(ctx, reg)

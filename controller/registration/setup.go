@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -78,9 +79,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		}
 		return nil
 	})
-	// One worker: superseding compares registrations of one clientID, and
-	// a single worker never grants two of them at once.
+	// Many workers; Reconcile locks per clientID, so registrations of one
+	// cluster are still handled one at a time.
 	return ctrl.NewControllerManagedBy(mgr).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 16}).
 		Named(ControllerName).
 		For(&fleet.ClusterRegistration{}).
 		Watches(&fleet.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.registrationsForCluster)).
