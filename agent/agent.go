@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gitops-fleet/fleet/agent/deployer"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -58,7 +59,31 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{opts: opts, local: local, kube: kube, log: ctrl.Log.WithName("agent").WithValues("namespace", opts.Namespace)}, nil
+	a := &Agent{opts: opts, local: local, kube: kube, log: ctrl.Log.WithName("agent").WithValues("namespace", opts.Namespace)}
+	if !opts.DisableDeployer {
+		a.workers = append(a.workers, a.runDeployer)
+	}
+	return a, nil
+}
+
+// runDeployer applies the cluster's BundleDeployments (its own agent Bundle
+// among them) for the life of the session.
+func (a *Agent) runDeployer(ctx context.Context, s *session) error {
+	d, err := deployer.New(deployer.Options{
+		Upstream:       s.config,
+		Namespace:      s.cred.DeploymentNamespace,
+		Local:          a.opts.Local,
+		AgentNamespace: a.opts.Namespace,
+		ResyncInterval: a.opts.ResyncInterval,
+	})
+	if err != nil {
+		return fmt.Errorf("starting the deployer: %w", err)
+	}
+	if err := d.Run(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // Run runs the agent until ctx ends. With leader election, only the leader

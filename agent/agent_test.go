@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -183,7 +184,7 @@ func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, hook fun
 	g := int64(0)
 	a, err := agent.New(agent.Options{
 		Local: ds.Config, Namespace: ns, PodName: "agent-" + ns,
-		CheckinInterval: heartbeat, Generation: &g, RegistrationTimeout: 20 * time.Second,
+		CheckinInterval: heartbeat, Generation: &g, RegistrationTimeout: 20 * time.Second, ResyncInterval: 2 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -318,5 +319,19 @@ func TestAgentInitiated_PredefinedClusterIsMatchedByClientID(t *testing.T) {
 	}
 	if c := getCluster(t, ws, "my-cluster"); c.Labels["other"] != "" || c.Labels["team"] != "a" {
 		t.Errorf("a predefined Cluster keeps its own labels: %v", c.Labels)
+	}
+}
+
+// updateCluster changes a Cluster, retrying when the controller or an agent
+// wrote it in between.
+func updateCluster(t *testing.T, ns, name string, mutate func(*fleet.Cluster)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getCluster(t, ns, name)
+		mutate(cur)
+		return up.Update(t.Context(), cur)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -230,17 +230,19 @@ func TestManagerInitiated_AgentPushedByTheControllerRegisters(t *testing.T) {
 
 	// A bump redeploys with a fresh bootstrap and removes the credential:
 	// the running agent registers again, to the same Cluster.
-	cur := getCluster(t, ws, name)
-	cur.Spec.RedeployAgentGeneration = 1
-	if err := up.Update(t.Context(), cur); err != nil {
-		t.Fatal(err)
+	first := &fleet.ClusterRegistrationList{}
+	if err := up.List(t.Context(), first, client.InNamespace(ws)); err != nil || len(first.Items) != 1 {
+		t.Fatalf("want one registration before the bump: %v %d", err, len(first.Items))
 	}
+	updateCluster(t, ws, name, func(cur *fleet.Cluster) {
+		cur.Spec.RedeployAgentGeneration = 1
+	})
 	eventually(t, 30*time.Second, "registered again after the redeploy", func() error {
 		regs := &fleet.ClusterRegistrationList{}
 		if err := up.List(t.Context(), regs, client.InNamespace(ws)); err != nil {
 			return err
 		}
-		if len(regs.Items) != 1 || !regs.Items[0].Status.Granted || regs.Items[0].CreationTimestamp.Time.Before(cur.CreationTimestamp.Time) {
+		if len(regs.Items) != 1 || !regs.Items[0].Status.Granted || regs.Items[0].Name == first.Items[0].Name {
 			return fmt.Errorf("%d registrations", len(regs.Items))
 		}
 		if _, err := localSecret(t, ds, agentNS, "fleet-agent"); err != nil {

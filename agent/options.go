@@ -42,6 +42,13 @@ type Options struct {
 
 	// SystemCAs, when set, replaces the system trust store (tests).
 	SystemCAs []byte
+
+	// DisableDeployer runs registration and heartbeat only (benchmarks of
+	// registration).
+	DisableDeployer bool
+	// ResyncInterval is how often applied BundleDeployments are checked for
+	// drift and health (default 30s).
+	ResyncInterval time.Duration
 }
 
 func (o *Options) defaults() error {

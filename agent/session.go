@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,6 +27,7 @@ type session struct {
 	agent  *Agent
 	cred   *credential
 	tokens *tokenSource
+	config *rest.Config // upstream, as the request identity (token rotates)
 	up     client.WithWatch
 }
 
@@ -44,7 +46,7 @@ func (a *Agent) newSession(ctx context.Context, cred *credential) (*session, err
 	if err != nil {
 		return nil, err
 	}
-	return &session{agent: a, cred: cred, tokens: tokens, up: up}, nil
+	return &session{agent: a, cred: cred, tokens: tokens, config: cfg, up: up}, nil
 }
 
 // check asks the upstream whether the credential still works: a read of the

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -272,11 +273,9 @@ func TestImport_RedeploysOnceWhenGenerationBumped(t *testing.T) {
 	}
 	before := agentDeployment(t, ds, agentNS).Generation
 
-	cur := getCluster(t, c)
-	cur.Spec.RedeployAgentGeneration = 1
-	if err := up.Update(t.Context(), cur); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, c, func(cur *fleet.Cluster) {
+		cur.Spec.RedeployAgentGeneration = 1
+	})
 	waitImported(t, c, 1)
 	d := agentDeployment(t, ds, agentNS)
 	if envValue(d, "GENERATION") != "1" || d.Generation != before+1 {
@@ -299,11 +298,9 @@ func TestImport_RedeploysOnceWhenAnAgentSettingChanges(t *testing.T) {
 	c := managerCluster(t, ds, nil)
 	waitImported(t, c, 0)
 	before := agentDeployment(t, ds, c.Spec.AgentNamespace).Generation
-	cur := getCluster(t, c)
-	cur.Spec.AgentEnvVars = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}}
-	if err := up.Update(t.Context(), cur); err != nil {
-		t.Fatal(err)
-	}
+	updateCluster(t, c, func(cur *fleet.Cluster) {
+		cur.Spec.AgentEnvVars = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}}
+	})
 	eventually(t, 60*time.Second, "LOG_LEVEL in the agent", func() error {
 		if v := envValue(agentDeployment(t, ds, c.Spec.AgentNamespace), "LOG_LEVEL"); v != "debug" {
 			return fmt.Errorf("LOG_LEVEL=%q", v)
@@ -331,14 +328,12 @@ func TestImport_NoDownstreamWriteWithoutChange(t *testing.T) {
 	before := snapshot(t, ds, c.Spec.AgentNamespace)
 	// Ten reconciles: each annotation change is an event the controller acts on.
 	for i := 0; i < 10; i++ {
-		cur := getCluster(t, c)
-		if cur.Annotations == nil {
-			cur.Annotations = map[string]string{}
-		}
-		cur.Annotations["test/poke"] = fmt.Sprint(i)
-		if err := up.Update(t.Context(), cur); err != nil {
-			t.Fatal(err)
-		}
+		updateCluster(t, c, func(cur *fleet.Cluster) {
+			if cur.Annotations == nil {
+				cur.Annotations = map[string]string{}
+			}
+			cur.Annotations["test/poke"] = fmt.Sprint(i)
+		})
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
@@ -350,5 +345,19 @@ func TestImport_NoDownstreamWriteWithoutChange(t *testing.T) {
 	}
 	if n := countEvents(t, c, "AgentRedeployed"); n != 0 {
 		t.Errorf("redeployed %d times without a change", n)
+	}
+}
+
+// updateCluster changes a Cluster, retrying when the controller or an agent
+// wrote it in between.
+func updateCluster(t *testing.T, c *fleet.Cluster, mutate func(*fleet.Cluster)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getCluster(t, c)
+		mutate(cur)
+		return up.Update(t.Context(), cur)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

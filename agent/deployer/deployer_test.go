@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/ssa"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -318,7 +319,6 @@ func TestDeployer_AppliesAndReportsReady(t *testing.T) {
 		"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: "+role+"\nrules:\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get]\n",
 	)
 	opts := fleet.BundleDeploymentOptions{DefaultNamespace: appNS, NamespaceLabels: map[string]string{"team": "a"}}
-	start := time.Now()
 	id := f.deploy("app", manifests, opts)
 	bd, took := f.waitBD("app", 30*time.Second, "Ready with the deployment applied", readyFor(id))
 	t.Logf("applied and Ready in %s", took)
@@ -381,7 +381,6 @@ func TestDeployer_AppliesAndReportsReady(t *testing.T) {
 	if !f.exists(inv) || !strings.Contains(inv.Data[InventoryKey], `"name":"`+role+`"`) {
 		t.Errorf("inventory configmap: %+v", inv.Data)
 	}
-	t.Logf("total %s", time.Since(start))
 }
 
 func TestDeployer_PrunesWhatLeftTheBundle(t *testing.T) {
@@ -871,4 +870,81 @@ func TestDeployer_PausedAppliesNothingAndForceSyncReapplies(t *testing.T) {
 	f.waitBD("app", 30*time.Second, "syncGeneration 3", func(bd *fleet.BundleDeployment) bool {
 		return bd.Status.SyncGeneration != nil && *bd.Status.SyncGeneration == 3 && readyFor(id2)(bd)
 	})
+}
+
+// The controller applies the agent's objects at first deploy under the same
+// field manager and owner labels as the deployer later applies Bundle
+// fleet-agent-<cluster>: the deployer's adoption writes nothing.
+func TestDeployer_AdoptsAgentObjectsWithoutWrites(t *testing.T) {
+	f := newFixture(t)
+	sysNS := "sys-" + f.suffix
+	name := "fleet-agent-" + f.suffix
+	manifests := docs(
+		"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: fleet-agent\n  namespace: "+sysNS+"\n",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fleet-agent\n  namespace: "+sysNS+"\ndata:\n  config: '{}'\n",
+		`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: fleet-agent
+  namespace: `+sysNS+`
+spec:
+  selector:
+    matchLabels: {app: fleet-agent}
+  template:
+    metadata:
+      labels: {app: fleet-agent}
+    spec:
+      serviceAccountName: fleet-agent
+      containers:
+      - name: agent
+        image: registry.invalid/fleet-agent:1
+        env:
+        - {name: GENERATION, value: "1"}
+`)
+	// What the controller does (controller/cluster/import.go deploy).
+	objs, err := apply.ReadObjects([]byte(manifests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm := apply.NewManager(f.down)
+	rm.SetOwnerLabels(objs, name, f.ns)
+	ns := &unstructured.Unstructured{}
+	ns.SetAPIVersion("v1")
+	ns.SetKind("Namespace")
+	ns.SetName(sysNS)
+	ns.SetLabels(map[string]string{fleet.ManagedLabel: "true"})
+	if _, err := rm.ApplyAllStaged(t.Context(), append([]*unstructured.Unstructured{ns}, objs...), ssa.DefaultApplyOptions()); err != nil {
+		t.Fatal(err)
+	}
+	watched := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sysNS}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: sysNS, Name: "fleet-agent"}},
+		cm(sysNS, "fleet-agent"),
+		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"namespace": sysNS, "name": "fleet-agent"}}},
+	}
+	rvs := func() string {
+		var out []string
+		for _, o := range watched {
+			if !f.exists(o) {
+				t.Fatalf("%s missing", o.GetName())
+			}
+			out = append(out, fmt.Sprintf("%T@%s", o, o.GetResourceVersion()))
+		}
+		return strings.Join(out, " ")
+	}
+	before := rvs()
+
+	// The agent Bundle as the controller makes it: defaultNamespace is the
+	// agent's namespace.
+	id := f.deploy(name, manifests, fleet.BundleDeploymentOptions{DefaultNamespace: sysNS})
+	f.waitBD(name, 30*time.Second, "applied (the Deployment is never ready here)", func(bd *fleet.BundleDeployment) bool {
+		return bd.Status.AppliedDeploymentID == id && bd.Status.Display.State == string(fleet.NotReady) && bd.Status.NonModified
+	})
+	time.Sleep(2 * f.opts.ResyncInterval)
+	if after := rvs(); after != before {
+		t.Errorf("adoption wrote to the agent's objects:\nbefore %s\nafter  %s", before, after)
+	}
+	if l := watched[0].GetLabels(); l[fleet.ManagedLabel] != "true" {
+		t.Errorf("agent namespace labels = %v, want the controller's %s kept", l, fleet.ManagedLabel)
+	}
 }

@@ -39,15 +39,18 @@ type prepared struct {
 	// set; they form the inventory.
 	objects []*unstructured.Unstructured
 	// namespace is the namespace object made for defaultNamespace or
-	// namespace when the bundle holds none: applied, never pruned, not part
+	// namespace when the bundle holds none: applied when it is missing or
+	// namespaceLabels/namespaceAnnotations are set, never pruned, not part
 	// of the inventory.
 	namespace *unstructured.Unstructured
+	// namespaceMeta is set when the options label or annotate the namespace.
+	namespaceMeta bool
 }
 
-// all returns what to apply.
-func (p *prepared) all() []*unstructured.Unstructured {
+// all returns what to apply; withNamespace includes the made namespace.
+func (p *prepared) all(withNamespace bool) []*unstructured.Unstructured {
 	out := make([]*unstructured.Unstructured, 0, len(p.objects)+1)
-	if p.namespace != nil {
+	if p.namespace != nil && withNamespace {
 		out = append(out, p.namespace.DeepCopy())
 	}
 	for _, o := range p.objects {
@@ -137,6 +140,7 @@ func prepareObjects(objs []*unstructured.Unstructured, opts fleet.BundleDeployme
 		nsObj.SetAnnotations(map[string]string{PruneAnnotation: PruneDisabled})
 		p.namespace = nsObj
 	}
+	p.namespaceMeta = len(opts.NamespaceLabels) > 0 || len(opts.NamespaceAnnotations) > 0
 	if nsObj != nil {
 		if len(opts.NamespaceLabels) > 0 {
 			l := nsObj.GetLabels()

@@ -272,7 +272,21 @@ func (d *Deployer) readContent(ctx context.Context, bd *fleet.BundleDeployment) 
 // agent's own bundle, the whole set is dry-run first: a bundle that would
 // fail half-way is not applied at all.
 func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, p *prepared, prev *inventory, correct *fleet.CorrectDrift) error {
-	objs := p.all()
+	// A namespace that exists is left alone unless the options label or
+	// annotate it: applying it again under the same field manager would
+	// take away labels another apply gave it (the controller's label on the
+	// agent's namespace).
+	withNS := p.namespace != nil
+	if withNS && !p.namespaceMeta {
+		err := d.local.Get(ctx, client.ObjectKey{Name: p.namespace.GetName()}, &corev1.Namespace{})
+		switch {
+		case err == nil:
+			withNS = false
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading namespace %s: %w", p.namespace.GetName(), err)
+		}
+	}
+	objs := p.all(withNS)
 	if strings.HasPrefix(bd.Name, agentBundlePrefix) {
 		if err := d.dryRunAll(ctx, objs); err != nil {
 			return fmt.Errorf("the agent bundle was not applied, its dry run failed: %w", err)

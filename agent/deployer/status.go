@@ -10,20 +10,13 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 )
 
-// Condition reasons of the deployer that api/v1alpha1 does not define yet.
+// Condition reasons of the deployer (defined with the API).
 const (
-	// WaitingForContentReason: the content Secret is missing or holds other
-	// manifests than spec.deploymentID names.
-	WaitingForContentReason = "WaitingForContent"
-	// ContentInvalidReason: the content Secret cannot be read.
-	ContentInvalidReason = "ContentInvalid"
-	// HealthTimeoutReason: resources were not ready within the health
-	// timeout after the apply.
-	HealthTimeoutReason = "HealthTimeout"
-	// MonitorFailedReason: health or drift could not be checked.
-	MonitorFailedReason = "MonitorFailed"
-	// DriftCorrectedReason: drift was found and reverted.
-	DriftCorrectedReason = "DriftCorrected"
+	WaitingForContentReason = fleet.WaitingForContentReason
+	ContentInvalidReason    = fleet.ContentInvalidReason
+	HealthTimeoutReason     = fleet.HealthTimeoutReason
+	MonitorFailedReason     = fleet.MonitorFailedReason
+	DriftCorrectedReason    = fleet.DriftCorrectedReason
 )
 
 // maxListed bounds nonReadyStatus and modifiedStatus.

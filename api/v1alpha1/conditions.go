@@ -59,4 +59,18 @@ const (
 	TargetsInvalidReason            = "TargetsInvalid"
 	ModifiedReason                  = "Modified"
 	NotReadyReason                  = "NotReady"
+
+	// BundleDeployment reasons reported by the agent's deployer.
+	// WaitingForContentReason: the content Secret is missing or holds other
+	// manifests than spec.deploymentID names.
+	WaitingForContentReason = "WaitingForContent"
+	// ContentInvalidReason: the content Secret cannot be read.
+	ContentInvalidReason = "ContentInvalid"
+	// HealthTimeoutReason: resources were not ready within the health
+	// timeout after the apply.
+	HealthTimeoutReason = "HealthTimeout"
+	// MonitorFailedReason: health or drift could not be checked.
+	MonitorFailedReason = "MonitorFailed"
+	// DriftCorrectedReason: drift was found and reverted.
+	DriftCorrectedReason = "DriftCorrected"
 )

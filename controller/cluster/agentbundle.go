@@ -38,7 +38,17 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cl
 	if !cfg.GetManageAgent() {
 		return nil
 	}
-	values, err := renderer.BuildAgentValues(cluster, cfg, nil)
+	target := cluster
+	if cluster.Spec.KubeConfigSecret == "" && cluster.Spec.AgentNamespace == "" {
+		// An agent-initiated agent runs where it was installed: manage it
+		// there, once it has said where that is.
+		if cluster.Status.Agent.Namespace == "" {
+			return nil
+		}
+		target = cluster.DeepCopy()
+		target.Spec.AgentNamespace = cluster.Status.Agent.Namespace
+	}
+	values, err := renderer.BuildAgentValues(target, cfg, nil)
 	if err != nil {
 		return &inputError{reason: fleet.RenderFailedReason, msg: fmt.Sprintf("cannot build the agent: %v", err)}
 	}

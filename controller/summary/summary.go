@@ -23,7 +23,7 @@ func State(bd *fleet.BundleDeployment) fleet.BundleState {
 	st := &bd.Status
 	if bd.Spec.DeploymentID != st.AppliedDeploymentID {
 		if c := meta.FindStatusCondition(st.Conditions, fleet.DeployedCondition); c != nil && c.Status == metav1.ConditionFalse &&
-			c.ObservedGeneration == bd.Generation && c.Reason != fleet.WaitingReason && c.Reason != "WaitingForContent" {
+			c.ObservedGeneration == bd.Generation && c.Reason != fleet.WaitingReason && c.Reason != fleet.WaitingForContentReason {
 			return fleet.ErrApplied
 		}
 		return fleet.WaitApplied

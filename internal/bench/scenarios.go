@@ -98,7 +98,7 @@ type agents struct {
 }
 
 func (as *agents) start(ds *controlplane.ControlPlane, ns string, heartbeat time.Duration) (*agent.Agent, error) {
-	a, err := agent.New(agent.Options{Local: ds.Config, Namespace: ns, PodName: ns, CheckinInterval: heartbeat, RegistrationTimeout: 5 * time.Minute})
+	a, err := agent.New(agent.Options{Local: ds.Config, Namespace: ns, PodName: ns, CheckinInterval: heartbeat, RegistrationTimeout: 5 * time.Minute, DisableDeployer: true})
 	if err != nil {
 		return nil, err
 	}
