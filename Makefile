@@ -72,9 +72,11 @@ verify: generate lint ## Fail when generated files are stale or code is not form
 test: controlplane-bins helm build ## Run unit and envtest suites (builds what they need).
 	FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./...
 
+BENCH_ARGS ?=
 .PHONY: bench
-bench: controlplane-bins build ## Run the benchmarks.
-	FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test -run '^$$' -bench . -benchmem ./...
+bench: controlplane-bins build ## Run the Go benchmarks and `fleet bench` (BENCH_ARGS=--quick for a smoke run); writes bench.json.
+	go test -run '^$$' -bench . -benchmem ./renderer/
+	FLEET_BIN_DIR=$(BIN) $(BIN)/fleet bench --json bench.json $(BENCH_ARGS)
 
 .PHONY: demo
 demo: controlplane-bins build ## Start the local upstream and two downstream clusters (DEMO_ARGS=--exit to stop when ready).

@@ -28,8 +28,10 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, errors.New("--shards > 1: sharded controllers are not implemented yet")
 	}
 	latencyN, downstreams, window, renders, heartbeat := 20, 3, time.Minute, 1000, 10*time.Second
+	rollout := []int{1, 10, 50}
 	if opts.Quick {
 		latencyN, downstreams, window, renders, heartbeat = 5, 2, 20*time.Second, 200, 5*time.Second
+		rollout = []int{1, 5}
 	}
 	if opts.Clusters == 0 {
 		opts.Clusters = 1000
@@ -84,5 +86,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return results, fmt.Errorf("steady-state: %w", err)
 	}
 	results = append(results, r)
+	as.stopAll()
+
+	step("bundle-rollout: a Bundle change reaching Ready on %v clusters", rollout)
+	rs, err := h.bundleRollout(ctx, rollout)
+	results = append(results, rs...)
+	if err != nil {
+		return results, fmt.Errorf("bundle-rollout: %w", err)
+	}
 	return results, nil
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -98,7 +99,12 @@ type agents struct {
 }
 
 func (as *agents) start(ds *controlplane.ControlPlane, ns string, heartbeat time.Duration) (*agent.Agent, error) {
-	a, err := agent.New(agent.Options{Local: ds.Config, Namespace: ns, PodName: ns, CheckinInterval: heartbeat, RegistrationTimeout: 5 * time.Minute, DisableDeployer: true})
+	return as.startWith(ds, ns, heartbeat, false)
+}
+
+func (as *agents) startWith(ds *controlplane.ControlPlane, ns string, heartbeat time.Duration, deployer bool) (*agent.Agent, error) {
+	a, err := agent.New(agent.Options{Local: ds.Config, Namespace: ns, PodName: ns, CheckinInterval: heartbeat,
+		RegistrationTimeout: 5 * time.Minute, DisableDeployer: !deployer, ResyncInterval: time.Minute})
 	if err != nil {
 		return nil, err
 	}
@@ -472,4 +478,135 @@ func renderScenario(n int) (Result, error) {
 	r.ThroughputPerS = f(float64(n) / wall.Seconds())
 	r.Notes = "values + render of charts/fleet-agent per cluster; `go test -bench RenderAgent ./renderer` gives allocations"
 	return r, nil
+}
+
+// bundleRollout registers max(sizes) clusters whose agents run the
+// deployer, then for each size n: a Bundle targeting n clusters is created
+// and Ready, its content changes, and the time until the change is applied
+// and Ready on all n clusters is measured.
+func (h *harness) bundleRollout(ctx context.Context, sizes []int) ([]Result, error) {
+	total := 0
+	for _, n := range sizes {
+		total = max(total, n)
+	}
+	ws := "bench-rollout"
+	v, err := h.newWorkspace(ctx, ws)
+	if err != nil {
+		return nil, err
+	}
+	wc, err := newWatchClient(h)
+	if err != nil {
+		return nil, err
+	}
+	cw := watchClusters(ctx, wc, ws)
+	as := &agents{}
+	defer as.stopAll()
+	var clusterNames []string
+	for i := 0; i < total; i++ {
+		ds := h.env.Downstreams[i%len(h.env.Downstreams)]
+		clientID := fmt.Sprintf("rollout-%d", i)
+		ns := fmt.Sprintf("bench-rollout-%d", i)
+		if err := installBootstrap(ctx, ds, ns, v, clientID); err != nil {
+			return nil, err
+		}
+		if _, err := as.startWith(ds, ns, h.heartbeat, true); err != nil {
+			return nil, err
+		}
+		clusterNames = append(clusterNames, names.AutoClusterName(clientID))
+	}
+	if _, err := cw.wait(ctx, true, clusterNames, 5*time.Minute); err != nil {
+		return nil, fmt.Errorf("clusters for the rollout: %w", err)
+	}
+	up := h.env.Upstream.Client
+	var results []Result
+	for _, n := range sizes {
+		for _, c := range clusterNames[:n] {
+			if err := labelCluster(ctx, up, ws, c, fmt.Sprintf("rollout-%d", n)); err != nil {
+				return results, err
+			}
+		}
+		b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: fmt.Sprintf("app-%d", n)}, Spec: fleet.BundleSpec{
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{DefaultNamespace: "bench-app"},
+			Resources:               []fleet.BundleResource{{Name: "cm.yaml", Content: configMapManifest(0)}},
+			Targets:                 []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{fmt.Sprintf("rollout-%d", n): "true"}}}},
+		}}
+		if err := up.Create(ctx, b); err != nil {
+			return results, err
+		}
+		if _, err := waitRollout(ctx, up, b, n, 5*time.Minute); err != nil {
+			return results, fmt.Errorf("first rollout to %d clusters: %w", n, err)
+		}
+		var samples []time.Duration
+		rounds := 3
+		for round := 1; round <= rounds; round++ {
+			var start time.Time
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := up.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+					return err
+				}
+				b.Spec.Resources[0].Content = configMapManifest(round)
+				start = time.Now()
+				return up.Update(ctx, b)
+			})
+			if err != nil {
+				return results, err
+			}
+			if _, err := waitRollout(ctx, up, b, n, 5*time.Minute); err != nil {
+				return results, fmt.Errorf("change %d on %d clusters: %w", round, n, err)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		r := Result{Name: fmt.Sprintf("bundle-rollout-%d", n), Count: rounds, Goal: "a Bundle change Ready on every cluster"}
+		r.latencies(samples)
+		r.Notes = fmt.Sprintf("Bundle content changed -> applied by every agent and Ready on all %d clusters (%d changes)", n, rounds)
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+func configMapManifest(round int) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bench-app\ndata:\n  round: %q\n", fmt.Sprint(round))
+}
+
+func labelCluster(ctx context.Context, up client.Client, ns, name, key string) error {
+	c := &fleet.Cluster{}
+	if err := up.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(c.DeepCopy())
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	c.Labels[key] = "true"
+	return up.Patch(ctx, c, patch)
+}
+
+// waitRollout waits until the Bundle's generation is processed and n
+// BundleDeployments are applied at their current deploymentID and Ready.
+func waitRollout(ctx context.Context, up client.Client, b *fleet.Bundle, n int, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for time.Now().Before(deadline) {
+		cur := &fleet.Bundle{}
+		if err := up.Get(ctx, client.ObjectKeyFromObject(b), cur); err == nil && cur.Status.ObservedGeneration == cur.Generation {
+			list := &fleet.BundleDeploymentList{}
+			if err := up.List(ctx, list, client.MatchingLabels{fleet.BundleLabel: b.Name, fleet.BundleNamespaceLabel: b.Namespace}); err == nil {
+				ready := 0
+				for _, bd := range list.Items {
+					if bd.Spec.DeploymentID != "" && bd.Status.AppliedDeploymentID == bd.Spec.DeploymentID && bd.Status.Ready {
+						ready++
+					}
+				}
+				if ready == n && len(list.Items) == n {
+					return time.Since(start), nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+	return 0, fmt.Errorf("not Ready on %d clusters within %s", n, timeout)
 }
