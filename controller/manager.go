@@ -25,6 +25,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
@@ -53,6 +54,10 @@ type Options struct {
 
 	// Workers is the number of concurrent Cluster reconciles.
 	Workers int
+
+	// Shard is this replica's share of the work when several controllers
+	// split it; each shard elects its own leader.
+	Shard sharding.Shard
 
 	// CredentialPickupTimeout is how long a granted registration's
 	// credential Secret is kept (zero: registration.CredentialPickupTimeout).
@@ -86,7 +91,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
 		HealthProbeBindAddress:        opts.ProbeAddress,
 		LeaderElection:                opts.LeaderElect,
-		LeaderElectionID:              "fleet-controller-lock",
+		LeaderElectionID:              opts.Shard.LeaseName("fleet-controller-lock"),
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionReleaseOnCancel: true,
 	}
@@ -96,6 +101,9 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	mgr, err := ctrl.NewManager(restCfg, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+	if err := opts.Shard.Validate(); err != nil {
+		return nil, err
 	}
 	clientset, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
@@ -111,6 +119,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	events := mgr.GetEventRecorder("fleet-controller")
 	if err := (&cluster.Reconciler{
+		Shard:    opts.Shard,
 		Client:   mgr.GetClient(),
 		Config:   store,
 		Cache:    mgr.GetCache(),
@@ -121,6 +130,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	if err := (&token.Reconciler{
+		Shard:     opts.Shard,
 		Client:    mgr.GetClient(),
 		Config:    store,
 		Clientset: clientset,
@@ -138,13 +148,14 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	if err := (&bundle.Reconciler{
+		Shard:    opts.Shard,
 		Client:   mgr.GetClient(),
 		Cache:    mgr.GetCache(),
 		Recorder: events,
 	}).SetupWithManager(mgr, 0); err != nil {
 		return nil, err
 	}
-	if err := (&clustergroup.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&clustergroup.Reconciler{Shard: opts.Shard, Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

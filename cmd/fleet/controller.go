@@ -49,6 +49,8 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", 20*time.Second, "leader election renew deadline")
 	f.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", 5*time.Second, "leader election retry period")
 	f.IntVar(&opts.Workers, "workers", 10, "concurrent Cluster reconciles")
+	f.IntVar(&opts.Shard.Index, "shard-index", 0, "this replica's shard, in [0, --shard-count)")
+	f.IntVar(&opts.Shard.Count, "shard-count", 1, "number of shards splitting the clusters between controller replicas")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -41,6 +42,8 @@ const (
 
 // Reconciler reconciles Bundles.
 type Reconciler struct {
+	// Shard is this replica's share of the Bundles (zero: all).
+	Shard  sharding.Shard
 	Client client.Client
 	// Cache reads Secret metadata (Secrets themselves are not cached).
 	Cache    client.Reader
@@ -49,6 +52,9 @@ type Reconciler struct {
 
 // Reconcile targets one Bundle.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if !r.Shard.OwnsKey(req.String()) {
+		return ctrl.Result{}, nil
+	}
 	b := &fleet.Bundle{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -24,6 +24,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -31,6 +32,8 @@ import (
 
 // Reconciler reconciles Clusters.
 type Reconciler struct {
+	// Shard is this replica's share of the Clusters (zero: all).
+	Shard  sharding.Shard
 	Client client.Client
 	// Cache reads the metadata-only Secret informer (the client reads
 	// Secrets from the API server).
@@ -58,13 +61,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !r.owns(cluster) {
+		return ctrl.Result{}, nil
+	}
 	if !cluster.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, cluster)
 	}
-	if controllerutil.AddFinalizer(cluster, fleet.ClusterFinalizer) {
+	// The finalizer and a generated clientID go in one write.
+	addedFinalizer := controllerutil.AddFinalizer(cluster, fleet.ClusterFinalizer)
+	generatedID, err := ensureClientID(cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if addedFinalizer || generatedID {
 		if err := r.Client.Update(ctx, cluster); err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, fmt.Errorf("updating cluster %s: %w", req.NamespacedName, err)
 		}
+	}
+	if !r.owns(cluster) {
+		// The new clientID hands the Cluster to another shard.
+		return ctrl.Result{}, nil
 	}
 
 	orig := cluster.DeepCopy()
@@ -85,9 +101,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		result = requeueForHeartbeat(result, cluster, o)
 	}()
 
-	if err := r.ensureClientID(ctx, cluster); err != nil {
-		return ctrl.Result{}, err
-	}
 	if err := r.ensureNamespace(ctx, cluster); err != nil {
 		o.failure = waiting(fleet.ProgressingReason, "creating the cluster namespace failed: %v", err)
 		return ctrl.Result{}, err
@@ -112,22 +125,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	return ctrl.Result{}, nil
 }
 
+func (r *Reconciler) owns(c *fleet.Cluster) bool {
+	return r.Shard.OwnsCluster(c.Namespace, c.Name, c.Spec.ClientID, c.Labels)
+}
+
 // ensureClientID gives a manager-initiated Cluster a random clientID, as
-// Fleet does; the agent registers with it.
-func (r *Reconciler) ensureClientID(ctx context.Context, cluster *fleet.Cluster) error {
+// Fleet does; the agent registers with it. It reports whether it set one.
+func ensureClientID(cluster *fleet.Cluster) (bool, error) {
 	if cluster.Spec.ClientID != "" || cluster.Spec.KubeConfigSecret == "" {
-		return nil
+		return false, nil
 	}
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
-		return err
+		return false, err
 	}
-	patch := client.MergeFrom(cluster.DeepCopy())
 	cluster.Spec.ClientID = hex.EncodeToString(b)
-	if err := r.Client.Patch(ctx, cluster, patch); err != nil {
-		return fmt.Errorf("setting spec.clientID of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
-	}
-	return nil
+	return true, nil
 }
 
 // ensureNamespace makes the per-cluster namespace that holds the cluster's

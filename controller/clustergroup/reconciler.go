@@ -21,15 +21,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/sharding"
 )
 
 // Reconciler reconciles ClusterGroup status.
 type Reconciler struct {
+	// Shard is this replica's share of the groups (zero: all).
+	Shard  sharding.Shard
 	Client client.Client
 }
 
 // Reconcile computes one group's status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if !r.Shard.OwnsKey(req.String()) {
+		return ctrl.Result{}, nil
+	}
 	g := &fleet.ClusterGroup{}
 	if err := r.Client.Get(ctx, req.NamespacedName, g); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

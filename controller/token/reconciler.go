@@ -31,6 +31,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
@@ -65,6 +66,8 @@ const (
 
 // Reconciler reconciles ClusterRegistrationTokens.
 type Reconciler struct {
+	// Shard is this replica's share of the tokens (zero: all).
+	Shard sharding.Shard
 	// Client is the manager's client. Secrets are not cached: reads of them
 	// go to the API server, and the controller never lists them.
 	Client client.Client
@@ -137,6 +140,9 @@ type outcome struct {
 // Reconcile makes a token's import identity and values Secret, and deletes
 // the token when it expired or lacks a TTL the configuration requires.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if !r.Shard.OwnsKey(req.String()) {
+		return ctrl.Result{}, nil
+	}
 	log := ctrl.LoggerFrom(ctx)
 	token := &fleet.ClusterRegistrationToken{}
 	if err := r.Client.Get(ctx, req.NamespacedName, token); err != nil {

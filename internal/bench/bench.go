@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -24,9 +23,6 @@ type Options struct {
 
 // Run runs every scenario and returns their results.
 func Run(ctx context.Context, opts Options) ([]Result, error) {
-	if opts.Shards > 1 {
-		return nil, errors.New("--shards > 1: sharded controllers are not implemented yet")
-	}
 	latencyN, downstreams, window, renders, heartbeat := 20, 3, time.Minute, 1000, 10*time.Second
 	rollout := []int{1, 10, 50}
 	if opts.Quick {
@@ -53,8 +49,8 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	results = append(results, r)
 
-	step("starting an upstream and %d downstream control planes and the controller", downstreams)
-	h, err := startHarness(ctx, downstreams, heartbeat, opts.FleetBinary)
+	step("starting an upstream and %d downstream control planes and %d controller shard(s)", downstreams, max(1, opts.Shards))
+	h, err := startHarness(ctx, downstreams, heartbeat, opts.FleetBinary, opts.Shards)
 	if err != nil {
 		return results, err
 	}

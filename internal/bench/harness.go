@@ -22,14 +22,14 @@ import (
 
 // harness is the benchmark's world: control planes and a controller process.
 type harness struct {
-	env        *controlplane.Env
-	dir        string
-	controller *exec.Cmd
-	ctrlLog    string
-	heartbeat  time.Duration
+	env         *controlplane.Env
+	dir         string
+	controllers []*exec.Cmd // one per shard
+	ctrlLog     string
+	heartbeat   time.Duration
 }
 
-func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, fleetBin string) (*harness, error) {
+func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, fleetBin string, shards int) (*harness, error) {
 	env, err := controlplane.Start(ctx, controlplane.Options{Downstreams: downstreams,
 		// Many agents at once: leave the API server room.
 		APIServerFlags: []string{"max-requests-inflight=2000", "max-mutating-requests-inflight=1000"}})
@@ -50,18 +50,23 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 		h.stop()
 		return nil, err
 	}
-	h.ctrlLog = filepath.Join(h.dir, "controller.log")
-	logf, err := os.Create(h.ctrlLog)
-	if err != nil {
-		h.stop()
-		return nil, err
-	}
-	h.controller = exec.Command(fleetBin, "controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
-		"--metrics-address", "0", "--probe-address", "0", "--leader-elect=false", "--workers", "20")
-	h.controller.Stdout, h.controller.Stderr = logf, logf
-	if err := h.controller.Start(); err != nil {
-		h.stop()
-		return nil, fmt.Errorf("starting the controller (%s): %w", fleetBin, err)
+	shards = max(1, shards)
+	for i := 0; i < shards; i++ {
+		h.ctrlLog = filepath.Join(h.dir, fmt.Sprintf("controller-%d.log", i))
+		logf, err := os.Create(h.ctrlLog)
+		if err != nil {
+			h.stop()
+			return nil, err
+		}
+		cmd := exec.Command(fleetBin, "controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
+			"--metrics-address", "0", "--probe-address", "0", "--leader-elect=false", "--workers", "20",
+			fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", shards))
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			h.stop()
+			return nil, fmt.Errorf("starting the controller (%s): %w", fleetBin, err)
+		}
+		h.controllers = append(h.controllers, cmd)
 	}
 	return h, nil
 }
@@ -82,14 +87,17 @@ func (h *harness) writeControllerConfig(ctx context.Context) error {
 }
 
 func (h *harness) stop() {
-	if h.controller != nil && h.controller.Process != nil {
-		_ = h.controller.Process.Signal(os.Interrupt)
+	for _, c := range h.controllers {
+		if c.Process == nil {
+			continue
+		}
+		_ = c.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
-		go func() { _ = h.controller.Wait(); close(done) }()
+		go func() { _ = c.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			_ = h.controller.Process.Kill()
+			_ = c.Process.Kill()
 		}
 	}
 	if h.env != nil {
@@ -100,10 +108,18 @@ func (h *harness) stop() {
 	}
 }
 
-// controllerUsage reads the controller process's peak RSS (MB) and CPU
-// seconds so far from /proc.
+// controllerUsage sums the controller processes' peak RSS (MB) and CPU
+// seconds so far, from /proc.
 func (h *harness) controllerUsage() (peakRSSMB, cpuS float64) {
-	pid := h.controller.Process.Pid
+	for _, c := range h.controllers {
+		rss, cpu := processUsage(c.Process.Pid)
+		peakRSSMB += rss
+		cpuS += cpu
+	}
+	return peakRSSMB, cpuS
+}
+
+func processUsage(pid int) (peakRSSMB, cpuS float64) {
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {

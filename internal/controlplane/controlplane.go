@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa"
@@ -255,6 +256,8 @@ func (cp *ControlPlane) startControllerManager(binDir string) error {
 		"--v=1",
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Die with the test binary, even when it is killed (go test -timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return err
