@@ -59,6 +59,12 @@ type Options struct {
 	// split it; each shard elects its own leader.
 	Shard sharding.Shard
 
+	// QPS and Burst bound the controller's requests to the upstream API
+	// server (client side; the server's priority and fairness still
+	// applies). Zero: 500 and 1000.
+	QPS   float32
+	Burst int
+
 	// CredentialPickupTimeout is how long a granted registration's
 	// credential Secret is kept (zero: registration.CredentialPickupTimeout).
 	CredentialPickupTimeout time.Duration
@@ -80,6 +86,15 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	restCfg := rest.CopyConfig(opts.RestConfig)
 	restCfg.UserAgent = "fleet-controller"
+	// client-go's default of 20 requests per second would cap registration
+	// at about one cluster per second.
+	restCfg.QPS, restCfg.Burst = 500, 1000
+	if opts.QPS > 0 {
+		restCfg.QPS = opts.QPS
+	}
+	if opts.Burst > 0 {
+		restCfg.Burst = opts.Burst
+	}
 	mgrOpts := ctrl.Options{
 		Scheme: controlplane.Scheme,
 		Client: client.Options{Cache: &client.CacheOptions{

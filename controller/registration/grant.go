@@ -88,7 +88,13 @@ func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, 
 		return out.failed(err)
 	}
 	out.clusterName = cluster.Name
+	if err := r.step(ctx, stepCluster); err != nil {
+		return out.failed(err)
+	}
 	if err := r.ensureOwnerReference(ctx, reg, cluster); err != nil {
+		return out.failed(err)
+	}
+	if err := r.step(ctx, stepOwnerReference); err != nil {
 		return out.failed(err)
 	}
 	out.deploymentNamespace = names.ClusterNamespace(reg.Namespace, cluster.Name)
@@ -102,6 +108,9 @@ func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, 
 	if err := r.ensureNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemRegistrationNS}}); err != nil {
 		return out.failed(err)
 	}
+	if err := r.step(ctx, stepNamespace); err != nil {
+		return out.failed(err)
+	}
 	secret, err := r.getCredentialSecret(ctx, reg)
 	if err != nil {
 		return out.failed(err)
@@ -110,16 +119,28 @@ func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, 
 		if err := r.ensureCredentialAccess(ctx, reg, token); err != nil {
 			return out.failed(err)
 		}
+		if err := r.step(ctx, stepCredentialAccess); err != nil {
+			return out.failed(err)
+		}
 	}
 
 	sa, err := r.ensureRequestIdentity(ctx, reg, cluster.Name, out.deploymentNamespace)
 	if err != nil {
 		return out.failed(err)
 	}
+	if err := r.step(ctx, stepRequestIdentity); err != nil {
+		return out.failed(err)
+	}
 	if err := r.supersede(ctx, reg); err != nil {
 		return out.failed(err)
 	}
+	if err := r.step(ctx, stepSuperseded); err != nil {
+		return out.failed(err)
+	}
 	if err := r.ensureCredentialSecret(ctx, reg, secret, sa, cluster.Name, cfg, now); err != nil {
+		return out.failed(err)
+	}
+	if err := r.step(ctx, stepCredentialSecret); err != nil {
 		return out.failed(err)
 	}
 	out.granted = true
@@ -497,6 +518,9 @@ func (r *Reconciler) ensureCredentialSecret(ctx context.Context, reg *fleet.Clus
 		}
 		bearer, expires = tr.Status.Token, tr.Status.ExpirationTimestamp.Time
 		ctrl.LoggerFrom(ctx).V(1).Info("minted request token", "serviceAccount", sa.Namespace+"/"+sa.Name, "tokenExpires", expires.UTC().Format(time.RFC3339))
+		if err := r.step(ctx, stepToken); err != nil {
+			return err
+		}
 	}
 	if desired.Annotations == nil {
 		desired.Annotations = map[string]string{}

@@ -112,6 +112,11 @@ type Reconciler struct {
 	// (superseding compares them; two must never be granted at once), while
 	// registrations of different clusters are granted in parallel.
 	clientLocks keyedMutex
+
+	// stepHook, set only by tests, is called after each externally visible
+	// step of a grant (the step* names) so a test can stop the process
+	// there; nil in production.
+	stepHook func(step string)
 }
 
 // Reconcile grants a ClusterRegistration its credential, refuses it, or,
@@ -137,6 +142,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
+		if err := r.step(ctx, stepFinalizer); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	now := r.now()
 	if reg.Status.Granted {
@@ -154,6 +162,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, errors.Join(out.err, err)
 	}
 	if out.granted {
+		if err := r.step(ctx, stepStatus); err != nil {
+			return ctrl.Result{}, err
+		}
 		r.justGranted.Store(reg.UID, struct{}{})
 	}
 	if base.Status.Granted != reg.Status.Granted || conditionChanged(base, reg) {

@@ -1,0 +1,46 @@
+package registration
+
+import "context"
+
+// The externally visible steps of a grant, in order. A test hook can stop
+// the controller after any of them to prove that a pass interrupted there is
+// finished by the next process (shared/SPEC.md §4: a restart at any step
+// converges).
+const (
+	// stepFinalizer: the registration carries the finalizer (first pass only).
+	stepFinalizer = "finalizer"
+	// stepCluster: the Cluster of the clientID was found or created.
+	stepCluster = "cluster"
+	// stepOwnerReference: the Cluster owns the registration.
+	stepOwnerReference = "owner-reference"
+	// stepNamespace: the cluster namespace and the system registration
+	// namespace exist.
+	stepNamespace = "namespace"
+	// stepCredentialAccess: the import identity may read the credential
+	// Secret (registrations made with a token only).
+	stepCredentialAccess = "credential-access"
+	// stepRequestIdentity: the request ServiceAccount and its Roles and
+	// RoleBindings exist.
+	stepRequestIdentity = "request-identity"
+	// stepSuperseded: older registrations of the clientID were deleted.
+	stepSuperseded = "superseded"
+	// stepToken: a request token was minted (TokenRequest), not yet written
+	// anywhere (only when no reusable token was found).
+	stepToken = "token"
+	// stepCredentialSecret: the credential Secret c-<hash> was written.
+	stepCredentialSecret = "credential-secret"
+	// stepStatus: the registration's status says granted.
+	stepStatus = "status"
+)
+
+// step marks the end of a grant step. With a test hook set it calls it and
+// then stops the pass when ctx has ended (the hook stopped the manager), so
+// nothing after the step is done by this process; without one it costs a
+// nil check.
+func (r *Reconciler) step(ctx context.Context, name string) error {
+	if r.stepHook == nil {
+		return nil
+	}
+	r.stepHook(name)
+	return ctx.Err()
+}
