@@ -46,6 +46,8 @@ type Options struct {
 
 	MetricsAddress string
 	ProbeAddress   string
+	// PprofAddress serves net/http/pprof when set (off by default).
+	PprofAddress string
 
 	LeaderElect   bool
 	LeaseDuration time.Duration
@@ -105,6 +107,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
 		HealthProbeBindAddress:        opts.ProbeAddress,
+		PprofBindAddress:              opts.PprofAddress,
 		LeaderElection:                opts.LeaderElect,
 		LeaderElectionID:              opts.Shard.LeaseName("fleet-controller-lock"),
 		LeaderElectionNamespace:       opts.Namespace,

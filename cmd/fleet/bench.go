@@ -48,6 +48,7 @@ table and, with --json, writes the results.`,
 	f.IntVar(&opts.Clusters, "clusters", 0, "clusters in the scale scenario (default 1000, 50 with --quick)")
 	f.IntVar(&opts.Shards, "shards", 1, "controller shards")
 	f.StringVar(&jsonFile, "json", "", "write the results as JSON to this file")
+	f.StringVar(&opts.ProfileDir, "profile", "", "write CPU and heap profiles of the controller(s) taken during the scale scenario to this directory")
 	return cmd
 }
 

@@ -44,6 +44,7 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&opts.ConfigName, "config-name", config.ConfigMapName, "name of the controller ConfigMap")
 	f.StringVar(&opts.MetricsAddress, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	f.StringVar(&opts.ProbeAddress, "probe-address", ":8081", "address of /healthz and /readyz")
+	f.StringVar(&opts.PprofAddress, "pprof-address", "", "address of net/http/pprof (off when empty)")
 	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect a leader among replicas")
 	f.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", 30*time.Second, "leader election lease duration")
 	f.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", 20*time.Second, "leader election renew deadline")

@@ -19,6 +19,9 @@ type Options struct {
 	FleetBinary string
 	// Progress receives one line per step.
 	Progress io.Writer
+	// ProfileDir, when set, receives CPU and heap profiles of the
+	// controllers taken during the scale scenario.
+	ProfileDir string
 }
 
 // Run runs every scenario and returns their results.
@@ -71,6 +74,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	as := &agents{}
 	defer as.stopAll()
 	step("scale: %d agent-initiated registrations at once", opts.Clusters)
+	h.profile(ctx, opts.ProfileDir, "scale", 30*time.Second)
 	r, _, err = h.scale(ctx, opts.Clusters, as)
 	if err != nil {
 		return results, fmt.Errorf("scale: %w", err)

@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +28,7 @@ type harness struct {
 	env         *controlplane.Env
 	dir         string
 	controllers []*exec.Cmd // one per shard
+	pprofAddrs  []string    // their pprof endpoints
 	ctrlLog     string
 	heartbeat   time.Duration
 }
@@ -58,9 +62,15 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 			h.stop()
 			return nil, err
 		}
+		pprof, err := freeAddress()
+		if err != nil {
+			h.stop()
+			return nil, err
+		}
+		h.pprofAddrs = append(h.pprofAddrs, pprof)
 		cmd := exec.Command(fleetBin, "controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
 			"--metrics-address", "0", "--probe-address", "0", "--leader-elect=false", "--workers", "20",
-			fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", shards))
+			"--pprof-address", pprof, fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", shards))
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			h.stop()
@@ -177,4 +187,46 @@ func label(line, name string) string {
 	}
 	rest := line[i+len(name)+2:]
 	return rest[:strings.Index(rest, `"`)]
+}
+
+// freeAddress returns a loopback address with a free port.
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// profile fetches a CPU profile of each controller over d, then a heap
+// profile, into dir (no-op when dir is empty). It runs while a scenario runs.
+func (h *harness) profile(ctx context.Context, dir, name string, d time.Duration) {
+	if dir == "" {
+		return
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	for i, addr := range h.pprofAddrs {
+		fetch := func(path, file string) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+			if err != nil {
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(filepath.Join(dir, file))
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_, _ = io.Copy(f, resp.Body)
+		}
+		go func() {
+			fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), fmt.Sprintf("%s-controller-%d-cpu.pprof", name, i))
+			fetch("/debug/pprof/heap", fmt.Sprintf("%s-controller-%d-heap.pprof", name, i))
+		}()
+	}
 }
