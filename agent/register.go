@@ -82,6 +82,7 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 			Namespace:    b.ClusterNamespace,
 			GenerateName: "request-",
 			Labels:       map[string]string{fleet.RegistrationTokenLabel: b.TokenName},
+			Annotations:  map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
 		},
 		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: clientRandom, ClusterLabels: labels},
 	}

@@ -157,6 +157,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	if err := (&registration.Reconciler{
+		Shard:                   opts.Shard,
 		Client:                  mgr.GetClient(),
 		Config:                  store,
 		Clientset:               clientset,

@@ -82,6 +82,18 @@ func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, 
 		out.refusal = ref
 		return out
 	}
+	// A registration is stale when another of its clientID was granted and
+	// is not older: granting it would revoke a credential an agent uses.
+	if succ, err := r.grantedSuccessor(ctx, reg); err != nil {
+		return out.failed(err)
+	} else if succ != nil {
+		if err := r.Client.Delete(ctx, reg, client.Preconditions{UID: ptr.To(reg.UID)}); client.IgnoreNotFound(err) != nil {
+			return out.failed(err)
+		}
+		out.refusal = &refusal{reason: fleet.SupersededReason, message: fmt.Sprintf(
+			"ClusterRegistration %s of the same clientID was granted and is not older; this one is stale and is removed", succ.Name)}
+		return out
+	}
 
 	cluster, err := r.ensureCluster(ctx, reg, cfg)
 	if err != nil {
@@ -463,6 +475,24 @@ func conflict(kind, key string) error {
 		retry:   conflictRetry,
 		warn:    true,
 	}
+}
+
+// grantedSuccessor returns a granted registration of reg's clientID that is
+// newer than reg (olderThan: creation time, then the agent's request time,
+// then granted first), if there is one: reg is then a stale request, and
+// granting it would revoke the credential of the newer one.
+func (r *Reconciler) grantedSuccessor(ctx context.Context, reg *fleet.ClusterRegistration) (*fleet.ClusterRegistration, error) {
+	list := &fleet.ClusterRegistrationList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(reg.Namespace), client.MatchingFields{registrationClientIDIndex: reg.Spec.ClientID}); err != nil {
+		return nil, fmt.Errorf("listing ClusterRegistrations with clientID %q in %s: %w", reg.Spec.ClientID, reg.Namespace, err)
+	}
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID != reg.UID && o.Status.Granted && o.DeletionTimestamp.IsZero() && olderThan(reg, o) {
+			return o, nil
+		}
+	}
+	return nil, nil
 }
 
 // supersede deletes every other registration of the same clientID in the

@@ -32,6 +32,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
@@ -87,6 +88,8 @@ const (
 
 // Reconciler reconciles ClusterRegistrations.
 type Reconciler struct {
+	// Shard is this replica's share of the registrations (zero: all).
+	Shard sharding.Shard
 	// Client is the manager's client. Secrets are not cached: reads of them
 	// go to the API server, and the controller never lists them.
 	Client client.Client
@@ -126,6 +129,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	reg := &fleet.ClusterRegistration{}
 	if err := r.Client.Get(ctx, req.NamespacedName, reg); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// Registrations hash by clientID, as Clusters do: one shard handles a
+	// cluster and its registrations.
+	if !r.Shard.OwnsKey(reg.Namespace + "/" + reg.Spec.ClientID) {
+		return ctrl.Result{}, nil
 	}
 	defer r.clientLocks.lock(reg.Namespace + "/" + reg.Spec.ClientID)()
 	if !reg.DeletionTimestamp.IsZero() {

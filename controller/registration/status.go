@@ -120,6 +120,12 @@ func olderThan(a, b *fleet.ClusterRegistration) bool {
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
 	}
+	// Within one second, the agent's own request time orders its requests.
+	ra, errA := time.Parse(time.RFC3339Nano, a.Annotations[registration.RequestedAtAnnotation])
+	rb, errB := time.Parse(time.RFC3339Nano, b.Annotations[registration.RequestedAtAnnotation])
+	if errA == nil && errB == nil && !ra.Equal(rb) {
+		return ra.Before(rb)
+	}
 	if a.Status.Granted != b.Status.Granted {
 		return a.Status.Granted
 	}

@@ -136,6 +136,11 @@ func FuzzClusterLabels(f *testing.F) {
 	})
 }
 
+func requested(r *fleet.ClusterRegistration, ms int) *fleet.ClusterRegistration {
+	r.Annotations = map[string]string{registration.RequestedAtAnnotation: now.Add(time.Duration(ms) * time.Millisecond).UTC().Format(time.RFC3339Nano)}
+	return r
+}
+
 func TestOlderThan(t *testing.T) {
 	at := func(name string, sec int, granted bool) *fleet.ClusterRegistration {
 		r := reg(name, "cid")
@@ -153,6 +158,8 @@ func TestOlderThan(t *testing.T) {
 		{"same second, granted one is older", at("z", 0, true), at("a", 0, false), true},
 		{"same second, pending one is not older than a granted one", at("a", 0, false), at("z", 0, true), false},
 		{"same second, both pending: by name", at("a", 0, false), at("b", 0, false), true},
+		{"same second: the agent's request time decides", requested(at("z", 0, true), 2), requested(at("a", 0, false), 1), false},
+		{"same second: the agent's request time decides, reversed", requested(at("a", 0, false), 1), requested(at("z", 0, true), 2), true},
 		{"same second, both pending: by name, reversed", at("b", 0, false), at("a", 0, false), false},
 	}
 	for _, tt := range tests {

@@ -35,6 +35,21 @@ import (
 // test, short so its expiry can be watched.
 const pickupTimeout = 8 * time.Second
 
+// isolatedEnv, when set, makes this test binary run without the shared
+// controller: only the ClusterRegistrationToken controller runs in the
+// background, and the tests start (and kill) registration controllers of
+// their own. TestGrant_ControllerRestartAtEveryStepConverges re-runs the
+// binary so; the other tests need the shared controller.
+const isolatedEnv = "FLEET_REGISTRATION_TEST_ISOLATED"
+
+// isolated reports that the binary runs without the shared controller.
+var isolated = os.Getenv(isolatedEnv) != ""
+
+// controllerConfig is the controller configuration of the tests.
+func controllerConfig() *config.Config {
+	return &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")}
+}
+
 var (
 	env *controlplane.Env
 	up  client.Client
@@ -73,20 +88,31 @@ func run(m *testing.M) int {
 	defer func() { _ = env.Stop() }()
 	up = env.Upstream.Client
 
-	c, err := controller.New(ctx, controller.Options{
-		RestConfig:              env.Upstream.Config,
-		InitialConfig:           &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
-		MetricsAddress:          "0",
-		ProbeAddress:            "0",
-		CredentialPickupTimeout: pickupTimeout,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	var start func(context.Context) error
+	if isolated {
+		mgr, err := newTokenManager()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		start = mgr.Start
+	} else {
+		c, err := controller.New(ctx, controller.Options{
+			RestConfig:              env.Upstream.Config,
+			InitialConfig:           controllerConfig(),
+			MetricsAddress:          "0",
+			ProbeAddress:            "0",
+			CredentialPickupTimeout: pickupTimeout,
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		start = c.Start
 	}
 	mgrCtx, mgrCancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- c.Start(mgrCtx) }()
+	go func() { done <- start(mgrCtx) }()
 	code := m.Run()
 	mgrCancel()
 	select {
@@ -241,6 +267,9 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 			Namespace:    a.ws,
 			GenerateName: "request-",
 			Labels:       map[string]string{fleet.RegistrationTokenLabel: a.tokenName},
+			// As the real agent does: its request time orders requests made
+			// within one second.
+			Annotations: map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
 		},
 		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: randomID("random-"), ClusterLabels: labels},
 	}
@@ -254,16 +283,26 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 // Forbidden until the grant made the Role that lets it read the Secret.
 func (a *agent) waitCredential(t *testing.T, reg *fleet.ClusterRegistration, timeout time.Duration) *corev1.Secret {
 	t.Helper()
-	name := registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
+	s, err := a.watchCredential(ctx, reg)
+	if err != nil {
+		t.Fatalf("after %s: %v", timeout, err)
+	}
+	return s
+}
+
+// watchCredential is waitCredential until ctx ends, for use off the test's
+// goroutine.
+func (a *agent) watchCredential(ctx context.Context, reg *fleet.ClusterRegistration) (*corev1.Secret, error) {
+	name := registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
 	var lastErr error
 	for ctx.Err() == nil {
 		w, err := a.importer.cs.CoreV1().Secrets(config.DefaultSystemRegistrationNS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		if err != nil {
 			lastErr = err
 			if !apierrors.IsForbidden(err) {
-				t.Fatalf("watching credential Secret %s: %v", name, err)
+				return nil, fmt.Errorf("watching credential Secret %s: %w", name, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 			continue
@@ -272,13 +311,12 @@ func (a *agent) waitCredential(t *testing.T, reg *fleet.ClusterRegistration, tim
 			if s, ok := ev.Object.(*corev1.Secret); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) && len(s.Data[registration.KeyToken]) > 0 {
 				w.Stop()
 				remember(string(s.Data[registration.KeyToken]))
-				return s
+				return s, nil
 			}
 		}
 		w.Stop()
 	}
-	t.Fatalf("timed out after %s waiting for credential Secret %s (last error: %v)", timeout, name, lastErr)
-	return nil
+	return nil, fmt.Errorf("no credential Secret %s (last error: %v)", name, lastErr)
 }
 
 func getReg(t *testing.T, ws, name string) *fleet.ClusterRegistration {

@@ -46,6 +46,12 @@ const (
 	RegistrationLabel          = "fleet.cattle.io/cluster-registration"
 	RegistrationNamespaceLabel = "fleet.cattle.io/cluster-registration-namespace"
 
+	// RequestedAtAnnotation is set by the agent on its ClusterRegistration:
+	// when it asked, to the nanosecond. Creation timestamps have one-second
+	// resolution; this orders an agent's requests made within one second
+	// (a restart right after a request).
+	RequestedAtAnnotation = "fleet.cattle.io/requested-at"
+
 	// RegistrationFinalizer lets the controller remove those objects.
 	RegistrationFinalizer = "fleet.cattle.io/cluster-registration"
 

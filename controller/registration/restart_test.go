@@ -1,0 +1,432 @@
+package registration_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/configstore"
+	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
+	"github.com/gitops-fleet/fleet/controller/token"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+// restartPickupTimeout is the credential pickup timeout of the restart
+// test's controllers: short, so the test can wait for the state a
+// registration settles in (the credential Secret and the access to it
+// gone).
+const restartPickupTimeout = 3 * time.Second
+
+// managerOptions are the controller's manager options (Secrets are never
+// cached), for managers that are started more than once in one process.
+// With base set, the reconcilers' contexts derive from it, so cancelling it
+// ends a pass in flight at once.
+func managerOptions(base context.Context) ctrl.Options {
+	opts := ctrl.Options{
+		Scheme: controlplane.Scheme,
+		Client: client.Options{Cache: &client.CacheOptions{
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+		Cache:      cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: crconfig.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	if base != nil {
+		opts.BaseContext = func() context.Context { return base }
+	}
+	return opts
+}
+
+// newTokenManager is the background manager of an isolated run: the
+// ClusterRegistrationToken controller alone, so tests get import tokens.
+func newTokenManager() (ctrl.Manager, error) {
+	mgr, err := ctrl.NewManager(env.Upstream.Config, managerOptions(nil))
+	if err != nil {
+		return nil, err
+	}
+	err = (&token.Reconciler{
+		Client:    mgr.GetClient(),
+		Config:    configstore.New(config.DefaultSystemNamespace, config.ConfigMapName, controllerConfig()),
+		Clientset: env.Upstream.Clientset,
+		Recorder:  mgr.GetEventRecorder("fleet-controller"),
+	}).SetupWithManager(mgr)
+	return mgr, err
+}
+
+// grantController is one controller process as far as registrations go: a
+// manager of its own running a new ClusterRegistration Reconciler (no state
+// shared with any earlier one).
+type grantController struct {
+	cancel context.CancelFunc
+	done   chan error
+	// killed is closed when the kill step was reached.
+	killed chan struct{}
+
+	mu    sync.Mutex
+	steps []string
+}
+
+// startGrantController starts a registration controller. With killAt set,
+// reaching that step of a grant ends the manager's context from inside the
+// pass: the pass stops right there (every later request would carry the
+// ended context) and the manager shuts down, as a killed process would.
+func startGrantController(t *testing.T, killAt string) *grantController {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &grantController{cancel: cancel, done: make(chan error, 1), killed: make(chan struct{})}
+	mgr, err := ctrl.NewManager(env.Upstream.Config, managerOptions(ctx))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	r := &ctrlreg.Reconciler{
+		Client:                  mgr.GetClient(),
+		Config:                  configstore.New(config.DefaultSystemNamespace, config.ConfigMapName, controllerConfig()),
+		Clientset:               env.Upstream.Clientset,
+		Recorder:                mgr.GetEventRecorder("fleet-controller"),
+		CredentialPickupTimeout: restartPickupTimeout,
+	}
+	var once sync.Once
+	ctrlreg.SetStepHook(r, func(step string) {
+		g.mu.Lock()
+		g.steps = append(g.steps, step)
+		g.mu.Unlock()
+		if step == killAt {
+			once.Do(func() {
+				cancel()
+				close(g.killed)
+			})
+		}
+	})
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go func() { g.done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { g.stop(t) })
+	return g
+}
+
+// stop ends the manager and waits for it to return.
+func (g *grantController) stop(t *testing.T) {
+	t.Helper()
+	g.cancel()
+	g.wait(t)
+}
+
+func (g *grantController) wait(t *testing.T) {
+	t.Helper()
+	if g.done == nil {
+		return
+	}
+	select {
+	case err := <-g.done:
+		g.done = nil
+		if err != nil {
+			t.Errorf("controller manager: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("controller manager did not stop within 60s")
+	}
+}
+
+// waitKilled waits until the kill step was reached and the manager
+// returned.
+func (g *grantController) waitKilled(t *testing.T, step string) {
+	t.Helper()
+	select {
+	case <-g.killed:
+	case err := <-g.done:
+		g.done = nil
+		t.Fatalf("controller manager returned before step %s: %v", step, err)
+	case <-time.After(60 * time.Second):
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		t.Fatalf("step %s not reached within 60s (steps seen: %v)", step, g.steps)
+	}
+	g.wait(t)
+}
+
+func (g *grantController) seen() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.steps)
+}
+
+// TestGrant_ControllerRestartAtEveryStepConverges kills the registration
+// controller right after each step of a grant, starts a new one, and checks
+// that the registration completes with exactly one Cluster, one
+// registration and one request identity, and nothing left for any other
+// registration: both when the agent keeps waiting for its registration, and
+// when it gave up (its watch timed out) and registers anew.
+//
+// Only one registration controller may run at a time, and the shared
+// controller of this binary reconciles every namespace, so the test runs in
+// a second process of this test binary, with control planes of its own and
+// without the shared controller (isolatedEnv).
+func TestGrant_ControllerRestartAtEveryStepConverges(t *testing.T) {
+	if !isolated {
+		runIsolated(t)
+		return
+	}
+	for _, step := range ctrlreg.GrantSteps {
+		t.Run(step, func(t *testing.T) {
+			t.Run("same-registration", func(t *testing.T) { restartAt(t, step, false) })
+			t.Run("new-registration", func(t *testing.T) { restartAt(t, step, true) })
+		})
+	}
+}
+
+func restartAt(t *testing.T, step string, reregister bool) {
+	begin := time.Now()
+	ws := newWorkspace(t)
+	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
+	clientID := randomID("cid-")
+	labels := map[string]string{"env": "restart"}
+
+	first := startGrantController(t, step)
+	reg := a.create(t, clientID, labels)
+	type answer struct {
+		secret *corev1.Secret
+		err    error
+	}
+	answers := make(chan answer, 1)
+	if !reregister {
+		// The agent watches for its answer while the controller dies and
+		// comes back.
+		go func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+			defer cancel()
+			s, err := a.watchCredential(ctx, reg)
+			answers <- answer{s, err}
+		}()
+	}
+	first.waitKilled(t, step)
+	killed := time.Since(begin)
+	t.Logf("killed after %s (steps run: %v)", step, first.seen())
+
+	// Nothing after the step happened.
+	stepIndex := slices.Index(ctrlreg.GrantSteps, step)
+	secretKey := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: registration.CredentialSecretName(clientID, reg.Spec.ClientRandom)}
+	err := up.Get(t.Context(), secretKey, &corev1.Secret{})
+	switch written := stepIndex >= slices.Index(ctrlreg.GrantSteps, ctrlreg.StepCredentialSecret); {
+	case !written && !apierrors.IsNotFound(err):
+		t.Fatalf("credential Secret after a kill at %s: want NotFound, got %v", step, err)
+	case written && err != nil && !apierrors.IsNotFound(err):
+		// (NotFound: the agent already picked it up and deleted it.)
+		t.Fatalf("credential Secret after a kill at %s: %v", step, err)
+	}
+	if got := getReg(t, ws, reg.Name); step == ctrlreg.StepStatus {
+		if !got.Status.Granted {
+			t.Fatalf("not granted after a kill at %s: %+v", step, got.Status)
+		}
+	} else if got.Status.Granted || len(got.Status.Conditions) > 0 {
+		t.Fatalf("status written after a kill at %s: %+v", step, got.Status)
+	}
+
+	second := startGrantController(t, "")
+	final := reg
+	if reregister {
+		// The agent saw nothing (it restarted) and registers again at
+		// once with a new clientRandom, usually within the same second:
+		// the requested-at annotation orders the two, and the new one
+		// supersedes the first whatever order the controller sees them in.
+		final = a.create(t, clientID, labels)
+		go func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			s, err := a.watchCredential(ctx, final)
+			answers <- answer{s, err}
+		}()
+	}
+	got := <-answers
+	if got.err != nil {
+		t.Fatalf("the agent got no credential: %v", got.err)
+	}
+	secret := got.secret
+	// The agent keeps the credential and drops the handed-back copy (the
+	// real agent ignores a failure here: the controller expires it).
+	if err := a.importer.Delete(t.Context(), secret); err != nil {
+		t.Logf("deleting the credential Secret as the import identity: %v", err)
+	}
+	waitCondition(t, ws, final.Name, metav1.ConditionTrue, fleet.GrantedReason)
+	granted := time.Since(begin)
+
+	clusterName := string(secret.Data[registration.KeyClusterName])
+	nsC := string(secret.Data[registration.KeyDeploymentNamespace])
+	requester := as(t, string(secret.Data[registration.KeyToken]))
+	requestWorks := func() {
+		t.Helper()
+		cluster := &fleet.Cluster{}
+		if err := requester.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: clusterName}, cluster); err != nil {
+			t.Errorf("request identity reading its Cluster: %v", err)
+		} else if cluster.Spec.ClientID != clientID {
+			t.Errorf("the credential names Cluster %s of clientID %q, want %q", clusterName, cluster.Spec.ClientID, clientID)
+		}
+		if err := requester.List(t.Context(), &fleet.BundleDeploymentList{}, client.InNamespace(nsC)); err != nil {
+			t.Errorf("request identity listing its BundleDeployments: %v", err)
+		}
+	}
+	requestWorks()
+
+	// Once the pickup timeout passed, only the request identity of the
+	// final registration is left.
+	eventually(t, restartPickupTimeout+30*time.Second, "exactly one of everything and no leftovers", func() error {
+		return leftovers(t, ws, clientID, final.Name)
+	})
+	requestWorks()
+	t.Logf("converged: killed %s, granted %s, clean %s after the start", killed.Round(time.Millisecond),
+		granted.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
+	second.stop(t)
+}
+
+// leftovers checks that workspace ws holds one Cluster (of clientID) and one
+// registration (keep), and that every object labelled for a registration of
+// ws, in any namespace, belongs to keep and is its request identity: one
+// ServiceAccount, two Roles and two RoleBindings; the credential Secret and
+// the access to it are gone after the pickup timeout. Secrets are read from
+// the API server.
+func leftovers(t *testing.T, ws, clientID, keep string) error {
+	t.Helper()
+	var problems []string
+	clusters := &fleet.ClusterList{}
+	if err := up.List(t.Context(), clusters, client.InNamespace(ws)); err != nil {
+		return err
+	}
+	if len(clusters.Items) != 1 || clusters.Items[0].Spec.ClientID != clientID {
+		var got []string
+		for _, c := range clusters.Items {
+			got = append(got, c.Name+"(clientID "+c.Spec.ClientID+")")
+		}
+		problems = append(problems, fmt.Sprintf("Clusters %v, want one of clientID %s", got, clientID))
+	}
+	regs := &fleet.ClusterRegistrationList{}
+	if err := up.List(t.Context(), regs, client.InNamespace(ws)); err != nil {
+		return err
+	}
+	if len(regs.Items) != 1 || regs.Items[0].Name != keep {
+		var got []string
+		for _, r := range regs.Items {
+			got = append(got, r.Name)
+		}
+		problems = append(problems, fmt.Sprintf("ClusterRegistrations %v, want only %s", got, keep))
+	}
+	namespaces := &corev1.NamespaceList{}
+	if err := up.List(t.Context(), namespaces, client.MatchingLabels{fleet.ClusterNamespaceLabel: ws}); err != nil {
+		return err
+	}
+	if len(namespaces.Items) != 1 {
+		problems = append(problems, fmt.Sprintf("%d cluster namespaces, want 1", len(namespaces.Items)))
+	}
+
+	sel := client.MatchingLabels{registration.RegistrationNamespaceLabel: ws}
+	for _, c := range []struct {
+		list client.ObjectList
+		kind string
+		want int
+	}{
+		{&corev1.ServiceAccountList{}, "ServiceAccounts", 1},
+		{&rbacv1.RoleList{}, "Roles", 2},
+		{&rbacv1.RoleBindingList{}, "RoleBindings", 2},
+		{&corev1.SecretList{}, "Secrets", 0},
+	} {
+		if err := up.List(t.Context(), c.list, sel); err != nil {
+			return err
+		}
+		var ours int
+		var others []string
+		items, _ := apimeta.ExtractList(c.list)
+		for _, it := range items {
+			o := it.(client.Object)
+			if o.GetLabels()[registration.RegistrationLabel] == keep {
+				ours++
+				continue
+			}
+			others = append(others, o.GetNamespace()+"/"+o.GetName()+" for "+o.GetLabels()[registration.RegistrationLabel])
+		}
+		if len(others) > 0 {
+			problems = append(problems, fmt.Sprintf("%s of other registrations: %v", c.kind, others))
+		}
+		if ours != c.want {
+			problems = append(problems, fmt.Sprintf("%d %s of %s, want %d", ours, c.kind, keep, c.want))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// runIsolated runs the calling test in a second process of this test binary
+// without the shared controller, and reports its output.
+func runIsolated(t *testing.T) {
+	pattern := "^" + t.Name() + "$"
+	// -run TestGrant_ControllerRestartAtEveryStepConverges/<step> selects
+	// steps in the second process too.
+	if f := flag.Lookup("test.run"); f != nil {
+		if _, sub, ok := strings.Cut(f.Value.String(), "/"); ok {
+			pattern += "/" + sub
+		}
+	}
+	args := []string{"-test.run=" + pattern, "-test.count=1", "-test.v"}
+	if d, ok := t.Deadline(); ok {
+		if left := time.Until(d) - 30*time.Second; left > time.Minute {
+			args = append(args, "-test.timeout="+left.Round(time.Second).String())
+		}
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
+	cmd.Env = append(os.Environ(), isolatedEnv+"=1")
+	cmd.WaitDelay = 10 * time.Second
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		_ = pw.Close()
+		_ = pr.Close()
+		t.Fatal(err)
+	}
+	_ = pw.Close()
+	passed := false
+	sc := bufio.NewScanner(pr)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "--- PASS: "+t.Name()+" ") {
+			passed = true
+		}
+		t.Log("isolated: " + line)
+	}
+	_ = pr.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("isolated run of %s: %v", t.Name(), err)
+	}
+	if !passed {
+		t.Fatalf("isolated run of %s did not report the test as passed", t.Name())
+	}
+}
