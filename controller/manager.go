@@ -137,13 +137,14 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	events := mgr.GetEventRecorder("fleet-controller")
 	if err := (&cluster.Reconciler{
-		Shard:    opts.Shard,
-		Client:   mgr.GetClient(),
-		Config:   store,
-		Cache:    mgr.GetCache(),
-		Renderer: agentRenderer,
-		Remotes:  remote.NewCache(controlplane.Scheme),
-		Recorder: events,
+		Shard:     opts.Shard,
+		Client:    mgr.GetClient(),
+		Config:    store,
+		Cache:     mgr.GetCache(),
+		APIReader: mgr.GetAPIReader(),
+		Renderer:  agentRenderer,
+		Remotes:   remote.NewCache(controlplane.Scheme),
+		Recorder:  events,
 	}).SetupWithManager(ctx, mgr, cluster.SetupOptions{MaxConcurrentReconciles: opts.Workers}); err != nil {
 		return nil, err
 	}
@@ -158,6 +159,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	if err := (&registration.Reconciler{
 		Shard:                   opts.Shard,
+		APIReader:               mgr.GetAPIReader(),
 		Client:                  mgr.GetClient(),
 		Config:                  store,
 		Clientset:               clientset,

@@ -37,11 +37,13 @@ type Reconciler struct {
 	Client client.Client
 	// Cache reads the metadata-only Secret informer (the client reads
 	// Secrets from the API server).
-	Cache    client.Reader
-	Config   *configstore.Store
-	Renderer *renderer.AgentRenderer
-	Remotes  *remote.Cache
-	Recorder recorder.EventRecorder
+	Cache client.Reader
+	// APIReader reads from the API server, past the cache.
+	APIReader client.Reader
+	Config    *configstore.Store
+	Renderer  *renderer.AgentRenderer
+	Remotes   *remote.Cache
+	Recorder  recorder.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
@@ -158,6 +160,13 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, cluster *fleet.Cluster
 	}
 	if !apierrors.IsNotFound(err) {
 		return err
+	}
+	// The registration controller may have just made it: ask the API server
+	// (a read) before a create that would fail (a write).
+	if r.APIReader != nil {
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, ns); err == nil {
+			return nil
+		}
 	}
 	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: name,

@@ -3,7 +3,6 @@ package registration
 // GrantSteps are the steps a test can stop a grant after, in the order a
 // first grant passes them.
 var GrantSteps = []string{
-	stepFinalizer,
 	stepCluster,
 	stepOwnerReference,
 	stepNamespace,

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -227,6 +228,8 @@ func (r *Reconciler) ensureCluster(ctx context.Context, reg *fleet.ClusterRegist
 			Namespace: reg.Namespace,
 			Name:      name,
 			Labels:    clusterLabels(reg, name, cfg.IgnoreClusterRegistrationLabels),
+			// The Cluster reconciler's finalizer, set now: one write less.
+			Finalizers: []string{fleet.ClusterFinalizer},
 		},
 		Spec: fleet.ClusterSpec{ClientID: reg.Spec.ClientID},
 	}
@@ -252,8 +255,17 @@ func usableCluster(c *fleet.Cluster) (*fleet.Cluster, error) {
 // ensureOwnerReference makes the Cluster an owner (not the controller) of
 // the registration, so deleting the Cluster deletes its registrations.
 func (r *Reconciler) ensureOwnerReference(ctx context.Context, reg *fleet.ClusterRegistration, cluster *fleet.Cluster) error {
+	// The finalizer goes in the same write: nothing is made for the
+	// registration before it is set.
+	addedFinalizer := controllerutil.AddFinalizer(reg, registration.RegistrationFinalizer)
 	for _, ref := range reg.OwnerReferences {
 		if ref.UID == cluster.UID {
+			if !addedFinalizer {
+				return nil
+			}
+			if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); err != nil {
+				return fmt.Errorf("adding the finalizer of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
+			}
 			return nil
 		}
 	}
@@ -298,6 +310,13 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, ns *corev1.Namespace) 
 		return nil
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading namespace %s: %w", ns.Name, err)
+	}
+	// The Cluster reconciler may have just made it: ask the API server (a
+	// read) before a create that would fail (a write).
+	if r.APIReader != nil {
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: ns.Name}, existing); err == nil && existing.DeletionTimestamp.IsZero() {
+			return nil
+		}
 	}
 	if err := r.Client.Create(ctx, ns, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)

@@ -89,7 +89,9 @@ const (
 // Reconciler reconciles ClusterRegistrations.
 type Reconciler struct {
 	// Shard is this replica's share of the registrations (zero: all).
-	Shard sharding.Shard
+	// APIReader reads from the API server, past the cache (nil: cache only).
+	APIReader client.Reader
+	Shard     sharding.Shard
 	// Client is the manager's client. Secrets are not cached: reads of them
 	// go to the API server, and the controller never lists them.
 	Client client.Client
@@ -145,14 +147,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if _, ok := r.justGranted.Load(reg.UID); ok {
 		log.V(1).Info("the cache does not show the grant yet; waiting for it")
 		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
-	}
-	if controllerutil.AddFinalizer(reg, registration.RegistrationFinalizer) {
-		if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-		if err := r.step(ctx, stepFinalizer); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 	now := r.now()
 	if reg.Status.Granted {

@@ -7,11 +7,10 @@ import "context"
 // finished by the next process (shared/SPEC.md §4: a restart at any step
 // converges).
 const (
-	// stepFinalizer: the registration carries the finalizer (first pass only).
-	stepFinalizer = "finalizer"
 	// stepCluster: the Cluster of the clientID was found or created.
 	stepCluster = "cluster"
-	// stepOwnerReference: the Cluster owns the registration.
+	// stepOwnerReference: the Cluster owns the registration, which carries
+	// its finalizer (one write).
 	stepOwnerReference = "owner-reference"
 	// stepNamespace: the cluster namespace and the system registration
 	// namespace exist.

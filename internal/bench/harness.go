@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -155,9 +156,16 @@ func processUsage(pid int) (peakRSSMB, cpuS float64) {
 // requestCounts sums the upstream API server's apiserver_request_total into
 // reads (GET, LIST, WATCH) and writes (everything else).
 func (h *harness) requestCounts(ctx context.Context) (reads, writes float64, err error) {
+	reads, writes, _, err = h.requestBreakdown(ctx)
+	return reads, writes, err
+}
+
+// requestBreakdown also returns the write count per "VERB resource[/sub]".
+func (h *harness) requestBreakdown(ctx context.Context) (reads, writes float64, byKind map[string]float64, err error) {
+	byKind = map[string]float64{}
 	raw, err := h.env.Upstream.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("reading upstream metrics: %w", err)
+		return 0, 0, nil, fmt.Errorf("reading upstream metrics: %w", err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -175,9 +183,37 @@ func (h *harness) requestCounts(ctx context.Context) (reads, writes float64, err
 		case "CONNECT":
 		default:
 			writes += n
+			kind := verb + " " + label(line, "resource")
+			if sub := label(line, "subresource"); sub != "" {
+				kind += "/" + sub
+			}
+			byKind[kind] += n
 		}
 	}
-	return reads, writes, nil
+	return reads, writes, byKind, nil
+}
+
+// writeBreakdown formats the difference of two breakdowns per registration,
+// largest first.
+func writeBreakdown(before, after map[string]float64, n int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var rows []kv
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			rows = append(rows, kv{k, d / float64(n)})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].v > rows[j].v })
+	var parts []string
+	for _, r := range rows {
+		if r.v >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", r.k, r.v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func label(line, name string) string {
@@ -229,4 +265,12 @@ func (h *harness) profile(ctx context.Context, dir, name string, d time.Duration
 			fetch("/debug/pprof/heap", fmt.Sprintf("%s-controller-%d-heap.pprof", name, i))
 		}()
 	}
+	// The upstream API server too: it serves every agent and the controller.
+	go func() {
+		raw, err := h.env.Upstream.Clientset.Discovery().RESTClient().Get().
+			AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
+		if err == nil {
+			_ = os.WriteFile(filepath.Join(dir, name+"-upstream-apiserver-cpu.pprof"), raw, 0o644)
+		}
+	}()
 }

@@ -232,7 +232,7 @@ func (h *harness) agentInitiated(ctx context.Context, n int, out io.Writer) (Res
 	as := &agents{}
 	defer as.stopAll()
 	var samples []time.Duration
-	reads0, writes0, _ := h.requestCounts(ctx)
+	reads0, writes0, kinds0, _ := h.requestBreakdown(ctx)
 	for i := 0; i < n; i++ {
 		ds := h.env.Downstreams[i%len(h.env.Downstreams)]
 		clientID := fmt.Sprintf("ai-%d", i)
@@ -252,11 +252,12 @@ func (h *harness) agentInitiated(ctx context.Context, n int, out io.Writer) (Res
 		}
 		samples = append(samples, got[name].Sub(start))
 	}
-	reads1, writes1, _ := h.requestCounts(ctx)
+	reads1, writes1, kinds1, _ := h.requestBreakdown(ctx)
 	r.latencies(samples)
 	r.UpstreamReadsPerRegistration = f((reads1 - reads0) / float64(n))
 	r.UpstreamWritesPerRegistration = f((writes1 - writes0) / float64(n))
-	r.Notes = "from agent start to the credential written and the Cluster Ready upstream (includes the first heartbeat)"
+	r.Notes = "from agent start to the credential written and the Cluster Ready upstream (includes the first heartbeat); writes per registration: " +
+		writeBreakdown(kinds0, kinds1, n)
 	return r, nil
 }
 
