@@ -5,6 +5,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -92,8 +95,13 @@ func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconci
 	return reqs
 }
 
-// agentStatusChanged passes heartbeats (status.agent updates), so a Cluster
-// that was offline turns Ready as soon as its agent reports again.
+// agentStatusChanged passes the heartbeats that can change the Cluster's
+// status: the first one, one from an agent whose Cluster is not Ready (it
+// comes back), and one that reports something new (version, nodes,
+// generation). A plain heartbeat of a Ready cluster is not needed: the
+// reconcile scheduled for the moment it would count as offline reads the
+// latest heartbeat then. This keeps reconciles at one per offline window per
+// cluster instead of one per heartbeat.
 func agentStatusChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
@@ -102,7 +110,15 @@ func agentStatusChanged() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*fleet.Cluster)
 			n, ok2 := e.ObjectNew.(*fleet.Cluster)
-			return ok1 && ok2 && !o.Status.Agent.LastSeen.Equal(&n.Status.Agent.LastSeen)
+			if !ok1 || !ok2 || o.Status.Agent.LastSeen.Equal(&n.Status.Agent.LastSeen) {
+				return false
+			}
+			if !meta.IsStatusConditionTrue(n.Status.Conditions, fleet.ReadyCondition) {
+				return true
+			}
+			oa, na := o.Status.Agent, n.Status.Agent
+			oa.LastSeen, na.LastSeen = metav1.Time{}, metav1.Time{}
+			return !equality.Semantic.DeepEqual(oa, na)
 		},
 	}
 }

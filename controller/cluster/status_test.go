@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 )
@@ -122,6 +123,36 @@ func TestKubeconfigNamespaceAllowed(t *testing.T) {
 	for ns, want := range cases {
 		if got := kubeconfigNamespaceAllowed("team-a", ns); got != want {
 			t.Errorf("%s: got %v, want %v", ns, got, want)
+		}
+	}
+}
+
+func TestAgentStatusChanged_OnlyHeartbeatsThatMatter(t *testing.T) {
+	p := agentStatusChanged()
+	ready := func(lastSeen int64, nodes int32, isReady bool) *fleet.Cluster {
+		c := &fleet.Cluster{}
+		c.Status.Agent.LastSeen = metav1.Unix(lastSeen, 0)
+		c.Status.Agent.NodeCount = nodes
+		s := metav1.ConditionFalse
+		if isReady {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: fleet.ReadyCondition, Status: s, Reason: "x"})
+		return c
+	}
+	cases := []struct {
+		name     string
+		old, new *fleet.Cluster
+		want     bool
+	}{
+		{"plain heartbeat of a Ready cluster", ready(1, 3, true), ready(2, 3, true), false},
+		{"heartbeat of a cluster that is not Ready", ready(1, 3, false), ready(2, 3, false), true},
+		{"heartbeat that reports new nodes", ready(1, 3, true), ready(2, 4, true), true},
+		{"no heartbeat", ready(1, 3, true), ready(1, 3, true), false},
+	}
+	for _, tc := range cases {
+		if got := p.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
