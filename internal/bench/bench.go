@@ -26,7 +26,8 @@ type Options struct {
 
 // Run runs every scenario and returns their results.
 func Run(ctx context.Context, opts Options) ([]Result, error) {
-	latencyN, downstreams, window, renders, heartbeat := 20, 3, time.Minute, 1000, 10*time.Second
+	// Full mode measures at the product's default heartbeat interval (1m).
+	latencyN, downstreams, window, renders, heartbeat := 20, 3, 2*time.Minute, 1000, time.Minute
 	rollout := []int{1, 10, 50}
 	if opts.Quick {
 		latencyN, downstreams, window, renders, heartbeat = 5, 2, 20*time.Second, 200, 5*time.Second
