@@ -7,6 +7,8 @@ export CGO_ENABLED ?= 0
 BIN := $(CURDIR)/bin
 HELM_VERSION := v3.22.0
 CONTROLPLANE_BINS := kube-apiserver kube-controller-manager etcd
+NODE_BINS := kube-scheduler kubelet kubectl
+DEV_PACKAGES := containerd runc containernetworking-plugins iptables iproute2
 GO_TEST_FLAGS ?= -count=1 -timeout 25m
 DEMO_ARGS ?=
 
@@ -24,6 +26,24 @@ build: ## Build bin/fleet.
 .PHONY: controlplane-bins
 controlplane-bins: ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (skipped when current).
 	hack/build-tools.sh $(CONTROLPLANE_BINS)
+
+.PHONY: dev-bins
+dev-bins: ## Build everything a real dev cluster runs (control plane, kube-scheduler, kubelet, kubectl) into bin/.
+	hack/build-tools.sh $(CONTROLPLANE_BINS) $(NODE_BINS)
+
+.PHONY: dev-deps
+dev-deps: ## Install containerd, runc, CNI plugins and iptables from Debian when missing (root).
+	@missing=""; for p in $(DEV_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; fi
+
+.PHONY: images
+images: build ## Build the fleet and pause images (static binaries, no registry) into bin/images/images.tar.
+	mkdir -p $(BIN)/images
+	go build -trimpath -ldflags '-s -w' -o $(BIN)/images/fleet ./cmd/fleet
+	go build -trimpath -ldflags '-s -w' -o $(BIN)/images/pause ./cmd/pause
+	$(BIN)/fleet dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause --out $(BIN)/images/images.tar
 
 $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum
 	hack/build-tools.sh controller-gen
@@ -79,8 +99,12 @@ bench: controlplane-bins build ## Run the Go benchmarks and `fleet bench` (BENCH
 	FLEET_BIN_DIR=$(BIN) $(BIN)/fleet bench --json bench.json $(BENCH_ARGS)
 
 .PHONY: demo
-demo: controlplane-bins build ## Start the local upstream and two downstream clusters (DEMO_ARGS=--exit to stop when ready).
+demo: dev-deps dev-bins helm images ## Real upstream + two downstream clusters, both registration flows, a Bundle (DEMO_ARGS=--exit: stop once Ready).
 	FLEET_BIN_DIR=$(BIN) $(BIN)/fleet dev demo $(DEMO_ARGS)
+
+.PHONY: dev-down
+dev-down: build ## Stop the demo's clusters and remove everything they left on the machine.
+	$(BIN)/fleet dev down
 
 .PHONY: clean
 clean: ## Remove built binaries (keeps the slow control-plane builds unless CLEAN_ALL=1).

@@ -1,0 +1,130 @@
+package devcluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is one cluster's certificate authority and the files made from it.
+// Every cluster has its own CA, so a client holding one cluster's CA cannot
+// be fooled by another cluster's API server.
+type pki struct {
+	dir    string
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+}
+
+func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+// newPKI writes ca.crt/ca.key, the API server's serving certificate, the
+// admin client certificate, the kubelet's serving certificate and the
+// service-account signing key into dir.
+func newPKI(dir string, serviceIP net.IP) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "fleet-dev-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	p := &pki{dir: dir, caCert: ca, caKey: key}
+	if err := writePEM(p.path("ca.crt"), "CERTIFICATE", der); err != nil {
+		return nil, err
+	}
+	if err := writeKey(p.path("ca.key"), key); err != nil {
+		return nil, err
+	}
+	loopback := []net.IP{net.IPv4(127, 0, 0, 1), serviceIP}
+	apiNames := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	if err := p.issue("apiserver", "kube-apiserver", nil, apiNames, loopback, x509.ExtKeyUsageServerAuth); err != nil {
+		return nil, err
+	}
+	if err := p.issue("admin", "fleet-dev-admin", []string{"system:masters"}, nil, nil, x509.ExtKeyUsageClientAuth); err != nil {
+		return nil, err
+	}
+	if err := p.issue("kubelet", "localhost", nil, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth); err != nil {
+		return nil, err
+	}
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePEM(p.path("sa.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)); err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	return p, writePEM(p.path("sa.pub"), "PUBLIC KEY", pub)
+}
+
+func (p *pki) issue(name, cn string, orgs, dns []string, ips []net.IP, usage x509.ExtKeyUsage) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dns,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		return fmt.Errorf("issue %s certificate: %w", name, err)
+	}
+	if err := writePEM(p.path(name+".crt"), "CERTIFICATE", der); err != nil {
+		return err
+	}
+	return writeKey(p.path(name+".key"), key)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n
+}
+
+func writeKey(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return writePEM(path, "EC PRIVATE KEY", der)
+}
+
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
