@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gitops-fleet/fleet/controller/bundle"
+	"github.com/gitops-fleet/fleet/controller/capi"
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/clustergroup"
 	"github.com/gitops-fleet/fleet/controller/configstore"
@@ -70,6 +71,11 @@ type Options struct {
 	// CredentialPickupTimeout is how long a granted registration's
 	// credential Secret is kept (zero: registration.CredentialPickupTimeout).
 	CredentialPickupTimeout time.Duration
+
+	// CAPIPollInterval is how often, while Cluster API auto-registration is
+	// on, the controller looks for the cluster.x-k8s.io API until it is
+	// served (zero: capi.DefaultPollInterval).
+	CAPIPollInterval time.Duration
 }
 
 // Controller is an assembled, not yet started, controller.
@@ -177,6 +183,15 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	if err := (&clustergroup.Reconciler{Shard: opts.Shard, Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&capi.Reconciler{
+		Shard:    opts.Shard,
+		Client:   mgr.GetClient(),
+		Cache:    mgr.GetCache(),
+		Config:   store,
+		Recorder: events,
+	}).SetupWithManager(mgr, opts.CAPIPollInterval); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -39,6 +39,15 @@ const (
 	// shard.
 	ShardLabel = "fleet.cattle.io/shard-id"
 
+	// CAPIClusterLabel marks a Cluster made by Cluster API auto-registration;
+	// its value is the name of the cluster.x-k8s.io Cluster it stands for. A
+	// Cluster without it is never changed by auto-registration.
+	CAPIClusterLabel = "fleet.cattle.io/capi-cluster"
+	// CAPILabelsAnnotation lists (comma-separated) the label keys
+	// auto-registration copied from the CAPI cluster, so it removes only
+	// those when they leave the CAPI cluster.
+	CAPILabelsAnnotation = "fleet.cattle.io/capi-labels"
+
 	// ClusterFinalizer lets the controller remove what it made for a Cluster
 	// before the Cluster goes.
 	ClusterFinalizer = "fleet.cattle.io/cluster-finalizer"

@@ -54,6 +54,7 @@ func newControllerCommand() *cobra.Command {
 	f.IntVar(&opts.Shard.Count, "shard-count", 1, "number of shards splitting the clusters between controller replicas")
 	f.Float32Var(&opts.QPS, "kube-api-qps", 500, "requests per second to the upstream API server (client-side limit)")
 	f.IntVar(&opts.Burst, "kube-api-burst", 1000, "request burst to the upstream API server")
+	f.DurationVar(&opts.CAPIPollInterval, "capi-poll-interval", 30*time.Second, "while Cluster API auto-registration is on, how often to look for the cluster.x-k8s.io API until it is served")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }

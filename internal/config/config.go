@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"sigs.k8s.io/yaml"
 
@@ -86,6 +89,14 @@ type Config struct {
 	// IgnoreClusterRegistrationLabels stops agent-supplied labels from
 	// reaching the Clusters the controller creates.
 	IgnoreClusterRegistrationLabels bool `json:"ignoreClusterRegistrationLabels,omitempty"`
+	// CAPINamespaces opts namespaces in to Cluster API auto-registration
+	// ("*": every namespace). Off when neither this nor
+	// CAPIClusterSelector is set.
+	CAPINamespaces []string `json:"capiNamespaces,omitempty"`
+	// CAPIClusterSelector opts in cluster.x-k8s.io Clusters by label (a
+	// label selector such as "fleet=enabled"). With CAPINamespaces set too,
+	// a CAPI cluster must match both.
+	CAPIClusterSelector string `json:"capiClusterSelector,omitempty"`
 }
 
 // LeaderElection are Lease timings.
@@ -175,6 +186,17 @@ func (c *Config) Validate() error {
 	if c.OfflineAfterMissedHeartbeats < 0 {
 		errs = append(errs, errors.New("offlineAfterMissedHeartbeats must not be negative"))
 	}
+	for _, ns := range c.CAPINamespaces {
+		if ns == CAPIAllNamespaces {
+			continue
+		}
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("capiNamespaces: %q is not a namespace name (or %q for all): %s", ns, CAPIAllNamespaces, strings.Join(msgs, "; ")))
+		}
+	}
+	if _, err := labels.Parse(c.CAPIClusterSelector); err != nil {
+		errs = append(errs, fmt.Errorf("capiClusterSelector %q is not a label selector such as \"fleet=enabled\": %w", c.CAPIClusterSelector, err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -242,6 +264,32 @@ func (c *Config) GetOfflineAfterMissedHeartbeats() int {
 		return DefaultOfflineMissedHeartbeats
 	}
 	return c.OfflineAfterMissedHeartbeats
+}
+
+// CAPIAllNamespaces in capiNamespaces opts in every namespace.
+const CAPIAllNamespaces = "*"
+
+// CAPIEnabled reports whether Cluster API auto-registration is on.
+func (c *Config) CAPIEnabled() bool {
+	return len(c.CAPINamespaces) > 0 || strings.TrimSpace(c.CAPIClusterSelector) != ""
+}
+
+// CAPISelects reports whether a cluster.x-k8s.io Cluster in namespace with
+// these labels is opted in to auto-registration: its namespace is listed
+// (or the list is empty) and its labels match the selector (or there is
+// none); at least one of the two must be configured.
+func (c *Config) CAPISelects(namespace string, lbls map[string]string) bool {
+	if !c.CAPIEnabled() {
+		return false
+	}
+	if len(c.CAPINamespaces) > 0 && !slices.Contains(c.CAPINamespaces, CAPIAllNamespaces) && !slices.Contains(c.CAPINamespaces, namespace) {
+		return false
+	}
+	sel, err := labels.Parse(c.CAPIClusterSelector)
+	if err != nil {
+		return false // Validate reports it; an unparsable selector selects nothing
+	}
+	return sel.Matches(labels.Set(lbls))
 }
 
 // durationFields are the config's Go-duration fields, by path.

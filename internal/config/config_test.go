@@ -46,3 +46,44 @@ func TestParse_YAMLAndCABase64(t *testing.T) {
 		t.Errorf("got %+v", cfg)
 	}
 }
+
+func TestCAPI_OptIn(t *testing.T) {
+	prod := map[string]string{"fleet": "enabled", "env": "prod"}
+	cases := []struct {
+		cfg    string
+		ns     string
+		labels map[string]string
+		want   bool
+	}{
+		{``, "capi", prod, false}, // off by default
+		{`capiNamespaces: [capi]`, "capi", nil, true},
+		{`capiNamespaces: [capi]`, "other", prod, false},
+		{`capiNamespaces: ["*"]`, "anywhere", nil, true},
+		{`capiClusterSelector: fleet=enabled`, "anywhere", prod, true},
+		{`capiClusterSelector: fleet=enabled`, "anywhere", map[string]string{"env": "prod"}, false},
+		{`{capiNamespaces: [capi], capiClusterSelector: "fleet=enabled,env in (prod)"}`, "capi", prod, true},
+		{`{capiNamespaces: [capi], capiClusterSelector: fleet=enabled}`, "other", prod, false},
+		{`{capiNamespaces: [capi], capiClusterSelector: fleet=enabled}`, "capi", nil, false},
+	}
+	for _, c := range cases {
+		cfg, err := Parse([]byte(c.cfg))
+		if err != nil {
+			t.Fatalf("%s: %v", c.cfg, err)
+		}
+		if got := cfg.CAPISelects(c.ns, c.labels); got != c.want {
+			t.Errorf("%s: CAPISelects(%s, %v) = %v, want %v", c.cfg, c.ns, c.labels, got, c.want)
+		}
+	}
+}
+
+func TestCAPI_BadOptInIsRejected(t *testing.T) {
+	for in, want := range map[string]string{
+		`capiNamespaces: [Not_A_Namespace]`: `capiNamespaces: "Not_A_Namespace" is not a namespace name`,
+		`capiClusterSelector: "a=(b"`:       `capiClusterSelector "a=(b" is not a label selector`,
+		`capiNamespace: [x]`:                `unknown field "capiNamespace"`,
+	} {
+		if _, err := Parse([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
