@@ -306,6 +306,10 @@ func InjectBootstrapToken(objs []*unstructured.Unstructured, token string) ([]*u
 	return out, nil
 }
 
+// SplitImage splits "registry/repo:tag" into repository and tag, as the
+// agent chart's image values take it.
+func SplitImage(ref string) (repo, tag string, err error) { return splitImage(ref) }
+
 // splitImage splits "registry/repo:tag" into repository and tag.
 func splitImage(ref string) (repo, tag string, err error) {
 	if strings.Contains(ref, "@") {

@@ -8,6 +8,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // ValuesKey is the key of the values Secret that holds the values file for
@@ -54,12 +55,24 @@ type Values struct {
 	SystemRegistrationNamespace string `json:"systemRegistrationNamespace"`
 	Token                       string `json:"token"`
 	TokenName                   string `json:"tokenName"`
+	// AgentTLSMode and Image carry the controller's agent settings, so an
+	// agent installed with this file runs exactly what the agent's own
+	// Bundle (manageagent) applies later: adoption then restarts nothing.
+	AgentTLSMode string      `json:"agentTLSMode,omitempty"`
+	Image        *ImageValue `json:"image,omitempty"`
+}
+
+// ImageValue is the agent chart's image value.
+type ImageValue struct {
+	Repository      string `json:"repository"`
+	Tag             string `json:"tag"`
+	ImagePullPolicy string `json:"imagePullPolicy"`
 }
 
 // NewValues returns the values for a registration token, given the
 // controller configuration and the import ServiceAccount's bearer token.
 func NewValues(cfg *config.Config, token *fleet.ClusterRegistrationToken, bearer string) Values {
-	return Values{
+	v := Values{
 		APIServerURL:                cfg.APIServerURL,
 		APIServerCA:                 string(cfg.APIServerCA),
 		ClientID:                    token.Spec.ClientID,
@@ -67,7 +80,14 @@ func NewValues(cfg *config.Config, token *fleet.ClusterRegistrationToken, bearer
 		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS,
 		Token:                       bearer,
 		TokenName:                   token.Name,
+		AgentTLSMode:                cfg.GetAgentTLSMode(),
 	}
+	// The configuration was validated when loaded; an image that does not
+	// split is left to the chart's default rather than written half.
+	if repo, tag, err := renderer.SplitImage(cfg.GetAgentImage()); err == nil {
+		v.Image = &ImageValue{Repository: repo, Tag: tag, ImagePullPolicy: string(cfg.GetAgentImagePullPolicy())}
+	}
+	return v
 }
 
 // Marshal returns the values file.

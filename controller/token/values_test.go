@@ -3,6 +3,7 @@ package token
 import (
 	"encoding/base64"
 	"errors"
+	"github.com/google/go-cmp/cmp"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -76,8 +78,11 @@ func TestValues_RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := ParseValues(b)
-	if err != nil || got != v {
-		t.Fatalf("round trip: %+v, %v; want %+v", got, err, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(v, got); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
 	}
 	if strings.Contains(string(b), "clientID") {
 		t.Errorf("clientID written though the token has none:\n%s", b)
@@ -184,4 +189,41 @@ func TestSetStatus(t *testing.T) {
 	if tok.Status.Expires != nil {
 		t.Errorf("expires = %v without TTL", tok.Status.Expires)
 	}
+}
+
+// An agent installed with the token's values runs the image and TLS mode the
+// controller is configured with, as its own Bundle (manageagent) will: a
+// different image there would restart the agent at adoption.
+func TestValues_CarryTheConfiguredAgentImageAndTLSMode(t *testing.T) {
+	chart, err := renderer.LoadChartFS(charts.FleetAgent(), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "reg"}}
+	cfg := &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("ca"),
+		AgentImage: "registry.example.com:5000/team/fleet:1.2.3", AgentImagePullPolicy: "Always", AgentTLSMode: config.TLSModeStrict}
+	values, err := NewValues(cfg, tok, "bearer").Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := renderer.Render(renderer.Input{Chart: chart, ReleaseName: "fleet-agent", Namespace: config.DefaultSystemNamespace, Values: values})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, values)
+	}
+	objs, err := out.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		c := containers[0].(map[string]any)
+		if c["image"] != cfg.AgentImage || c["imagePullPolicy"] != "Always" {
+			t.Errorf("agent container image %v pull policy %v, want %s Always", c["image"], c["imagePullPolicy"], cfg.AgentImage)
+		}
+		return
+	}
+	t.Fatal("no agent Deployment rendered")
 }

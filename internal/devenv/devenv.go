@@ -165,8 +165,7 @@ func (e *Env) InstallAgent(ctx context.Context, ds *devcluster.Cluster, ns strin
 		return err
 	}
 	args := []string{"upgrade", "--install", "fleet-agent", filepath.Join(e.RepoDir, "charts", "fleet-agent"),
-		"-n", ns, "--create-namespace", "-f", f,
-		"--set", "image.imagePullPolicy=Never", "--set", "internal.systemNamespace=" + ns}
+		"-n", ns, "--create-namespace", "-f", f, "--set", "internal.systemNamespace=" + ns}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
