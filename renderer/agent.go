@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -127,7 +128,7 @@ func BuildAgentValues(cluster *fleet.Cluster, cfg *config.Config, bootstrap *Boo
 	v.Internal.SystemNamespace = AgentNamespace(cluster)
 	v.ClientID = spec.ClientID
 	v.AgentTLSMode = cfg.GetAgentTLSMode()
-	v.CheckinInterval = cfg.GetAgentCheckinInterval().String()
+	v.CheckinInterval = ShortDuration(cfg.GetAgentCheckinInterval())
 	v.Generation = spec.RedeployAgentGeneration
 	v.SystemRegistrationNamespace = config.DefaultSystemRegistrationNS
 
@@ -304,6 +305,21 @@ func InjectBootstrapToken(objs []*unstructured.Unstructured, token string) ([]*u
 		return nil, fmt.Errorf("the rendered agent has no %s Secret", BootstrapSecretName)
 	}
 	return out, nil
+}
+
+// ShortDuration spells d as people and the chart's defaults do ("1m", not
+// Go's "1m0s"): the agent's env carries it, and a different spelling of the
+// same interval between a helm-installed agent and its Bundle would restart
+// the agent at adoption.
+func ShortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // SplitImage splits "registry/repo:tag" into repository and tag, as the

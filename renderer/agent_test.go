@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
@@ -529,6 +530,20 @@ func BenchmarkRenderAgentObjects(b *testing.B) {
 		}
 		if _, err := out.Objects(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Minute: "1m", 90 * time.Second: "1m30s", time.Hour: "1h", 2*time.Hour + 30*time.Minute: "2h30m",
+		time.Hour + time.Second: "1h0m1s", 15 * time.Second: "15s", 1500 * time.Millisecond: "1.5s",
+	} {
+		if got := renderer.ShortDuration(d); got != want {
+			t.Errorf("renderer.ShortDuration(%s) = %q, want %q", d, got, want)
+		}
+		if back, err := time.ParseDuration(want); err != nil || back != d {
+			t.Errorf("%q does not parse back to %s", want, d)
 		}
 	}
 }

@@ -58,8 +58,9 @@ type Values struct {
 	// AgentTLSMode and Image carry the controller's agent settings, so an
 	// agent installed with this file runs exactly what the agent's own
 	// Bundle (manageagent) applies later: adoption then restarts nothing.
-	AgentTLSMode string      `json:"agentTLSMode,omitempty"`
-	Image        *ImageValue `json:"image,omitempty"`
+	AgentTLSMode    string      `json:"agentTLSMode,omitempty"`
+	CheckinInterval string      `json:"checkinInterval,omitempty"`
+	Image           *ImageValue `json:"image,omitempty"`
 }
 
 // ImageValue is the agent chart's image value.
@@ -81,6 +82,7 @@ func NewValues(cfg *config.Config, token *fleet.ClusterRegistrationToken, bearer
 		Token:                       bearer,
 		TokenName:                   token.Name,
 		AgentTLSMode:                cfg.GetAgentTLSMode(),
+		CheckinInterval:             renderer.ShortDuration(cfg.GetAgentCheckinInterval()),
 	}
 	// The configuration was validated when loaded; an image that does not
 	// split is left to the chart's default rather than written half.

@@ -61,10 +61,10 @@ func Down(dir string) (Report, error) {
 			errs = append(errs, err)
 		}
 		removeKubeletLeftovers(c)
-		// Keep the logs; the rest (images, etcd data) is large and stale.
+		// Keep the logs (pods' too); the rest (images, etcd data) is large and stale.
 		entries, _ := os.ReadDir(c.Dir)
 		for _, e := range entries {
-			if e.Name() != "logs" {
+			if e.Name() != "logs" && e.Name() != "pod-logs" {
 				if err := os.RemoveAll(filepath.Join(c.Dir, e.Name())); err != nil {
 					errs = append(errs, err)
 				}
