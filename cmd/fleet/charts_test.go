@@ -25,6 +25,7 @@ agent:
   imagePullSecrets: [regcred]
   proxy: {httpsProxy: "http://proxy:3128"}
 registrationTokenTTL: {required: true}
+capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
 `)
 	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: values})
 	if err != nil {
@@ -51,7 +52,8 @@ registrationTokenTTL: {required: true}
 	if cfg.GetAgentTLSMode() != "strict" || cfg.GetAgentCheckinInterval().String() != "45s" ||
 		string(cfg.APIServerCA) != "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" ||
 		!cfg.RegistrationTokenTTLRequired || cfg.AgentProxy.HTTPSProxy != "http://proxy:3128" ||
-		len(cfg.AgentImagePullSecrets) != 1 || cfg.GetAgentImage() != "gitops-fleet/fleet:0.1.0" {
+		len(cfg.AgentImagePullSecrets) != 1 || cfg.GetAgentImage() != "gitops-fleet/fleet:0.1.0" ||
+		!cfg.CAPISelects("capi-system", map[string]string{"fleet": "enabled"}) || cfg.CAPISelects("other", map[string]string{"fleet": "enabled"}) {
 		t.Errorf("config lost values: %+v", cfg)
 	}
 }

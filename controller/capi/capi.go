@@ -47,6 +47,7 @@ const (
 const (
 	RegisteredReason      = "FleetClusterCreated"
 	NameTakenReason       = "FleetClusterNameTaken"
+	NotCreatedReason      = "FleetClusterNotCreated"
 	DeregisteredReason    = "FleetClusterDeleted"
 	eventActionRegister   = "Register"
 	eventActionDeregister = "Deregister"
@@ -182,6 +183,10 @@ func (r *Reconciler) create(ctx context.Context, capi *metav1.PartialObjectMetad
 			// Made meanwhile (by hand?): look again once the cache has it.
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
+		// Say why on the CAPI cluster (an admission policy, a quota...);
+		// the API server's message holds no secret.
+		r.Recorder.Eventf(capi, nil, corev1.EventTypeWarning, NotCreatedReason, eventActionRegister,
+			"fleet Cluster %s/%s could not be created: %v", fc.Namespace, fc.Name, err)
 		return ctrl.Result{}, fmt.Errorf("creating fleet Cluster %s/%s: %w", fc.Namespace, fc.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("fleet Cluster created for CAPI cluster", "kubeConfigSecret", fc.Spec.KubeConfigSecret)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +53,7 @@ const (
 	nsHandMade  = "capi-handmade"
 	nsDelete    = "capi-delete"
 	nsNotListed = "capi-not-listed"
+	nsRefused   = "capi-refused"
 )
 
 func TestMain(m *testing.M) {
@@ -76,7 +78,7 @@ func TestMain(m *testing.M) {
 		// Nothing applies agent Bundles here; their pending state would
 		// hold Ready back.
 		ManageAgent:    ptr.To(false),
-		CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete},
+		CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete, nsRefused},
 	}
 	ctrl, err = controller.New(ctx, controller.Options{
 		RestConfig:       env.Upstream.Config,
@@ -590,4 +592,60 @@ func TestCAPI_DeletionStartsWhenTheCAPIClusterIsBeingDeleted(t *testing.T) {
 		t.Errorf("no %s event on the CAPI cluster", capi.DeregisteredReason)
 	}
 	updateCAPICluster(t, c, func(u *unstructured.Unstructured) { u.SetFinalizers(nil) })
+}
+
+// TestCAPI_CreateFailureIsReported: when the API server refuses the fleet
+// Cluster (here an admission policy of the organisation), the CAPI cluster
+// says why.
+func TestCAPI_CreateFailureIsReported(t *testing.T) {
+	installCAPI(t)
+	namespace(t, nsRefused)
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-no-fleet-clusters"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{fleet.GroupVersion.Group}, APIVersions: []string{"*"}, Resources: []string{"clusters"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "fleet Clusters are not allowed in this namespace"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-no-fleet-clusters"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": nsRefused},
+			}},
+		},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		if err := up.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = up.Delete(context.Background(), o) })
+	}
+	eventually(t, 30*time.Second, "the policy in force", func() error {
+		probe := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: nsRefused, Name: "probe"}}
+		if err := up.Create(t.Context(), probe, client.DryRunAll); err == nil || !apierrors.IsInvalid(err) {
+			return fmt.Errorf("a Cluster is still admitted: %v", err)
+		}
+		return nil
+	})
+
+	createCAPICluster(t, nsRefused, "refused", nil)
+	kubeconfigSecret(t, nsRefused, "refused", nil)
+	eventually(t, 30*time.Second, "a "+capi.NotCreatedReason+" event", func() error {
+		if capiEvents(t, nsRefused, "refused", capi.NotCreatedReason) == 0 {
+			return fmt.Errorf("no event yet")
+		}
+		return nil
+	})
+	if err := noFleetCluster(nsRefused, "refused")(); err != nil {
+		t.Error(err)
+	}
 }
