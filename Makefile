@@ -89,8 +89,12 @@ verify: generate lint ## Fail when generated files are stale or code is not form
 		git status --porcelain -- api kustomize charts go.mod go.sum; git diff --stat; exit 1; fi
 
 .PHONY: test
-test: controlplane-bins helm build ## Run unit and envtest suites (builds what they need).
-	FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./...
+test: dev-deps dev-bins helm images ## Run unit, envtest and e2e (real clusters) suites; builds and installs what they need.
+	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: e2e
+e2e: dev-deps dev-bins helm images ## Run only the e2e suite on real local clusters.
+	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
 BENCH_ARGS ?=
 .PHONY: bench

@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -93,7 +94,7 @@ func ownProcessesNamed(dir, name string) []int {
 
 // removeKubeletLeftovers deletes the files the kubelet and CNI keep in
 // fixed, shared places: container log links pointing into the cluster's
-// directory and the CNI result cache entries of its network.
+// directory and the CNI result cache entries of its pods.
 func removeKubeletLeftovers(c *Cluster) {
 	links, _ := filepath.Glob("/var/log/containers/*.log")
 	for _, l := range links {
@@ -101,9 +102,14 @@ func removeKubeletLeftovers(c *Cluster) {
 			_ = os.Remove(l)
 		}
 	}
-	results, _ := filepath.Glob("/var/lib/cni/results/" + c.Bridge + "-*")
+	// Cached results name the sandbox's netns, which lives in our state
+	// directory (netns_mounts_under_state_dir); the loopback network's
+	// entries have no other mark of their cluster.
+	results, _ := filepath.Glob("/var/lib/cni/results/*")
 	for _, f := range results {
-		_ = os.Remove(f)
+		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(c.Dir+"/")) {
+			_ = os.Remove(f)
+		}
 	}
 }
 

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Options configure bringing an environment up.
@@ -379,7 +379,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
 				},
 			},
-			map[string]any{"type": "loopback"},
 		},
 	}
 	b, _ := json.MarshalIndent(cni, "", "  ")
