@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gitops-fleet/fleet/internal/config"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -38,7 +39,13 @@ var (
 
 func (a *Agent) newSession(ctx context.Context, cred *credential) (*session, error) {
 	tokens := newTokenSource(cred.Token)
-	cfg, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, "strict", tokens, nil)
+	// The credential pins the trust the bootstrap resolved: its CA when it
+	// had one, the system store when the upstream is publicly trusted.
+	mode := config.TLSModeStrict
+	if len(cred.APIServerCA) == 0 {
+		mode = config.TLSModeSystemStore
+	}
+	cfg, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, mode, tokens, nil)
 	if err != nil {
 		return nil, err
 	}
