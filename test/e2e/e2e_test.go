@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	bin := os.Getenv("FLEET_BIN_DIR")
 	if bin == "" {
 		bin, _ = filepath.Abs("../../bin")
@@ -65,12 +65,16 @@ func run(m *testing.M) int {
 	err = devcluster.Up(context.Background(), s, devcluster.Options{
 		BinDir: bin, Images: []string{filepath.Join(bin, "images", "images.tar")},
 	})
+	// fleet dev down's promise is checked here too: after the suite,
+	// nothing of the four clusters may remain on the machine.
 	defer func() {
 		if _, err := devcluster.Down(stateDir); err != nil {
 			fmt.Println("e2e: down:", err)
+			code = 1
 		}
 		if left := devcluster.Leftovers(s); len(left) > 0 {
 			fmt.Println("e2e: left behind:", strings.Join(left, "; "))
+			code = 1
 		}
 	}()
 	if err != nil {
