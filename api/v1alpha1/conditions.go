@@ -11,10 +11,6 @@ const (
 	// ImportedCondition: the controller pushed the agent to a
 	// manager-initiated cluster.
 	ImportedCondition = "Imported"
-	// RegisteredCondition: an agent completed the handshake for this cluster.
-	RegisteredCondition = "Registered"
-	// AgentReadyCondition: the agent's heartbeat is fresh.
-	AgentReadyCondition = "AgentReady"
 	// GrantedCondition: a ClusterRegistration was granted a credential.
 	GrantedCondition = "Granted"
 	// DeployedCondition: a BundleDeployment's manifests were applied.
