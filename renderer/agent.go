@@ -233,7 +233,8 @@ func (v *AgentValues) YAML() ([]byte, error) {
 }
 
 // Hash returns a hash of the values. Computed on values with the token
-// placeholder, it changes exactly when something given to the agent changes.
+// placeholder, it changes exactly when a value given to the agent changes.
+// What decides a redeploy is AgentRenderer.Hash, which adds the chart.
 func (v *AgentValues) Hash() (string, error) {
 	c := *v
 	if c.Token != "" {
@@ -264,6 +265,23 @@ func NewAgentRendererFS(fsys fs.FS) (*AgentRenderer, error) {
 		return nil, err
 	}
 	return &AgentRenderer{chart: ch}, nil
+}
+
+// ChartDigest identifies the agent chart this renderer renders (see
+// Chart.Digest): for the embedded chart, the chart this binary ships.
+func (r *AgentRenderer) ChartDigest() string { return r.chart.Digest() }
+
+// Hash identifies the agent rendered from v: its values (AgentValues.Hash)
+// and the chart. A controller upgrade that ships a changed agent chart
+// changes it, so the agents are rolled to the new chart once; a restart with
+// the same chart does not.
+func (r *AgentRenderer) Hash(v *AgentValues) (string, error) {
+	vh, err := v.Hash()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(r.ChartDigest() + "\n" + vh))
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // Render renders the agent for the values, as release fleet-agent in the

@@ -9,9 +9,12 @@ package renderer
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"path"
+	"sort"
 	"strings"
 	"sync"
 
@@ -30,10 +33,12 @@ type Chart struct {
 	// without subcharts. Helm would compile it on every render, which is
 	// most of the cost of rendering a small chart.
 	schema *jsonschema.Schema
+	// digest identifies the chart's files; see Digest.
+	digest string
 }
 
 func newChart(ch *chart.Chart) *Chart {
-	c := &Chart{chart: ch}
+	c := &Chart{chart: ch, digest: digestFiles(ch.Raw)}
 	if ch.Schema == nil || len(ch.Dependencies()) > 0 {
 		return c
 	}
@@ -63,6 +68,25 @@ func (c *Chart) validate(vals map[string]any) error {
 
 // Name returns the chart's name.
 func (c *Chart) Name() string { return c.chart.Name() }
+
+// Digest is the sha256 of every file of the chart as loaded (names and
+// contents, subcharts included), computed once at load. Two charts with the
+// same digest render the same output for the same values (and Helm).
+func (c *Chart) Digest() string { return c.digest }
+
+// digestFiles hashes files in name order, each as its length-prefixed name
+// and contents, so no two different file sets hash alike.
+func digestFiles(files []*chart.File) string {
+	sorted := make([]*chart.File, len(files))
+	copy(sorted, files)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	h := sha256.New()
+	for _, f := range sorted {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // LoadChartDir parses the chart in a directory.
 func LoadChartDir(dir string) (*Chart, error) {

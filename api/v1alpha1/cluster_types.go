@@ -220,7 +220,8 @@ type ClusterStatus struct {
 	// +optional
 	AgentSchedulingCustomizationHash string `json:"agentSchedulingCustomizationHash,omitempty"`
 	// agentValuesHash is the hash of all values the agent chart was rendered
-	// with (credentials excluded).
+	// with (credentials excluded) and of the agent chart itself, so it also
+	// changes when a controller upgrade ships a different agent chart.
 	// +optional
 	AgentValuesHash string `json:"agentValuesHash,omitempty"`
 	// kubeConfigServerHash identifies the downstream API server (URL and CA)

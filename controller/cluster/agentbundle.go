@@ -15,8 +15,9 @@ import (
 )
 
 const (
-	// AgentValuesHashAnnotation on the agent Bundle records the values it
-	// was rendered from, so an unchanged Cluster costs no render.
+	// AgentValuesHashAnnotation on the agent Bundle records the values and
+	// the chart it was rendered from (AgentRenderer.Hash), so an unchanged
+	// Cluster costs no render and a changed chart is rendered again.
 	AgentValuesHashAnnotation = "fleet.cattle.io/agent-values-hash"
 	// AgentBundleFile is the agent's manifest file inside its Bundle.
 	AgentBundleFile = "fleet-agent.yaml"
@@ -52,7 +53,9 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cl
 	if err != nil {
 		return &inputError{reason: fleet.RenderFailedReason, msg: fmt.Sprintf("cannot build the agent: %v", err)}
 	}
-	hash, err := values.Hash()
+	// The chart is part of the hash: with the values alone, a controller
+	// upgrade shipping a changed agent chart would never reach this Bundle.
+	hash, err := r.Renderer.Hash(values)
 	if err != nil {
 		return err
 	}

@@ -46,13 +46,14 @@ const (
 	deployFirst      = "first"
 	deployGeneration = "generation"
 	deployServer     = "server"
-	deploySettings   = "settings"
+	deploySettings   = "settings" // the agent's values or its chart
 )
 
 // reconcileImport pushes the agent to a manager-initiated cluster when it
 // has never been deployed, redeployAgentGeneration was bumped, a setting
-// given to the agent changed, or the kubeconfig now points at another
-// server. Otherwise it writes nothing downstream and does not even connect.
+// given to the agent or the agent chart changed, or the kubeconfig now points
+// at another server. Otherwise it writes nothing downstream and does not even
+// connect.
 func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster) (ctrl.Result, *stepResult, error) {
 	cfg := r.Config.Get()
 	memoKey := r.importMemoKey(ctx, cluster, cfg)
@@ -80,7 +81,9 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 		}
 		return ctrl.Result{}, stalled(reason, "cannot build the agent: %v", err), nil
 	}
-	valuesHash, err := values.Hash()
+	// The hash covers the agent chart too: a controller upgrade that ships
+	// a changed chart redeploys once, a restart with the same chart does not.
+	valuesHash, err := r.Renderer.Hash(values)
 	if err != nil {
 		return ctrl.Result{}, waiting(fleet.RenderFailedReason, "%v", err), err
 	}

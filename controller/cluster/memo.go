@@ -27,6 +27,7 @@ type memoKey struct {
 	generation   int64
 	config       *config.Config // the store hands out a new pointer on every change
 	secret       string         // UID and resourceVersion of the kubeconfig Secret
+	chart        string         // digest of the agent chart the renderer renders
 	valuesHash   string         // status as last written
 	deployedGen  int64
 	serverHash   string
@@ -75,6 +76,7 @@ func (r *Reconciler) importMemoKey(ctx context.Context, cluster *fleet.Cluster, 
 		generation:   cluster.Generation,
 		config:       cfg,
 		secret:       string(meta.UID) + "/" + meta.ResourceVersion,
+		chart:        r.Renderer.ChartDigest(),
 		valuesHash:   st.AgentValuesHash,
 		deployedGen:  *st.AgentDeployedGeneration,
 		serverHash:   st.KubeConfigServerHash,
