@@ -3,6 +3,7 @@ package token
 import (
 	"errors"
 	"fmt"
+	"github.com/google/go-cmp/cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -140,9 +141,14 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 		"systemRegistrationNamespace": "cattle-fleet-clusters-system",
 		"token":                       vals.Token,
 		"tokenName":                   "reg",
+		// The controller's agent settings, so a helm-installed agent runs
+		// what its Bundle applies later (defaults here).
+		"agentTLSMode":    "system-store",
+		"checkinInterval": "1m",
+		"image":           map[string]any{"repository": "gitops-fleet/fleet", "tag": "0.1.0", "imagePullPolicy": "IfNotPresent"},
 	}
-	if fmt.Sprint(doc) != fmt.Sprint(want) {
-		t.Errorf("values keys:\n got %v\nwant %v", keysOf(doc), keysOf(want))
+	if diff := cmp.Diff(want, doc); diff != "" {
+		t.Errorf("values (-want +got):\n%s", diff)
 	}
 	if vals.Token == "" || vals.APIServerURL != want["apiServerURL"] || vals.ClusterNamespace != ns {
 		t.Errorf("values = %+v", vals)
