@@ -183,15 +183,6 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 	}
 }
 
-func keysOf(m map[string]any) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
-
 func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
 	ns := newNamespace(t, "token-rbac-")
 	other := newNamespace(t, "token-rbac-other-")
