@@ -195,7 +195,7 @@ func (h *harness) requestBreakdown(ctx context.Context) (reads, writes float64, 
 
 // writeBreakdown formats the difference of two breakdowns per registration,
 // largest first.
-func writeBreakdown(before, after map[string]float64, n int) string {
+func writeBreakdown(before, after map[string]float64, per float64) string {
 	type kv struct {
 		k string
 		v float64
@@ -203,7 +203,7 @@ func writeBreakdown(before, after map[string]float64, n int) string {
 	var rows []kv
 	for k, v := range after {
 		if d := v - before[k]; d > 0 {
-			rows = append(rows, kv{k, d / float64(n)})
+			rows = append(rows, kv{k, d / per})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].v > rows[j].v })

@@ -257,7 +257,7 @@ func (h *harness) agentInitiated(ctx context.Context, n int, out io.Writer) (Res
 	r.UpstreamReadsPerRegistration = f((reads1 - reads0) / float64(n))
 	r.UpstreamWritesPerRegistration = f((writes1 - writes0) / float64(n))
 	r.Notes = "from agent start to the credential written and the Cluster Ready upstream (includes the first heartbeat); writes per registration: " +
-		writeBreakdown(kinds0, kinds1, n)
+		writeBreakdown(kinds0, kinds1, float64(n))
 	return r, nil
 }
 
@@ -425,7 +425,7 @@ func (h *harness) leftovers(ctx context.Context, ws string, clusters int) (int, 
 // reporting, what heartbeats cost upstream and in the controller.
 func (h *harness) steadyState(ctx context.Context, clusters int, window time.Duration) (Result, error) {
 	r := Result{Name: "steady-state", Count: clusters, Goal: "controller <= 5% of one core, <= 1 write per cluster per heartbeat interval"}
-	_, writes0, err := h.requestCounts(ctx)
+	_, writes0, kinds0, err := h.requestBreakdown(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -437,7 +437,7 @@ func (h *harness) steadyState(ctx context.Context, clusters int, window time.Dur
 	case <-time.After(window):
 	}
 	elapsed := time.Since(start)
-	_, writes1, _ := h.requestCounts(ctx)
+	_, writes1, kinds1, _ := h.requestBreakdown(ctx)
 	rss, cpu1 := h.controllerUsage()
 	perMinute := (writes1 - writes0) / elapsed.Minutes()
 	intervals := elapsed.Seconds() / h.heartbeat.Seconds()
@@ -445,8 +445,8 @@ func (h *harness) steadyState(ctx context.Context, clusters int, window time.Dur
 	r.ThroughputPerS = f((writes1 - writes0) / elapsed.Seconds())
 	r.ControllerCPUS = f(cpu1 - cpu0)
 	r.ControllerPeakRSSMB = f(rss)
-	r.Notes = fmt.Sprintf("upstream writes/min %.0f; writes per cluster per heartbeat interval (%s) %.2f; controller CPU %.1f%% of one core",
-		perMinute, h.heartbeat, (writes1-writes0)/(float64(clusters)*intervals), 100*(cpu1-cpu0)/elapsed.Seconds())
+	r.Notes = fmt.Sprintf("upstream writes/min %.0f (%s); writes per cluster per heartbeat interval (%s) %.2f; controller CPU %.1f%% of one core",
+		perMinute, writeBreakdown(kinds0, kinds1, elapsed.Minutes()), h.heartbeat, (writes1-writes0)/(float64(clusters)*intervals), 100*(cpu1-cpu0)/elapsed.Seconds())
 	return r, nil
 }
 

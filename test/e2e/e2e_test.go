@@ -385,6 +385,50 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
+	t.Run("an agent update whose pod never becomes ready keeps the old agent running", func(t *testing.T) {
+		if dev2Name == "" {
+			t.Skip("dev-2 did not register")
+		}
+		cs := clientset(t, "dev-2")
+		old := runningAgent(t, cs, time.Minute)
+		// An image that is not on the node (pull policy Never): the new pod
+		// can never start. This reaches dev-2 only through its agent Bundle.
+		updateCluster(t, dev2Name, func(c *fleet.Cluster) { c.Spec.PrivateRepoURL = "registry.invalid" })
+		must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+			pods, err := cs.CoreV1().Pods(agentNS).List(t.Context(), metav1.ListOptions{LabelSelector: agentPods})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if p.UID != old.UID && strings.HasPrefix(p.Spec.Containers[0].Image, "registry.invalid/") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no new agent pod with the broken image yet")
+		}))
+		quiet()
+		pod, err := cs.CoreV1().Pods(agentNS).Get(t.Context(), old.Name, metav1.GetOptions{})
+		must(t, err)
+		if pod.UID != old.UID || !podReady(pod) || pod.DeletionTimestamp != nil {
+			t.Fatalf("the old agent pod was taken down for a new one that cannot start")
+		}
+		b := &fleet.Bundle{}
+		must(t, up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: names.AgentBundle(dev2Name)}, b))
+		if devenv.BundleReady(t.Context(), up, ws, b.Name, 1, time.Second) == nil {
+			t.Error("the agent Bundle reports Ready while its new agent cannot start")
+		}
+
+		// Reverting the setting brings the Deployment back to the running
+		// pod's template: no new pod, the old one stays.
+		pods := trackPods(t, cs, agentNS, agentPods)
+		updateCluster(t, dev2Name, func(c *fleet.Cluster) { c.Spec.PrivateRepoURL = "" })
+		must(t, devenv.BundleReady(t.Context(), up, ws, b.Name, 1, 2*time.Minute))
+		now := runningAgent(t, cs, 2*time.Minute)
+		if now.UID != old.UID || pods.count() != 0 {
+			t.Errorf("after the revert: agent pod %s (was %s), %d pods created", now.Name, old.Name, pods.count())
+		}
+	})
+
 	t.Run("Cluster API cluster auto-registered, and removed with it", func(t *testing.T) {
 		crd, err := os.ReadFile(filepath.Join(env.RepoDir, "controller", "capi", "testdata", "cluster-api-crd.yaml"))
 		must(t, err)
