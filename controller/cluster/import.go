@@ -89,6 +89,13 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 	}
 
 	why := deployReason(cluster, valuesHash, in.serverHash)
+	if why != "" && r.APIReader != nil && r.deployedPerAPIServer(ctx, cluster, valuesHash, in.serverHash) {
+		// The cache had not caught up with the status written after this
+		// controller's own deploy: record that deploy again instead of
+		// pushing (and minting an import token) a second time.
+		recordDeployed(cluster, values, valuesHash, in.serverHash)
+		why = ""
+	}
 	if why == "" {
 		if memoKey != nil {
 			r.memo.remember(client.ObjectKeyFromObject(cluster), *memoKey)
@@ -131,6 +138,17 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 		"agent %s to %s at generation %d in namespace %s", verb, host, cluster.Spec.RedeployAgentGeneration, values.Internal.SystemNamespace)
 	ctrl.LoggerFrom(ctx).Info("agent deployed", "reason", why, "server", host, "generation", cluster.Spec.RedeployAgentGeneration)
 	return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
+}
+
+// deployedPerAPIServer reports whether the live Cluster says the agent is
+// already deployed as wanted. Deploys are rare, so the extra read happens
+// only when the cached status asks for one.
+func (r *Reconciler) deployedPerAPIServer(ctx context.Context, cluster *fleet.Cluster, valuesHash, serverHash string) bool {
+	live := &fleet.Cluster{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cluster), live); err != nil {
+		return false
+	}
+	return live.Generation == cluster.Generation && deployReason(live, valuesHash, serverHash) == ""
 }
 
 // deployReason says why the agent must be (re)deployed, or "".
