@@ -82,7 +82,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	results = append(results, r)
 
-	step("steady-state: %d clusters reporting every %s, measured for %s", opts.Clusters, heartbeat, window)
+	step("steady-state: %d clusters reporting every %s, measured for %s after settling for one interval", opts.Clusters, heartbeat, window)
 	if r, err = h.steadyState(ctx, opts.Clusters, window); err != nil {
 		return results, fmt.Errorf("steady-state: %w", err)
 	}
