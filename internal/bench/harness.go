@@ -187,6 +187,11 @@ func (h *harness) requestBreakdown(ctx context.Context) (reads, writes float64, 
 			if sub := label(line, "subresource"); sub != "" {
 				kind += "/" + sub
 			}
+			// Failed requests count as writes too; name them, so retries
+			// show up as what they are.
+			if code := label(line, "code"); code != "" && !strings.HasPrefix(code, "2") {
+				kind += " (" + code + ")"
+			}
 			byKind[kind] += n
 		}
 	}
