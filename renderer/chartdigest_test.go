@@ -1,43 +1,12 @@
 package renderer_test
 
 import (
-	"io/fs"
+	"github.com/gitops-fleet/fleet/charts/chartstest"
 	"strings"
 	"testing"
-	"testing/fstest"
 
-	"github.com/gitops-fleet/fleet/charts"
 	"github.com/gitops-fleet/fleet/renderer"
 )
-
-// patchedAgentChart is the embedded agent chart with one template edited:
-// the chart a controller upgrade could ship.
-func patchedAgentChart(t *testing.T, file, old, new string) fs.FS {
-	t.Helper()
-	src := charts.FleetAgent()
-	out := fstest.MapFS{}
-	err := fs.WalkDir(src, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := fs.ReadFile(src, p)
-		if err != nil {
-			return err
-		}
-		if p == file {
-			if !strings.Contains(string(data), old) {
-				t.Fatalf("%s does not contain %q", file, old)
-			}
-			data = []byte(strings.Replace(string(data), old, new, 1))
-		}
-		out[p] = &fstest.MapFile{Data: data}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestAgentChartDigest_IdentifiesTheChart: the digest (and so the hash that
 // decides a redeploy) is the same for every load of the same chart, from the
@@ -65,7 +34,7 @@ func TestAgentChartDigest_IdentifiesTheChart(t *testing.T) {
 		t.Errorf("same chart, same values: hashes %s and %s", h1, h2)
 	}
 
-	patched, err := renderer.NewAgentRendererFS(patchedAgentChart(t, "templates/deployment.yaml",
+	patched, err := renderer.NewAgentRendererFS(chartstest.PatchedFleetAgent(t, "templates/deployment.yaml",
 		"  template:\n    metadata:\n", "  template:\n    metadata:\n      annotations:\n        fleet.test/chart: v2\n"))
 	if err != nil {
 		t.Fatal(err)

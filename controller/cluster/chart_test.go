@@ -3,11 +3,11 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"github.com/gitops-fleet/fleet/charts/chartstest"
 	"io/fs"
 	"os"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -27,7 +27,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/charts"
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/remote"
@@ -169,30 +168,8 @@ func embeddedRenderer(t *testing.T) *renderer.AgentRenderer {
 // added: the agent chart a controller upgrade could ship.
 func upgradedChart(t *testing.T) fs.FS {
 	t.Helper()
-	const file, old, new = "templates/deployment.yaml", "  template:\n    metadata:\n", "  template:\n    metadata:\n      annotations:\n        fleet.test/chart: v2\n"
-	src := charts.FleetAgent()
-	out := fstest.MapFS{}
-	err := fs.WalkDir(src, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := fs.ReadFile(src, p)
-		if err != nil {
-			return err
-		}
-		if p == file {
-			if !strings.Contains(string(data), old) {
-				t.Fatalf("%s does not contain %q", file, old)
-			}
-			data = []byte(strings.Replace(string(data), old, new, 1))
-		}
-		out[p] = &fstest.MapFile{Data: data}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return chartstest.PatchedFleetAgent(t, "templates/deployment.yaml", "  template:\n    metadata:\n",
+		"  template:\n    metadata:\n      annotations:\n        fleet.test/chart: v2\n")
 }
 
 func upgradedRenderer(t *testing.T) *renderer.AgentRenderer {
