@@ -82,19 +82,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-}
-
 func newNamespace(t *testing.T, c client.Client, prefix string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
@@ -112,7 +99,7 @@ func newToken(t *testing.T, ws, name string, spec fleet.ClusterRegistrationToken
 		t.Fatal(err)
 	}
 	var values []byte
-	eventually(t, 30*time.Second, "token values", func() error {
+	controlplane.Eventually(t, 30*time.Second, "token values", func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
 			return err
 		}
@@ -206,7 +193,7 @@ func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, hook fun
 func waitRegistered(t *testing.T, a *runningAgent) (string, string) {
 	t.Helper()
 	var ns, name string
-	eventually(t, 30*time.Second, "agent registered", func() error {
+	controlplane.Eventually(t, 30*time.Second, "agent registered", func() error {
 		ns, name = a.Registered()
 		if name == "" {
 			return fmt.Errorf("not registered (ready check: %v)", a.ReadyCheck(nil))
@@ -228,7 +215,7 @@ func getCluster(t *testing.T, ns, name string) *fleet.Cluster {
 func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	eventually(t, 30*time.Second, fmt.Sprintf("Cluster %s/%s Ready=%s (%s)", ns, name, status, reason), func() error {
+	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("Cluster %s/%s Ready=%s (%s)", ns, name, status, reason), func() error {
 		c = getCluster(t, ns, name)
 		r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
 		if r == nil || r.Status != status || (reason != "" && r.Reason != reason) {

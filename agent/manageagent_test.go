@@ -45,7 +45,7 @@ func podTemplate(d *appsv1.Deployment) string {
 func waitAgentBundleApplied(t *testing.T, ws, cluster string) *fleet.BundleDeployment {
 	t.Helper()
 	bd := &fleet.BundleDeployment{}
-	eventually(t, 60*time.Second, "agent Bundle applied by the agent", func() error {
+	controlplane.Eventually(t, 60*time.Second, "agent Bundle applied by the agent", func() error {
 		key := client.ObjectKey{Namespace: names.ClusterNamespace(ws, cluster), Name: names.AgentBundle(cluster)}
 		if err := up.Get(t.Context(), key, bd); err != nil {
 			return err
@@ -83,7 +83,7 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 	if err := up.Create(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "agent pushed", func() error {
+	controlplane.Eventually(t, 30*time.Second, "agent pushed", func() error {
 		_, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap")
 		return err
 	})
@@ -111,7 +111,7 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 		cur.Spec.RedeployAgentGeneration = 1
 	})
 	waitRegistered(t, a)
-	eventually(t, 60*time.Second, "GENERATION=1 applied", func() error {
+	controlplane.Eventually(t, 60*time.Second, "GENERATION=1 applied", func() error {
 		if g := envGeneration(agentDeployment(t, ds, agentNS)); g != "1" {
 			return fmt.Errorf("GENERATION=%q", g)
 		}
@@ -142,7 +142,7 @@ func TestManageAgent_AgentInitiatedClusterFollowsGenerationBump(t *testing.T) {
 	updateCluster(t, ws, name, func(cur *fleet.Cluster) {
 		cur.Spec.RedeployAgentGeneration = 5
 	})
-	eventually(t, 60*time.Second, "GENERATION=5 applied by the agent", func() error {
+	controlplane.Eventually(t, 60*time.Second, "GENERATION=5 applied by the agent", func() error {
 		if g := envGeneration(agentDeployment(t, ds, agentNS)); g != "5" {
 			b := &fleet.Bundle{}
 			_ = up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: names.AgentBundle(name)}, b)

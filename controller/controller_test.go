@@ -59,20 +59,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// eventually polls cond every 100ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-}
-
 func newNamespace(t *testing.T, c client.Client, prefix string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
@@ -117,7 +103,7 @@ func getCluster(t *testing.T, c *fleet.Cluster) *fleet.Cluster {
 func waitCondition(t *testing.T, c *fleet.Cluster, condType string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var got *fleet.Cluster
-	eventually(t, 60*time.Second, fmt.Sprintf("%s=%s reason %s", condType, status, reason), func() error {
+	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("%s=%s reason %s", condType, status, reason), func() error {
 		got = getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, condType)
 		if cond == nil || cond.Status != status || (reason != "" && cond.Reason != reason) {
@@ -131,7 +117,7 @@ func waitCondition(t *testing.T, c *fleet.Cluster, condType string, status metav
 func waitImported(t *testing.T, c *fleet.Cluster, generation int64) *fleet.Cluster {
 	t.Helper()
 	var got *fleet.Cluster
-	eventually(t, 60*time.Second, fmt.Sprintf("agent deployed at generation %d", generation), func() error {
+	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("agent deployed at generation %d", generation), func() error {
 		got = getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, fleet.ImportedCondition)
 		if got.Status.AgentDeployedGeneration == nil || *got.Status.AgentDeployedGeneration != generation || cond == nil || cond.Status != metav1.ConditionTrue {
@@ -301,7 +287,7 @@ func TestImport_RedeploysOnceWhenAnAgentSettingChanges(t *testing.T) {
 	updateCluster(t, c, func(cur *fleet.Cluster) {
 		cur.Spec.AgentEnvVars = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}}
 	})
-	eventually(t, 60*time.Second, "LOG_LEVEL in the agent", func() error {
+	controlplane.Eventually(t, 60*time.Second, "LOG_LEVEL in the agent", func() error {
 		if v := envValue(agentDeployment(t, ds, c.Spec.AgentNamespace), "LOG_LEVEL"); v != "debug" {
 			return fmt.Errorf("LOG_LEVEL=%q", v)
 		}

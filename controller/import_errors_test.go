@@ -199,7 +199,7 @@ func TestCluster_DeletionRemovesEverythingUpstreamAndTheAgentDownstream(t *testi
 	if err := up.Delete(t.Context(), got); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Cluster gone", func() error {
+	controlplane.Eventually(t, 30*time.Second, "Cluster gone", func() error {
 		err := up.Get(t.Context(), client.ObjectKeyFromObject(c), &fleet.Cluster{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -216,7 +216,7 @@ func TestCluster_DeletionRemovesEverythingUpstreamAndTheAgentDownstream(t *testi
 		}
 		return fmt.Errorf("%T %s still exists (%v)", o, o.GetName(), err)
 	}
-	eventually(t, 30*time.Second, "everything made for the cluster removed", func() error {
+	controlplane.Eventually(t, 30*time.Second, "everything made for the cluster removed", func() error {
 		for _, o := range []client.Object{
 			&fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "fleet-agent-c1"}},
 			&fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "import-token-c1"}},

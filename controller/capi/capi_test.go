@@ -131,19 +131,6 @@ func installCAPI(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-}
-
 // consistently checks cond every 100ms for d.
 func consistently(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
@@ -224,7 +211,7 @@ func fleetCluster(t *testing.T, ns, name string) (*fleet.Cluster, error) {
 func waitFleetCluster(t *testing.T, ns, name string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	eventually(t, 30*time.Second, fmt.Sprintf("fleet Cluster %s/%s", ns, name), func() error {
+	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("fleet Cluster %s/%s", ns, name), func() error {
 		var err error
 		c, err = fleetCluster(t, ns, name)
 		return err
@@ -234,7 +221,7 @@ func waitFleetCluster(t *testing.T, ns, name string) *fleet.Cluster {
 
 func waitFleetClusterGone(t *testing.T, ns, name string) {
 	t.Helper()
-	eventually(t, 60*time.Second, fmt.Sprintf("fleet Cluster %s/%s deleted", ns, name), func() error {
+	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("fleet Cluster %s/%s deleted", ns, name), func() error {
 		c, err := fleetCluster(t, ns, name)
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -267,7 +254,7 @@ func condition(c *fleet.Cluster, t string) *metav1.Condition {
 func waitCondition(t *testing.T, ns, name, condType string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	eventually(t, 60*time.Second, fmt.Sprintf("%s/%s %s=%s (%s)", ns, name, condType, status, reason), func() error {
+	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("%s/%s %s=%s (%s)", ns, name, condType, status, reason), func() error {
 		var err error
 		if c, err = fleetCluster(t, ns, name); err != nil {
 			return err
@@ -335,7 +322,7 @@ func runAgent(t *testing.T, ds *controlplane.ControlPlane) (*agent.Agent, func()
 
 func waitRegistered(t *testing.T, a *agent.Agent, ns, name string) {
 	t.Helper()
-	eventually(t, 30*time.Second, "agent registered", func() error {
+	controlplane.Eventually(t, 30*time.Second, "agent registered", func() error {
 		gotNS, gotName := a.Registered()
 		if gotNS != ns || gotName != name {
 			return fmt.Errorf("registered as %q/%q (ready check: %v)", gotNS, gotName, a.ReadyCheck(nil))
@@ -346,7 +333,7 @@ func waitRegistered(t *testing.T, a *agent.Agent, ns, name string) {
 
 func bootstrapPushed(t *testing.T, ds *controlplane.ControlPlane) {
 	t.Helper()
-	eventually(t, 60*time.Second, "agent pushed to "+ds.Name, func() error {
+	controlplane.Eventually(t, 60*time.Second, "agent pushed to "+ds.Name, func() error {
 		s := &corev1.Secret{}
 		return ds.Client.Get(t.Context(), client.ObjectKey{Namespace: agentSystem, Name: "fleet-agent-bootstrap"}, s)
 	})
@@ -412,7 +399,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		l["tier"] = "gold"
 		u.SetLabels(l)
 	})
-	eventually(t, 30*time.Second, "labels follow the CAPI cluster", func() error {
+	controlplane.Eventually(t, 30*time.Second, "labels follow the CAPI cluster", func() error {
 		fc, err := fleetCluster(t, nsLifecycle, "prod-1")
 		if err != nil {
 			return err
@@ -435,7 +422,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	bootstrapPushed(t, ds2)
-	eventually(t, 30*time.Second, "status records the new server", func() error {
+	controlplane.Eventually(t, 30*time.Second, "status records the new server", func() error {
 		fc, err := fleetCluster(t, nsLifecycle, "prod-1")
 		if err != nil {
 			return err
@@ -459,7 +446,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFleetClusterGone(t, nsLifecycle, "prod-1")
-	eventually(t, 30*time.Second, "agent removed downstream", func() error {
+	controlplane.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
 		d := &appsv1.Deployment{}
 		err := ds2.Client.Get(t.Context(), client.ObjectKey{Namespace: agentSystem, Name: "fleet-agent"}, d)
 		if apierrors.IsNotFound(err) {
@@ -467,7 +454,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		}
 		return fmt.Errorf("agent Deployment still there: %v", err)
 	})
-	eventually(t, 30*time.Second, "cluster namespace removed upstream", func() error {
+	controlplane.Eventually(t, 30*time.Second, "cluster namespace removed upstream", func() error {
 		ns := &corev1.Namespace{}
 		err := up.Get(t.Context(), client.ObjectKey{Name: names.ClusterNamespace(nsLifecycle, "prod-1")}, ns)
 		if apierrors.IsNotFound(err) || (err == nil && !ns.DeletionTimestamp.IsZero()) {
@@ -532,7 +519,7 @@ func TestCAPI_HandMadeClusterIsNeverTakenOver(t *testing.T) {
 	}
 	c := createCAPICluster(t, nsHandMade, "edge", map[string]string{"env": "prod"})
 	kubeconfigSecret(t, nsHandMade, "edge", nil)
-	eventually(t, 30*time.Second, "a conflict event on the CAPI cluster", func() error {
+	controlplane.Eventually(t, 30*time.Second, "a conflict event on the CAPI cluster", func() error {
 		if capiEvents(t, nsHandMade, "edge", capi.NameTakenReason) == 0 {
 			return fmt.Errorf("no %s event yet", capi.NameTakenReason)
 		}
@@ -551,7 +538,7 @@ func TestCAPI_HandMadeClusterIsNeverTakenOver(t *testing.T) {
 	if err := up.Delete(t.Context(), got); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the CAPI cluster registers once the name is free", func() error {
+	controlplane.Eventually(t, 60*time.Second, "the CAPI cluster registers once the name is free", func() error {
 		fc, err := fleetCluster(t, nsHandMade, "edge")
 		if err != nil {
 			return err
@@ -629,7 +616,7 @@ func TestCAPI_CreateFailureIsReported(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = up.Delete(context.Background(), o) })
 	}
-	eventually(t, 30*time.Second, "the policy in force", func() error {
+	controlplane.Eventually(t, 30*time.Second, "the policy in force", func() error {
 		probe := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: nsRefused, Name: "probe"}}
 		if err := up.Create(t.Context(), probe, client.DryRunAll); err == nil || !apierrors.IsInvalid(err) {
 			return fmt.Errorf("a Cluster is still admitted: %v", err)
@@ -639,7 +626,7 @@ func TestCAPI_CreateFailureIsReported(t *testing.T) {
 
 	createCAPICluster(t, nsRefused, "refused", nil)
 	kubeconfigSecret(t, nsRefused, "refused", nil)
-	eventually(t, 30*time.Second, "a "+capi.NotCreatedReason+" event", func() error {
+	controlplane.Eventually(t, 30*time.Second, "a "+capi.NotCreatedReason+" event", func() error {
 		if capiEvents(t, nsRefused, "refused", capi.NotCreatedReason) == 0 {
 			return fmt.Errorf("no event yet")
 		}

@@ -147,7 +147,7 @@ func (p *process) stop(t *testing.T) {
 func (p *process) settle(t *testing.T, c *fleet.Cluster) {
 	t.Helper()
 	poke(t, c)
-	eventually(t, 60*time.Second, "the reconciler to find nothing to deploy", func() error {
+	controlplane.Eventually(t, 60*time.Second, "the reconciler to find nothing to deploy", func() error {
 		if !cluster.FoundNothingToDeploy(p.r, client.ObjectKeyFromObject(c)) {
 			return fmt.Errorf("status: %+v", getCluster(t, c).Status)
 		}
@@ -228,7 +228,7 @@ func TestChart_UpgradeWithAnotherChartRedeploysOnce(t *testing.T) {
 	old.stop(t)
 
 	upgraded := startProcess(t, upgradedRenderer(t))
-	eventually(t, 60*time.Second, "the agent redeployed with the upgraded chart", func() error {
+	controlplane.Eventually(t, 60*time.Second, "the agent redeployed with the upgraded chart", func() error {
 		if n := countEvents(t, c, "AgentRedeployed"); n == 0 {
 			return fmt.Errorf("AgentRedeployed events: %d", n)
 		}
@@ -405,7 +405,7 @@ func getCluster(t *testing.T, c *fleet.Cluster) *fleet.Cluster {
 
 func waitImported(t *testing.T, c *fleet.Cluster) {
 	t.Helper()
-	eventually(t, 60*time.Second, "agent deployed", func() error {
+	controlplane.Eventually(t, 60*time.Second, "agent deployed", func() error {
 		got := getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, fleet.ImportedCondition)
 		if got.Status.AgentDeployedGeneration == nil || cond == nil || cond.Status != metav1.ConditionTrue {
@@ -444,18 +444,4 @@ func countEvents(t *testing.T, c *fleet.Cluster, reason string) int {
 		}
 	}
 	return n
-}
-
-// eventually polls cond every 100ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
 }

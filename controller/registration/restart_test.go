@@ -295,7 +295,7 @@ func restartAt(t *testing.T, step string, reregister bool) {
 
 	// Once the pickup timeout passed, only the request identity of the
 	// final registration is left.
-	eventually(t, restartPickupTimeout+30*time.Second, "exactly one of everything and no leftovers", func() error {
+	controlplane.Eventually(t, restartPickupTimeout+30*time.Second, "exactly one of everything and no leftovers", func() error {
 		return leftovers(t, ws, clientID, final.Name)
 	})
 	requestWorks()

@@ -152,21 +152,6 @@ func remember(bearer string) {
 
 // eventually polls cond every 100ms until it returns nil, and fails the test
 // after timeout naming what it waited for.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func randomID(prefix string) string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
@@ -194,7 +179,7 @@ func importToken(t *testing.T, ws, name, clientID string) string {
 		t.Fatal(err)
 	}
 	var bearer string
-	eventually(t, 30*time.Second, "values Secret of token "+ws+"/"+name, func() error {
+	controlplane.Eventually(t, 30*time.Second, "values Secret of token "+ws+"/"+name, func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
 			return err
 		}
@@ -333,7 +318,7 @@ func getReg(t *testing.T, ws, name string) *fleet.ClusterRegistration {
 func waitCondition(t *testing.T, ws, name string, status metav1.ConditionStatus, reason string) *fleet.ClusterRegistration {
 	t.Helper()
 	reg := &fleet.ClusterRegistration{}
-	eventually(t, 30*time.Second, fmt.Sprintf("ClusterRegistration %s/%s Granted=%s reason %s", ws, name, status, reason), func() error {
+	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("ClusterRegistration %s/%s Granted=%s reason %s", ws, name, status, reason), func() error {
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: name}, reg); err != nil {
 			return err
 		}
@@ -377,7 +362,7 @@ func countGenerated(t *testing.T, ws string) counts {
 // on the named registration.
 func waitEvent(t *testing.T, ws, name, reason, noteHas string) {
 	t.Helper()
-	eventually(t, 20*time.Second, fmt.Sprintf("event %s on ClusterRegistration %s/%s", reason, ws, name), func() error {
+	controlplane.Eventually(t, 20*time.Second, fmt.Sprintf("event %s on ClusterRegistration %s/%s", reason, ws, name), func() error {
 		list := &eventsv1.EventList{}
 		if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
 			return err
