@@ -67,7 +67,7 @@ func TestConfig_HotReloadRedeploysOnceAndRejectsInvalidConfig(t *testing.T) {
 		}
 		return nil
 	})
-	if n := countEvents(t, c, "AgentRedeployed"); n != 1 {
+	if n := waitEvents(t, c, "AgentRedeployed", 1); n != 1 {
 		t.Errorf("AgentRedeployed events: %d, want 1", n)
 	}
 
@@ -85,17 +85,16 @@ func TestConfig_HotReloadRedeploysOnceAndRejectsInvalidConfig(t *testing.T) {
 	if n := countEvents(t, c, "AgentRedeployed"); n != 1 {
 		t.Errorf("an invalid config redeployed the agent: %d redeploys", n)
 	}
-	evs := &corev1.EventList{}
-	if err := up.List(t.Context(), evs, client.InNamespace("cattle-fleet-system")); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, e := range evs.Items {
-		if e.Reason == "ConfigInvalid" && strings.Contains(e.Message, "agentTLSMode") {
-			found = true
+	controlplane.Eventually(t, 30*time.Second, "a ConfigInvalid event on the ConfigMap", func() error {
+		evs := &corev1.EventList{}
+		if err := up.List(t.Context(), evs, client.InNamespace("cattle-fleet-system")); err != nil {
+			return err
 		}
-	}
-	if !found {
-		t.Error("no ConfigInvalid event on the ConfigMap")
-	}
+		for _, e := range evs.Items {
+			if e.Reason == "ConfigInvalid" && strings.Contains(e.Message, "agentTLSMode") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no ConfigInvalid event among %d", len(evs.Items))
+	})
 }

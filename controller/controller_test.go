@@ -170,6 +170,20 @@ func snapshot(t *testing.T, ds *controlplane.ControlPlane, ns string) map[string
 	return out
 }
 
+// waitEvents waits (events are sent asynchronously) until the Cluster has at
+// least want events of reason, and returns how many it has then.
+func waitEvents(t *testing.T, c *fleet.Cluster, reason string, want int) int {
+	t.Helper()
+	n := 0
+	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("%d %s event(s)", want, reason), func() error {
+		if n = countEvents(t, c, reason); n < want {
+			return fmt.Errorf("%d %s events", n, reason)
+		}
+		return nil
+	})
+	return n
+}
+
 func countEvents(t *testing.T, c *fleet.Cluster, reason string) int {
 	t.Helper()
 	list := &corev1.EventList{}
@@ -241,7 +255,7 @@ func TestImport_DeploysTheAgentWithServerSideApply(t *testing.T) {
 	if !strings.Contains(raw, "kind: Deployment") || len(bundle.Spec.Targets) != 1 || bundle.Spec.Targets[0].ClusterName != c.Name {
 		t.Errorf("agent Bundle does not hold the agent for its cluster: %s", raw)
 	}
-	if n := countEvents(t, c, "AgentDeployed"); n != 1 {
+	if n := waitEvents(t, c, "AgentDeployed", 1); n != 1 {
 		t.Errorf("AgentDeployed events: %d", n)
 	}
 }
@@ -271,7 +285,7 @@ func TestImport_RedeploysOnceWhenGenerationBumped(t *testing.T) {
 		t.Errorf("old agent credential not removed: %v", err)
 	}
 	time.Sleep(2 * time.Second) // any extra redeploy would show by now
-	if n := countEvents(t, c, "AgentRedeployed"); n != 1 {
+	if n := waitEvents(t, c, "AgentRedeployed", 1); n != 1 {
 		t.Errorf("AgentRedeployed events: %d, want 1", n)
 	}
 	if d2 := agentDeployment(t, ds, agentNS); d2.Generation != d.Generation {
@@ -302,7 +316,7 @@ func TestImport_RedeploysOnceWhenAnAgentSettingChanges(t *testing.T) {
 	if got.Status.AgentEnvVarsHash == "" || got.Status.AgentConfigChanged {
 		t.Errorf("status after redeploy: envVarsHash %q configChanged %v", got.Status.AgentEnvVarsHash, got.Status.AgentConfigChanged)
 	}
-	if n := countEvents(t, c, "AgentRedeployed"); n != 1 {
+	if n := waitEvents(t, c, "AgentRedeployed", 1); n != 1 {
 		t.Errorf("AgentRedeployed events: %d, want 1", n)
 	}
 }

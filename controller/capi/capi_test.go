@@ -268,6 +268,18 @@ func waitCondition(t *testing.T, ns, name, condType string, status metav1.Condit
 	return c
 }
 
+// waitCAPIEvent waits for an event with reason about the CAPI cluster
+// ns/name: events are sent asynchronously, after the change they report.
+func waitCAPIEvent(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	controlplane.Eventually(t, 30*time.Second, "a "+reason+" event on the CAPI cluster "+ns+"/"+name, func() error {
+		if capiEvents(t, ns, name, reason) == 0 {
+			return fmt.Errorf("no %s event yet", reason)
+		}
+		return nil
+	})
+}
+
 // capiEvents counts events with reason about the CAPI cluster ns/name.
 func capiEvents(t *testing.T, ns, name, reason string) int {
 	t.Helper()
@@ -366,9 +378,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 	if owner == nil || owner.UID != c.GetUID() || owner.Kind != capi.Kind || owner.APIVersion != "cluster.x-k8s.io/v1beta1" {
 		t.Errorf("owner references %+v, want the CAPI cluster (uid %s) as controller", fc.OwnerReferences, c.GetUID())
 	}
-	if capiEvents(t, nsLifecycle, "prod-1", capi.RegisteredReason) == 0 {
-		t.Errorf("no %s event on the CAPI cluster", capi.RegisteredReason)
-	}
+	waitCAPIEvent(t, nsLifecycle, "prod-1", capi.RegisteredReason)
 
 	// Imported as any manager-initiated cluster: the agent is pushed,
 	// registers and reports in.
@@ -575,9 +585,7 @@ func TestCAPI_DeletionStartsWhenTheCAPIClusterIsBeingDeleted(t *testing.T) {
 	if err := up.Get(t.Context(), client.ObjectKeyFromObject(c), cur); err != nil || cur.GetDeletionTimestamp() == nil {
 		t.Errorf("the CAPI cluster should still be tearing down: %v", err)
 	}
-	if capiEvents(t, nsDelete, "doomed", capi.DeregisteredReason) == 0 {
-		t.Errorf("no %s event on the CAPI cluster", capi.DeregisteredReason)
-	}
+	waitCAPIEvent(t, nsDelete, "doomed", capi.DeregisteredReason)
 	updateCAPICluster(t, c, func(u *unstructured.Unstructured) { u.SetFinalizers(nil) })
 }
 
