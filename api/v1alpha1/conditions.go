@@ -26,9 +26,19 @@ const (
 	ProgressingReason = "Progressing"
 	WaitingReason     = "Waiting"
 
-	KubeConfigSecretMissingReason   = "KubeConfigSecretMissing"
-	KubeConfigKeyMissingReason      = "KubeConfigKeyMissing"
-	KubeConfigInvalidReason         = "KubeConfigInvalid"
+	KubeConfigSecretMissingReason = "KubeConfigSecretMissing"
+	KubeConfigKeyMissingReason    = "KubeConfigKeyMissing"
+	KubeConfigInvalidReason       = "KubeConfigInvalid"
+	// KubeConfigUnsafeReason: the kubeconfig would make the controller use
+	// more than the credentials in it (a file, a program, a proxy, no TLS
+	// check); the message names the field.
+	KubeConfigUnsafeReason = "KubeConfigUnsafe"
+	// APIServerURLInsecureReason: agents would be told a plain http
+	// upstream URL, which the controller configuration does not allow.
+	APIServerURLInsecureReason = "APIServerURLInsecure"
+	// NamespaceConflictReason: the per-cluster namespace exists and was
+	// made for another Cluster.
+	NamespaceConflictReason         = "NamespaceConflict"
 	NamespaceNotAllowedReason       = "NamespaceNotAllowed"
 	DownstreamUnreachableReason     = "DownstreamUnreachable"
 	DownstreamTLSErrorReason        = "DownstreamTLSError"

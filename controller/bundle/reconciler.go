@@ -28,6 +28,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -119,8 +120,12 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 		if t == nil || t.DoNotDeploy {
 			continue
 		}
-		if c.Status.Namespace == "" {
-			pending++ // the Cluster reconciler has not made its namespace yet
+		// The cluster namespace comes from the Cluster's name, never from
+		// its status. The status only says the Cluster reconciler has made
+		// the namespace (it writes this very name once it exists).
+		ns := names.ClusterNamespace(c.Namespace, c.Name)
+		if c.Status.Namespace != ns {
+			pending++
 			continue
 		}
 		opts := renderer.MergeOptions(b.Spec.BundleDeploymentOptions, t.BundleDeploymentOptions)
@@ -129,8 +134,8 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 			renderErrs = append(renderErrs, fmt.Sprintf("cluster %s: %v", c.Name, rr.err))
 			continue
 		}
-		keep[c.Status.Namespace] = true
-		if err := r.ensureDeployment(ctx, b, c, opts, rr, existing[c.Status.Namespace]); err != nil {
+		keep[ns] = true
+		if err := r.ensureDeployment(ctx, b, c, ns, opts, rr, existing[ns]); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -205,12 +210,12 @@ func renderOnce(cache map[string]*renderResult, b *fleet.Bundle, files map[strin
 // ensureDeployment writes the cluster's BundleDeployment, then its content
 // Secret (owned by it, so it goes with it). A paused Bundle or Cluster only
 // stages the new deployment.
-func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, c *fleet.Cluster, opts fleet.BundleDeploymentOptions, rr *renderResult, bd *fleet.BundleDeployment) error {
+func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, c *fleet.Cluster, clusterNS string, opts fleet.BundleDeploymentOptions, rr *renderResult, bd *fleet.BundleDeployment) error {
 	depID := bundlecontent.DeploymentID(rr.contentID, opts)
 	paused := b.Spec.Paused || c.Spec.Paused
 	exists := bd != nil
 	if !exists {
-		bd = &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: c.Status.Namespace, Name: b.Name}}
+		bd = &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: b.Name}}
 	}
 	want := bd.DeepCopy()
 	if want.Labels == nil {

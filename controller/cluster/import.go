@@ -60,7 +60,7 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 	if memoKey != nil && r.memo.seen(client.ObjectKeyFromObject(cluster), *memoKey) {
 		return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
 	}
-	in, step := r.readKubeconfig(ctx, cluster)
+	in, step := r.readKubeconfig(ctx, cluster, cfg)
 	if step != nil {
 		metrics.RegistrationSteps.WithLabelValues("import", "invalid").Inc()
 		return ctrl.Result{}, step, nil
@@ -175,15 +175,16 @@ type kubeconfigInput struct {
 }
 
 // readKubeconfig reads and checks the kubeconfig Secret. A problem is a
-// stalled step: the user must fix the Secret or the Cluster.
-func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster) (*kubeconfigInput, *stepResult) {
+// stalled step: the user must fix the Secret or the Cluster. Nothing in the
+// kubeconfig is used before it passed the controller's kubeconfig policy.
+func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config) (*kubeconfigInput, *stepResult) {
 	ns := cluster.Spec.KubeConfigSecretNamespace
 	if ns == "" {
 		ns = cluster.Namespace
 	}
-	if !kubeconfigNamespaceAllowed(cluster.Namespace, ns) {
+	if !cfg.KubeConfigSecretNamespaceAllowed(cluster.Namespace, ns) {
 		return nil, stalled(fleet.NamespaceNotAllowedReason,
-			"spec.kubeConfigSecretNamespace %q is not allowed: keep the kubeconfig Secret in the Cluster's own namespace %q or in a namespace starting with fleet-, cattle-fleet- or cluster-", ns, cluster.Namespace)
+			"spec.kubeConfigSecretNamespace %q is not allowed: keep the kubeconfig Secret in the Cluster's own namespace %q, or list %q for workspace %q under kubeConfigSecretNamespaces in the controller configuration", ns, cluster.Namespace, ns, cluster.Namespace)
 	}
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: ns, Name: cluster.Spec.KubeConfigSecret}
@@ -202,23 +203,25 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster)
 		return nil, stalled(fleet.KubeConfigKeyMissingReason,
 			"kubeconfig Secret %s has no key %q (nor %q): put the downstream kubeconfig under key %q", key, KubeconfigKey, KubeconfigKeyYAML, KubeconfigKey)
 	}
-	serverHash, err := remote.ServerHash(kc)
+	serverHash, err := remote.ServerHash(kc, cfg.InsecureKubeconfig)
 	if err != nil {
-		return nil, stalled(fleet.KubeConfigInvalidReason, "kubeconfig Secret %s: %v", key, err)
+		reason := fleet.KubeConfigInvalidReason
+		var inErr *remote.InputError
+		if errors.As(err, &inErr) {
+			reason = inErr.Reason
+		}
+		return nil, stalled(reason, "kubeconfig Secret %s: %v", key, err)
+	}
+	apiServerURL := strings.TrimSpace(string(secret.Data[APIServerURLKey]))
+	if err := cfg.CheckAPIServerURLScheme(apiServerURL); err != nil {
+		return nil, stalled(fleet.APIServerURLInsecureReason, "kubeconfig Secret %s, key %q: %v", key, APIServerURLKey, err)
 	}
 	return &kubeconfigInput{
 		kubeconfig:   kc,
 		serverHash:   serverHash,
-		apiServerURL: strings.TrimSpace(string(secret.Data[APIServerURLKey])),
+		apiServerURL: apiServerURL,
 		apiServerCA:  secret.Data[APIServerCAKey],
 	}, nil
-}
-
-// kubeconfigNamespaceAllowed is the allow-list of SPEC §3 (also enforced at
-// admission by the ValidatingAdmissionPolicy in kustomize/base/policies).
-func kubeconfigNamespaceAllowed(clusterNS, secretNS string) bool {
-	return secretNS == clusterNS || strings.HasPrefix(secretNS, "fleet-") ||
-		strings.HasPrefix(secretNS, "cattle-fleet-") || strings.HasPrefix(secretNS, "cluster-")
 }
 
 // importToken returns the bearer token of import-token-<cluster>, creating
@@ -295,7 +298,7 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 	if err != nil {
 		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
 	}
-	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), kubeconfig)
+	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), kubeconfig, r.Config.Get().InsecureKubeconfig)
 	if err != nil {
 		return host, err
 	}
@@ -310,8 +313,17 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 			bundleObjs = append(bundleObjs, objs[i])
 		}
 	}
-	rc.Applier.SetOwnerLabels(bundleObjs, names.AgentBundle(cluster.Name), cluster.Status.Namespace)
-	objs = append([]*unstructured.Unstructured{agentNamespaceObject(values.Internal.SystemNamespace)}, objs...)
+	rc.Applier.SetOwnerLabels(bundleObjs, names.AgentBundle(cluster.Name), names.ClusterNamespace(cluster.Namespace, cluster.Name))
+	// The agent's namespace is created, and marked as fleet's, only when it
+	// does not exist: a namespace that was there before is never labelled,
+	// so deleting the Cluster never deletes it.
+	err = rc.Client.Get(ctx, client.ObjectKey{Name: values.Internal.SystemNamespace}, &corev1.Namespace{})
+	switch {
+	case apierrors.IsNotFound(err):
+		objs = append([]*unstructured.Unstructured{agentNamespaceObject(values.Internal.SystemNamespace)}, objs...)
+	case err != nil:
+		return host, err
+	}
 	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: CredentialSecretName}}
 	if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
 		return host, err
@@ -326,7 +338,8 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 // removeAgentDownstream deletes what deploy applied, when the downstream
 // cluster still answers.
 func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.Cluster) error {
-	in, step := r.readKubeconfig(ctx, cluster)
+	cfg := r.Config.Get()
+	in, step := r.readKubeconfig(ctx, cluster, cfg)
 	if step != nil {
 		return errors.New(step.message)
 	}
@@ -334,7 +347,7 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	// URL only has to be non-empty.
 	b := renderer.OfflineBootstrap(cluster)
 	b.APIServerURL = "https://unused.invalid"
-	values, err := renderer.BuildAgentValues(cluster, r.Config.Get(), b)
+	values, err := renderer.BuildAgentValues(cluster, cfg, b)
 	if err != nil {
 		return err
 	}
@@ -346,7 +359,7 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	if err != nil {
 		return err
 	}
-	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), in.kubeconfig)
+	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), in.kubeconfig, cfg.InsecureKubeconfig)
 	if err != nil {
 		return err
 	}
@@ -358,7 +371,7 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 		del = append(del, o)
 	}
 	ns := &corev1.Namespace{}
-	if err := rc.Client.Get(ctx, client.ObjectKey{Name: nsName}, ns); err == nil && ns.Labels[fleet.ManagedLabel] == "true" {
+	if err := rc.Client.Get(ctx, client.ObjectKey{Name: nsName}, ns); err == nil && createdByFleet(ns) {
 		del = append(del, ns)
 	}
 	var errs []error
@@ -368,6 +381,18 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// createdByFleet reports whether a downstream namespace was created by the
+// push (only then it carries the managed label). Kubernetes' own namespaces
+// are never deleted, whatever their labels say: an older version labelled
+// a namespace that existed before the push.
+func createdByFleet(ns *corev1.Namespace) bool {
+	switch ns.Name {
+	case metav1.NamespaceSystem, metav1.NamespacePublic, metav1.NamespaceDefault, "kube-node-lease":
+		return false
+	}
+	return ns.Labels[fleet.ManagedLabel] == "true"
 }
 
 // agentNamespaceObject is the agent's namespace, applied before the chart's

@@ -103,9 +103,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		result = requeueForHeartbeat(result, cluster, o)
 	}()
 
-	if err := r.ensureNamespace(ctx, cluster); err != nil {
-		o.failure = waiting(fleet.ProgressingReason, "creating the cluster namespace failed: %v", err)
-		return ctrl.Result{}, err
+	if step := r.ensureNamespace(ctx, cluster); step != nil {
+		o.failure = step
+		if step.stalled {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, errors.New(step.message)
 	}
 	if err := r.reconcileAgentBundle(ctx, cluster); err != nil {
 		var inErr *inputError
@@ -146,43 +149,37 @@ func ensureClientID(cluster *fleet.Cluster) (bool, error) {
 }
 
 // ensureNamespace makes the per-cluster namespace that holds the cluster's
-// BundleDeployments and request identity.
-func (r *Reconciler) ensureNamespace(ctx context.Context, cluster *fleet.Cluster) error {
+// BundleDeployments and request identity, and records its name in the
+// status once it exists. A namespace of that name made for another Cluster
+// (names are shortened with a hash, so two Clusters could be given the same
+// one) is never shared: that is a conflict the user must resolve.
+func (r *Reconciler) ensureNamespace(ctx context.Context, cluster *fleet.Cluster) *stepResult {
 	name := names.ClusterNamespace(cluster.Namespace, cluster.Name)
-	cluster.Status.Namespace = name
 	ns := &corev1.Namespace{}
 	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns)
-	if err == nil {
-		if !ns.DeletionTimestamp.IsZero() {
-			return fmt.Errorf("namespace %s is still being deleted", name)
-		}
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		// The registration controller may have just made it: ask the API
+		// server (a read) before a create that would fail (a write).
+		err = r.APIReader.Get(ctx, client.ObjectKey{Name: name}, ns)
+	}
+	switch {
+	case err == nil && !names.NamespaceIsFor(ns, cluster.Namespace, cluster.Name):
+		return stalled(fleet.NamespaceConflictReason,
+			"the cluster namespace %s exists and was not made for this Cluster (its labels name %s/%s): delete or rename whichever of the two is wrong",
+			name, ns.Labels[fleet.ClusterNamespaceLabel], ns.Labels[fleet.ClusterLabel])
+	case err == nil && !ns.DeletionTimestamp.IsZero():
+		return waiting(fleet.ProgressingReason, "the cluster namespace %s is still being deleted", name)
+	case err == nil:
+		cluster.Status.Namespace = name
 		return nil
+	case !apierrors.IsNotFound(err):
+		return waiting(fleet.ProgressingReason, "reading the cluster namespace %s: %v", name, err)
 	}
-	if !apierrors.IsNotFound(err) {
-		return err
+	if err := r.Client.Create(ctx, names.NewClusterNamespace(cluster.Namespace, cluster.Name)); err != nil {
+		// AlreadyExists: made meanwhile; the next pass checks whose it is.
+		return waiting(fleet.ProgressingReason, "creating the cluster namespace %s failed: %v", name, err)
 	}
-	// The registration controller may have just made it: ask the API server
-	// (a read) before a create that would fail (a write).
-	if r.APIReader != nil {
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, ns); err == nil {
-			return nil
-		}
-	}
-	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: name,
-		Labels: map[string]string{
-			fleet.ManagedLabel:          "true",
-			fleet.ClusterNamespaceLabel: cluster.Namespace,
-			fleet.ClusterLabel:          cluster.Name,
-		},
-		Annotations: map[string]string{
-			fleet.ClusterNamespaceAnnotation: cluster.Namespace,
-			fleet.ClusterAnnotation:          cluster.Name,
-		},
-	}}
-	if err := r.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
+	cluster.Status.Namespace = name
 	return nil
 }
 
@@ -244,7 +241,7 @@ func equalStatus(a, b *fleet.Cluster) bool {
 // status (the BUNDLES-READY column) and the outcome.
 func (r *Reconciler) summarizeBundles(ctx context.Context, cluster *fleet.Cluster, o *outcome) error {
 	list := &fleet.BundleDeploymentList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(cluster.Status.Namespace)); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(names.ClusterNamespace(cluster.Namespace, cluster.Name))); err != nil {
 		return err
 	}
 	o.bundles = summary.Summarize(list.Items)

@@ -115,18 +115,6 @@ func TestDeployReason(t *testing.T) {
 	}
 }
 
-func TestKubeconfigNamespaceAllowed(t *testing.T) {
-	cases := map[string]bool{
-		"team-a": true, "fleet-default": true, "cattle-fleet-system": true, "cluster-x": true,
-		"kube-system": false, "default": false, "team-b": false, "fleetdefault": false,
-	}
-	for ns, want := range cases {
-		if got := kubeconfigNamespaceAllowed("team-a", ns); got != want {
-			t.Errorf("%s: got %v, want %v", ns, got, want)
-		}
-	}
-}
-
 func TestAgentStatusChanged_OnlyHeartbeatsThatMatter(t *testing.T) {
 	p := agentStatusChanged()
 	ready := func(lastSeen int64, nodes int32, isReady bool) *fleet.Cluster {

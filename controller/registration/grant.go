@@ -111,7 +111,7 @@ func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, 
 		return out.failed(err)
 	}
 	out.deploymentNamespace = names.ClusterNamespace(reg.Namespace, cluster.Name)
-	if err := r.ensureNamespace(ctx, clusterNamespace(reg.Namespace, cluster.Name)); err != nil {
+	if err := r.ensureNamespace(ctx, names.NewClusterNamespace(reg.Namespace, cluster.Name)); err != nil {
 		return out.failed(err)
 	}
 
@@ -281,48 +281,49 @@ func (r *Reconciler) ensureOwnerReference(ctx context.Context, reg *fleet.Cluste
 	return nil
 }
 
-// clusterNamespace is the per-cluster namespace as the Cluster reconciler
-// makes it.
-func clusterNamespace(workspace, cluster string) *corev1.Namespace {
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: names.ClusterNamespace(workspace, cluster),
-		Labels: map[string]string{
-			fleet.ManagedLabel:          "true",
-			fleet.ClusterNamespaceLabel: workspace,
-			fleet.ClusterLabel:          cluster,
-		},
-		Annotations: map[string]string{
-			fleet.ClusterNamespaceAnnotation: workspace,
-			fleet.ClusterAnnotation:          cluster,
-		},
-	}}
-}
-
 // ensureNamespace creates ns if it is missing, and waits while a namespace
 // of that name is being deleted.
 func (r *Reconciler) ensureNamespace(ctx context.Context, ns *corev1.Namespace) error {
 	existing := &corev1.Namespace{}
 	err := r.Client.Get(ctx, client.ObjectKey{Name: ns.Name}, existing)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		// The Cluster reconciler may have just made it: ask the API server
+		// (a read) before a create that would fail (a write).
+		err = r.APIReader.Get(ctx, client.ObjectKey{Name: ns.Name}, existing)
+	}
 	switch {
 	case err == nil && !existing.DeletionTimestamp.IsZero():
 		return &waitError{reason: fleet.WaitingReason, message: fmt.Sprintf("namespace %s is being deleted; waiting to create it again", ns.Name), retry: namespaceRetry}
+	case err == nil && !sameCluster(existing, ns):
+		return &waitError{
+			reason: fleet.NamespaceConflictReason,
+			message: fmt.Sprintf("the cluster namespace %s exists and was not made for Cluster %s/%s: delete or rename whichever is wrong",
+				ns.Name, ns.Annotations[fleet.ClusterNamespaceAnnotation], ns.Annotations[fleet.ClusterAnnotation]),
+			retry: conflictRetry,
+			warn:  true,
+		}
 	case err == nil:
 		return nil
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading namespace %s: %w", ns.Name, err)
 	}
-	// The Cluster reconciler may have just made it: ask the API server (a
-	// read) before a create that would fail (a write).
-	if r.APIReader != nil {
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: ns.Name}, existing); err == nil && existing.DeletionTimestamp.IsZero() {
-			return nil
+	if err := r.Client.Create(ctx, ns, client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Made meanwhile: look again (whose is it?).
+			return &waitError{reason: fleet.ProgressingReason, message: fmt.Sprintf("namespace %s was created meanwhile", ns.Name), retry: cacheLagRetry}
 		}
-	}
-	if err := r.Client.Create(ctx, ns, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("created namespace", "namespace", ns.Name)
 	return nil
+}
+
+// sameCluster reports whether an existing namespace may be used as want: a
+// per-cluster namespace only for the Cluster it was made for, any other (the
+// system registration namespace) as it is.
+func sameCluster(existing, want *corev1.Namespace) bool {
+	ws, cluster := want.Annotations[fleet.ClusterNamespaceAnnotation], want.Annotations[fleet.ClusterAnnotation]
+	return cluster == "" || names.NamespaceIsFor(existing, ws, cluster)
 }
 
 // getCredentialSecret reads the credential Secret (from the API server:

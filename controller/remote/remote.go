@@ -22,12 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/config"
 )
 
 // RequestTimeout bounds every request to a downstream cluster.
@@ -60,10 +60,14 @@ func NewCache(scheme *runtime.Scheme) *Cache {
 	return &Cache{Scheme: scheme, entries: map[types.NamespacedName]*entry{}}
 }
 
-// Get returns the client for a Cluster's kubeconfig.
-func (c *Cache) Get(cluster types.NamespacedName, kubeconfig []byte) (*Client, error) {
-	sum := sha256.Sum256(kubeconfig)
-	hash := hex.EncodeToString(sum[:])
+// Get returns the client for a Cluster's kubeconfig, checked against the
+// policy in force (a client is rebuilt, and checked again, when either
+// changes).
+func (c *Cache) Get(cluster types.NamespacedName, kubeconfig []byte, allow config.InsecureKubeconfig) (*Client, error) {
+	h := sha256.New()
+	h.Write(kubeconfig)
+	fmt.Fprintf(h, "\x00%+v", allow)
+	hash := hex.EncodeToString(h.Sum(nil))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[cluster]; ok {
@@ -73,7 +77,7 @@ func (c *Cache) Get(cluster types.NamespacedName, kubeconfig []byte) (*Client, e
 		e.client.close()
 		delete(c.entries, cluster)
 	}
-	cfg, err := RESTConfig(kubeconfig)
+	cfg, err := RESTConfig(kubeconfig, allow)
 	if err != nil {
 		return nil, err
 	}
@@ -95,26 +99,11 @@ func (c *Cache) Forget(cluster types.NamespacedName) {
 	}
 }
 
-// RESTConfig parses a kubeconfig into a REST config with the downstream
-// request timeout.
-func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf("the kubeconfig cannot be parsed: %w", err)}
-	}
-	if cfg.Host == "" {
-		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: errors.New("the kubeconfig names no server")}
-	}
-	cfg.Timeout = RequestTimeout
-	cfg.QPS, cfg.Burst = 50, 100
-	cfg.UserAgent = "fleet-controller"
-	return cfg, nil
-}
-
 // ServerHash identifies the cluster a kubeconfig points at (server URL and
-// CA), but not its credentials: rotating credentials does not change it.
-func ServerHash(kubeconfig []byte) (string, error) {
-	cfg, err := RESTConfig(kubeconfig)
+// CA), but not its credentials: rotating credentials does not change it. A
+// kubeconfig the policy refuses is an error.
+func ServerHash(kubeconfig []byte, allow config.InsecureKubeconfig) (string, error) {
+	cfg, err := RESTConfig(kubeconfig, allow)
 	if err != nil {
 		return "", err
 	}

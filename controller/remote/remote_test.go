@@ -1,8 +1,12 @@
 package remote
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/config"
 )
 
 const kubeconfig = `apiVersion: v1
@@ -20,13 +24,13 @@ current-context: c
 `
 
 func TestServerHash_IgnoresCredentialsButNotTheServer(t *testing.T) {
-	a, err := ServerHash([]byte(kubeconfig))
+	a, err := ServerHash([]byte(kubeconfig), config.InsecureKubeconfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rotated, _ := ServerHash([]byte(strings.Replace(kubeconfig, "token: t1", "token: t2", 1)))
-	moved, _ := ServerHash([]byte(strings.Replace(kubeconfig, "10.0.0.1", "10.0.0.2", 1)))
-	newCA, _ := ServerHash([]byte(strings.Replace(kubeconfig, "Y2E=", "Y2I=", 1)))
+	rotated, _ := ServerHash([]byte(strings.Replace(kubeconfig, "token: t1", "token: t2", 1)), config.InsecureKubeconfig{})
+	moved, _ := ServerHash([]byte(strings.Replace(kubeconfig, "10.0.0.1", "10.0.0.2", 1)), config.InsecureKubeconfig{})
+	newCA, _ := ServerHash([]byte(strings.Replace(kubeconfig, "Y2E=", "Y2I=", 1)), config.InsecureKubeconfig{})
 	if a != rotated {
 		t.Error("a credential rotation changed the server hash: it would redeploy the agent")
 	}
@@ -37,19 +41,90 @@ func TestServerHash_IgnoresCredentialsButNotTheServer(t *testing.T) {
 
 func TestRESTConfig_RejectsGarbageAsInputError(t *testing.T) {
 	for _, in := range []string{"", "not yaml: [", "apiVersion: v1\nkind: Config\n"} {
-		_, err := RESTConfig([]byte(in))
+		_, err := RESTConfig([]byte(in), config.InsecureKubeconfig{})
 		if _, ok := err.(*InputError); !ok {
 			t.Errorf("%q: want an InputError, got %v", in, err)
 		}
 	}
 }
 
-// FuzzServerHash: kubeconfig Secrets are untrusted input; parsing must never
-// panic.
-func FuzzServerHash(f *testing.F) {
+// FuzzRESTConfig: kubeconfig Secrets are untrusted input. Parsing must
+// never panic, and whatever the policy lets through must use none of the
+// features it refuses.
+func FuzzRESTConfig(f *testing.F) {
 	f.Add([]byte(kubeconfig))
 	f.Add([]byte("clusters: [{cluster: {server: ':::'}}]"))
+	for _, tc := range unsafeKubeconfigs {
+		f.Add([]byte(strings.Replace(kubeconfig, tc.find, tc.replace, 1)))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = ServerHash(data)
+		cfg, err := RESTConfig(data, config.InsecureKubeconfig{})
+		if err != nil {
+			if _, ok := err.(*InputError); !ok {
+				t.Fatalf("not an InputError: %v", err)
+			}
+			return
+		}
+		if cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.BearerTokenFile != "" ||
+			cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" || cfg.Proxy != nil || cfg.Insecure ||
+			strings.HasPrefix(strings.ToLower(cfg.Host), "http://") {
+			t.Fatalf("an unsafe kubeconfig passed the default policy: %+v", cfg)
+		}
 	})
+}
+
+// unsafeKubeconfigs are edits of the kubeconfig above that each use one
+// feature a kubeconfig Secret may not use by default, the field the refusal
+// must name, and the switch that allows it.
+var unsafeKubeconfigs = []struct {
+	name, find, replace, field string
+	allow                      config.InsecureKubeconfig
+}{
+	{"tokenFile (the controller's own token)", "token: t1", "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+		`users["u"].tokenFile`, config.InsecureKubeconfig{Files: true}},
+	{"exec plugin", "token: t1", "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, id]}",
+		`users["u"].exec`, config.InsecureKubeconfig{Exec: true}},
+	{"auth-provider", "token: t1", "auth-provider: {name: oidc, config: {idp-issuer-url: https://idp.example.com}}",
+		`users["u"].auth-provider`, config.InsecureKubeconfig{Exec: true}},
+	{"client certificate file", "token: t1", "client-certificate: /etc/fleet/tls.crt",
+		`users["u"].client-certificate`, config.InsecureKubeconfig{Files: true}},
+	{"client key file", "token: t1", "client-key: /etc/fleet/tls.key",
+		`users["u"].client-key`, config.InsecureKubeconfig{Files: true}},
+	{"CA file", "certificate-authority-data: Y2E=", "certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+		`clusters["c"].certificate-authority`, config.InsecureKubeconfig{Files: true}},
+	{"proxy", "certificate-authority-data: Y2E=", "certificate-authority-data: Y2E=, proxy-url: \"http://10.0.0.9:3128\"",
+		`clusters["c"].proxy-url`, config.InsecureKubeconfig{Proxy: true}},
+	{"TLS check off", "certificate-authority-data: Y2E=", "insecure-skip-tls-verify: true",
+		`clusters["c"].insecure-skip-tls-verify`, config.InsecureKubeconfig{TLS: true}},
+	{"plain http", "https://10.0.0.1:6443", "http://10.0.0.1:6443",
+		`clusters["c"].server`, config.InsecureKubeconfig{TLS: true}},
+}
+
+func TestRESTConfig_RefusesWhatWouldUseMoreThanTheCredentials(t *testing.T) {
+	for _, tc := range unsafeKubeconfigs {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := []byte(strings.Replace(kubeconfig, tc.find, tc.replace, 1))
+			_, err := RESTConfig(kc, config.InsecureKubeconfig{})
+			var in *InputError
+			if !errors.As(err, &in) || in.Reason != fleet.KubeConfigUnsafeReason || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("want %s refusing %s, got %v", fleet.KubeConfigUnsafeReason, tc.field, err)
+			}
+			if _, err := ServerHash(kc, config.InsecureKubeconfig{}); err == nil {
+				t.Error("ServerHash accepted it: the import would go on")
+			}
+			// The switch named in the message allows exactly this (the
+			// files named here do not exist: that is another error).
+			if _, err := RESTConfig(kc, tc.allow); errors.As(err, &in) && in.Reason == fleet.KubeConfigUnsafeReason {
+				t.Errorf("with %+v: %v", tc.allow, err)
+			}
+		})
+	}
+}
+
+func TestRESTConfig_UnusedEntriesAreCheckedToo(t *testing.T) {
+	kc := strings.Replace(kubeconfig, "users:\n", "users:\n- name: laptop\n  user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}}\n", 1)
+	_, err := RESTConfig([]byte(kc), config.InsecureKubeconfig{})
+	if err == nil || !strings.Contains(err.Error(), `users["laptop"].exec`) {
+		t.Errorf("an exec user outside the current context: %v", err)
+	}
 }

@@ -86,6 +86,23 @@ type Config struct {
 	// OfflineAfterMissedHeartbeats marks a Cluster offline after this many
 	// missed heartbeat intervals (default 3).
 	OfflineAfterMissedHeartbeats int `json:"offlineAfterMissedHeartbeats,omitempty"`
+
+	// Trust boundaries (docs/operations.md, "Security model").
+
+	// InsecureKubeconfig opts in to kubeconfig features that make the
+	// controller use more than the credentials in a kubeconfig Secret. All
+	// off by default.
+	InsecureKubeconfig InsecureKubeconfig `json:"insecureKubeconfig,omitempty"`
+	// KubeConfigSecretNamespaces lists, per workspace, the other namespaces
+	// whose Secrets that workspace's Clusters may name in
+	// spec.kubeConfigSecretNamespace (key "*": every workspace). By default a
+	// Cluster may only use a Secret of its own namespace.
+	KubeConfigSecretNamespaces map[string][]string `json:"kubeConfigSecretNamespaces,omitempty"`
+	// AllowInsecureAPIServerURL allows an http:// apiServerURL for agents
+	// (in this configuration or a kubeconfig Secret's apiServerURL key): their
+	// bearer tokens would cross the network unencrypted.
+	AllowInsecureAPIServerURL bool `json:"allowInsecureAPIServerURL,omitempty"`
+
 	// IgnoreClusterRegistrationLabels stops agent-supplied labels from
 	// reaching the Clusters the controller creates.
 	IgnoreClusterRegistrationLabels bool `json:"ignoreClusterRegistrationLabels,omitempty"`
@@ -97,6 +114,23 @@ type Config struct {
 	// label selector such as "fleet=enabled"). With CAPINamespaces set too,
 	// a CAPI cluster must match both.
 	CAPIClusterSelector string `json:"capiClusterSelector,omitempty"`
+}
+
+// InsecureKubeconfig switches on kubeconfig features that let whoever
+// writes a kubeconfig Secret make the controller act with more than the
+// credentials in it.
+type InsecureKubeconfig struct {
+	// Exec allows exec credential plugins and auth-providers: they run
+	// inside the controller's pod.
+	Exec bool `json:"exec,omitempty"`
+	// TLS allows insecure-skip-tls-verify and http:// servers.
+	TLS bool `json:"tls,omitempty"`
+	// Files allows tokenFile, client-certificate, client-key and
+	// certificate-authority paths: files of the controller's pod, its own
+	// ServiceAccount token among them.
+	Files bool `json:"files,omitempty"`
+	// Proxy allows proxy-url.
+	Proxy bool `json:"proxy,omitempty"`
 }
 
 // LeaderElection are Lease timings.
@@ -153,6 +187,20 @@ func (c *Config) Validate() error {
 		u, err := url.Parse(c.APIServerURL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("apiServerURL %q must be an absolute http(s) URL such as https://rancher.example.com:6443", c.APIServerURL))
+		} else if err := c.CheckAPIServerURLScheme(c.APIServerURL); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for ws, nss := range c.KubeConfigSecretNamespaces {
+		if ws != AllWorkspaces {
+			if msgs := validation.IsDNS1123Label(ws); len(msgs) > 0 {
+				errs = append(errs, fmt.Errorf("kubeConfigSecretNamespaces: key %q is not a namespace name (or %q for every workspace): %s", ws, AllWorkspaces, strings.Join(msgs, "; ")))
+			}
+		}
+		for _, ns := range nss {
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				errs = append(errs, fmt.Errorf("kubeConfigSecretNamespaces[%q]: %q is not a namespace name: %s", ws, ns, strings.Join(msgs, "; ")))
+			}
 		}
 	}
 	switch c.AgentTLSMode {
@@ -264,6 +312,32 @@ func (c *Config) GetOfflineAfterMissedHeartbeats() int {
 		return DefaultOfflineMissedHeartbeats
 	}
 	return c.OfflineAfterMissedHeartbeats
+}
+
+// AllWorkspaces as a key of kubeConfigSecretNamespaces applies to every
+// workspace.
+const AllWorkspaces = "*"
+
+// KubeConfigSecretNamespaceAllowed reports whether a Cluster in workspace may
+// use a kubeconfig Secret in secretNamespace: its own namespace always,
+// another only when the configuration lists it for that workspace or for
+// all.
+func (c *Config) KubeConfigSecretNamespaceAllowed(workspace, secretNamespace string) bool {
+	if secretNamespace == "" || secretNamespace == workspace {
+		return true
+	}
+	return slices.Contains(c.KubeConfigSecretNamespaces[workspace], secretNamespace) ||
+		slices.Contains(c.KubeConfigSecretNamespaces[AllWorkspaces], secretNamespace)
+}
+
+// CheckAPIServerURLScheme refuses an http:// URL for agents unless the
+// configuration allows it.
+func (c *Config) CheckAPIServerURLScheme(apiServerURL string) error {
+	u, err := url.Parse(apiServerURL)
+	if err != nil || !strings.EqualFold(u.Scheme, "http") || c.AllowInsecureAPIServerURL {
+		return nil
+	}
+	return fmt.Errorf("apiServerURL %q is plain http: agents would send their bearer tokens unencrypted; use https, or set allowInsecureAPIServerURL in the controller configuration", apiServerURL)
 }
 
 // CAPIAllNamespaces in capiNamespaces opts in every namespace.

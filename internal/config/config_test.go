@@ -87,3 +87,46 @@ func TestCAPI_BadOptInIsRejected(t *testing.T) {
 		}
 	}
 }
+
+func TestKubeConfigSecretNamespaceAllowed_OwnNamespaceUnlessListed(t *testing.T) {
+	cfg := &Config{KubeConfigSecretNamespaces: map[string][]string{
+		"team-a": {"shared-kubeconfigs"},
+		"*":      {"capi-secrets"},
+	}}
+	cases := []struct {
+		workspace, secretNS string
+		want                bool
+	}{
+		{"team-a", "", true},
+		{"team-a", "team-a", true},
+		{"team-a", "shared-kubeconfigs", true},
+		{"team-b", "shared-kubeconfigs", false}, // listed for team-a only
+		{"team-b", "capi-secrets", true},        // listed for every workspace
+		// What the old prefix rule let through: another workspace's Secrets.
+		{"team-a", "fleet-default", false},
+		{"team-a", "cattle-fleet-system", false},
+		{"team-a", "cluster-x", false},
+		{"team-a", "kube-system", false},
+	}
+	for _, tc := range cases {
+		if got := cfg.KubeConfigSecretNamespaceAllowed(tc.workspace, tc.secretNS); got != tc.want {
+			t.Errorf("%s -> %s: got %v, want %v", tc.workspace, tc.secretNS, got, tc.want)
+		}
+	}
+	if (&Config{}).KubeConfigSecretNamespaceAllowed("fleet-local", "fleet-default") {
+		t.Error("the default configuration lets a workspace read another workspace's kubeconfig")
+	}
+}
+
+func TestValidate_HTTPAPIServerURLNeedsTheOptIn(t *testing.T) {
+	_, err := Parse([]byte(`{"apiServerURL": "http://upstream.example.com"}`))
+	if err == nil || !strings.Contains(err.Error(), "allowInsecureAPIServerURL") {
+		t.Errorf("http apiServerURL without opt-in: %v", err)
+	}
+	if _, err := Parse([]byte(`{"apiServerURL": "http://upstream.example.com", "allowInsecureAPIServerURL": true}`)); err != nil {
+		t.Errorf("http apiServerURL with opt-in: %v", err)
+	}
+	if _, err := Parse([]byte(`{"kubeConfigSecretNamespaces": {"team-a": ["Not_A_Namespace"]}}`)); err == nil {
+		t.Error("an invalid namespace in kubeConfigSecretNamespaces was accepted")
+	}
+}

@@ -3,6 +3,8 @@ package names
 import (
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestClusterNamespace(t *testing.T) {
@@ -52,5 +54,20 @@ func TestCredentialSecret(t *testing.T) {
 func TestAutoClusterName(t *testing.T) {
 	if got := AutoClusterName("abc"); got != "cluster-"+KeyHash("abc") || len(got) != len("cluster-")+12 {
 		t.Errorf("AutoClusterName = %q", got)
+	}
+}
+
+func TestNamespaceIsFor_OnlyTheClusterItWasMadeFor(t *testing.T) {
+	ns := NewClusterNamespace("fleet-default", "prod")
+	if !NamespaceIsFor(ns, "fleet-default", "prod") {
+		t.Error("the namespace made for a Cluster is not recognised as its own")
+	}
+	for _, other := range [][2]string{{"fleet-default", "prod2"}, {"fleet", "default-prod"}, {"fleet-local", "prod"}} {
+		if NamespaceIsFor(ns, other[0], other[1]) {
+			t.Errorf("%s/%s may use the namespace of fleet-default/prod", other[0], other[1])
+		}
+	}
+	if NamespaceIsFor(&corev1.Namespace{}, "fleet-default", "prod") {
+		t.Error("a namespace without annotations (made by someone else) is taken for the Cluster's")
 	}
 }
