@@ -39,8 +39,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The controller runs with exactly the rights charts/fleet gives it.
+	identity, err := env.Upstream.FleetControllerIdentity(ctx, config.DefaultSystemNamespace)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	ctrl, err = controller.New(ctx, controller.Options{
-		RestConfig:     env.Upstream.Config,
+		RestConfig:     identity,
 		InitialConfig:  &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
 		MetricsAddress: "0",
 		ProbeAddress:   "0",

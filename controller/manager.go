@@ -110,7 +110,14 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 			// hold many, and most are none of our business.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			// The controller's own ConfigMap is the only one it reads (and
+			// the only namespace where its Role lets it).
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+			},
+		},
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
 		HealthProbeBindAddress:        opts.ProbeAddress,
 		PprofBindAddress:              opts.PprofAddress,

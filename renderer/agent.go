@@ -57,6 +57,7 @@ type Bootstrap struct {
 // chart's values.yaml; see values.schema.json there.
 type AgentValues struct {
 	APIServerURL                string            `json:"apiServerURL"`
+	InsecureAPIServerURL        bool              `json:"insecureAPIServerURL,omitempty"`
 	APIServerCA                 string            `json:"apiServerCA"`
 	Token                       string            `json:"token"`
 	TokenName                   string            `json:"tokenName"`
@@ -202,6 +203,10 @@ func BuildAgentValues(cluster *fleet.Cluster, cfg *config.Config, bootstrap *Boo
 		if v.APIServerURL == "" {
 			errs = append(errs, errors.New("no upstream API server URL for the agent: set apiServerURL in the fleet-controller config, or key apiServerURL in the kubeconfig Secret"))
 		}
+		if err := cfg.CheckAPIServerURLScheme(v.APIServerURL); err != nil {
+			errs = append(errs, err)
+		}
+		v.InsecureAPIServerURL = strings.HasPrefix(strings.ToLower(v.APIServerURL), "http://")
 		v.TokenName = bootstrap.TokenName
 		v.ClusterNamespace = bootstrap.ClusterNamespace
 		if bootstrap.SystemRegistrationNamespace != "" {

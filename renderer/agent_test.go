@@ -482,6 +482,7 @@ func TestAgentChart_RejectsBadValuesWithClearMessages(t *testing.T) {
 		{"no url", "fleet-agent", "cattle-fleet-system", "tokenName: t\n", "apiServerURL is required"},
 		{"no token name", "fleet-agent", "cattle-fleet-system", "apiServerURL: https://x.example.com\n", "tokenName is required"},
 		{"bad duration", "fleet-agent", "cattle-fleet-system", good + "checkinInterval: 5 minutes\n", "checkinInterval"},
+		{"plain http upstream", "fleet-agent", "cattle-fleet-system", "apiServerURL: http://x.example.com\ntokenName: t\n", "is plain http"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -493,6 +494,27 @@ func TestAgentChart_RejectsBadValuesWithClearMessages(t *testing.T) {
 	}
 	if _, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet-agent", Namespace: "cattle-fleet-system", Values: []byte(good)}); err != nil {
 		t.Fatalf("the token's values alone must render: %v", err)
+	}
+}
+
+// TestAgentValues_PlainHTTPUpstreamNeedsTheOptIn: agents are told an http://
+// upstream only when the controller configuration allows it, and then the
+// values say so, so the chart (which refuses http otherwise) renders.
+func TestAgentValues_PlainHTTPUpstreamNeedsTheOptIn(t *testing.T) {
+	c := loadCluster(t, "../examples/gitops/clusters/more/prod-eu.yaml")
+	cfg := loadConfig(t)
+	cfg.APIServerURL = "http://upstream.example.com"
+	_, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+	if err == nil || !strings.Contains(err.Error(), "allowInsecureAPIServerURL") {
+		t.Fatalf("an http upstream without the opt-in: %v", err)
+	}
+	cfg.AllowInsecureAPIServerURL = true
+	v, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+	if err != nil || !v.InsecureAPIServerURL {
+		t.Fatalf("with the opt-in: %v (insecureAPIServerURL %v)", err, v != nil && v.InsecureAPIServerURL)
+	}
+	if _, err := newRenderer(t).Render(v); err != nil {
+		t.Errorf("the chart refuses what the controller allowed: %v", err)
 	}
 }
 

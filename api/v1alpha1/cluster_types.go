@@ -248,28 +248,37 @@ type AgentStatus struct {
 	// lastSeen is the time of the agent's last heartbeat.
 	// +optional
 	LastSeen metav1.Time `json:"lastSeen,omitempty"`
-	// namespace is the downstream namespace of the agent.
+	// namespace is the downstream namespace of the agent. For an
+	// agent-initiated cluster, the agent's Bundle is applied there.
 	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace,omitempty"`
 	// version is the agent's version.
 	// +optional
+	// +kubebuilder:validation:MaxLength=128
 	Version string `json:"version,omitempty"`
 	// kubernetesVersion is the downstream API server's version.
 	// +optional
+	// +kubebuilder:validation:MaxLength=128
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 	// nodeCount and readyNodeCount count the downstream nodes.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	NodeCount int32 `json:"nodeCount,omitempty"`
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ReadyNodeCount int32 `json:"readyNodeCount,omitempty"`
 	// sampleNode is the name of one downstream node.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	SampleNode string `json:"sampleNode,omitempty"`
 	// generation is the redeployAgentGeneration of the running agent.
 	// +optional
 	Generation *int64 `json:"generation,omitempty"`
 	// heartbeatIntervalSeconds is how often the agent reports.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	HeartbeatIntervalSeconds int32 `json:"heartbeatIntervalSeconds,omitempty"`
 }
 

@@ -97,8 +97,15 @@ func run(m *testing.M) int {
 		}
 		start = mgr.Start
 	} else {
+		// The controller runs with exactly the rights charts/fleet gives
+		// it: every Role it grants must be one it may grant.
+		identity, err := env.Upstream.FleetControllerIdentity(ctx, config.DefaultSystemNamespace)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		c, err := controller.New(ctx, controller.Options{
-			RestConfig:              env.Upstream.Config,
+			RestConfig:              identity,
 			InitialConfig:           controllerConfig(),
 			MetricsAddress:          "0",
 			ProbeAddress:            "0",

@@ -2,6 +2,7 @@ package token
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -48,7 +49,11 @@ const (
 // Values is the values file an agent is installed with. Its keys are valid
 // against charts/fleet-agent/values.schema.json.
 type Values struct {
-	APIServerURL                string `json:"apiServerURL"`
+	APIServerURL string `json:"apiServerURL"`
+	// InsecureAPIServerURL is set for a plain http URL, which the
+	// controller configuration allowed (allowInsecureAPIServerURL): the
+	// agent chart refuses one without it.
+	InsecureAPIServerURL        bool   `json:"insecureAPIServerURL,omitempty"`
 	APIServerCA                 string `json:"apiServerCA"`
 	ClientID                    string `json:"clientID,omitempty"`
 	ClusterNamespace            string `json:"clusterNamespace"`
@@ -75,6 +80,7 @@ type ImageValue struct {
 func NewValues(cfg *config.Config, token *fleet.ClusterRegistrationToken, bearer string) Values {
 	v := Values{
 		APIServerURL:                cfg.APIServerURL,
+		InsecureAPIServerURL:        strings.HasPrefix(strings.ToLower(cfg.APIServerURL), "http://"),
 		APIServerCA:                 string(cfg.APIServerCA),
 		ClientID:                    token.Spec.ClientID,
 		ClusterNamespace:            token.Namespace,
