@@ -29,6 +29,8 @@ agent:
   proxy: {httpsProxy: "http://proxy:3128"}
 registrationTokenTTL: {required: true}
 capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
+insecureKubeconfig: {exec: true, proxy: true}
+kubeConfigSecretNamespaces: {team-a: [shared-kubeconfigs]}
 `)
 	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: values})
 	if err != nil {
@@ -56,7 +58,9 @@ capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
 		string(cfg.APIServerCA) != "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" ||
 		!cfg.RegistrationTokenTTLRequired || cfg.AgentProxy.HTTPSProxy != "http://proxy:3128" ||
 		len(cfg.AgentImagePullSecrets) != 1 || cfg.GetAgentImage() != "gitops-fleet/fleet:0.1.0" ||
-		!cfg.CAPISelects("capi-system", map[string]string{"fleet": "enabled"}) || cfg.CAPISelects("other", map[string]string{"fleet": "enabled"}) {
+		!cfg.CAPISelects("capi-system", map[string]string{"fleet": "enabled"}) || cfg.CAPISelects("other", map[string]string{"fleet": "enabled"}) ||
+		!cfg.InsecureKubeconfig.Exec || !cfg.InsecureKubeconfig.Proxy || cfg.InsecureKubeconfig.Files || cfg.InsecureKubeconfig.TLS ||
+		!cfg.KubeConfigSecretNamespaceAllowed("team-a", "shared-kubeconfigs") || cfg.AllowInsecureAPIServerURL {
 		t.Errorf("config lost values: %+v", cfg)
 	}
 }
