@@ -17,10 +17,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -28,6 +31,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/devcluster"
 	"github.com/gitops-fleet/fleet/internal/devenv"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 const (
@@ -427,6 +431,84 @@ func TestE2E(t *testing.T) {
 		if now.UID != old.UID || pods.count() != 0 {
 			t.Errorf("after the revert: agent pod %s (was %s), %d pods created", now.Name, old.Name, pods.count())
 		}
+	})
+
+	t.Run("trust: an agent's own identity cannot rewrite its Cluster's status", func(t *testing.T) {
+		// The attack reproduced on real clusters before SPEC §6 held: with the
+		// kubeconfig of the downstream fleet-agent Secret, point
+		// status.namespace elsewhere and fake agentDeployedGeneration.
+		cs := clientset(t, "dev-1")
+		cred, err := cs.CoreV1().Secrets(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{})
+		must(t, err)
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(cred.Data[registration.KeyKubeconfig])
+		must(t, err)
+		agent, err := client.New(cfg, client.Options{Scheme: up.Scheme()})
+		must(t, err)
+		before := getCluster(t, "dev-1")
+		patch := func(body string) error {
+			c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "dev-1"}}
+			return agent.Status().Patch(t.Context(), c, client.RawPatch(types.MergePatchType, []byte(body)))
+		}
+		for _, body := range []string{`{"status":{"namespace":"kube-system"}}`, `{"status":{"agentDeployedGeneration":42}}`} {
+			if err := patch(body); !apierrors.IsForbidden(err) {
+				t.Errorf("the agent's identity patched %s: want 403 from the API server, got %v", body, err)
+			}
+		}
+		// Its heartbeat still goes through.
+		must(t, patch(`{"status":{"agent":{"lastSeen":"`+time.Now().UTC().Format(time.RFC3339)+`"}}}`))
+		quiet()
+		after := getCluster(t, "dev-1")
+		if after.Status.Namespace != before.Status.Namespace || fmt.Sprint(after.Status.AgentDeployedGeneration) != fmt.Sprint(before.Status.AgentDeployedGeneration) {
+			t.Errorf("status changed: namespace %q -> %q, agentDeployedGeneration %v -> %v", before.Status.Namespace, after.Status.Namespace,
+				before.Status.AgentDeployedGeneration, after.Status.AgentDeployedGeneration)
+		}
+		if _, err := cs.AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{}); err != nil {
+			t.Errorf("the agent of dev-1 is gone: %v", err)
+		}
+	})
+
+	t.Run("trust: a kubeconfig naming the controller's own token file is refused, nothing is pushed", func(t *testing.T) {
+		kc, err := cluster("dev-3").PortableKubeconfig()
+		must(t, err)
+		raw, err := clientcmd.Load(kc)
+		must(t, err)
+		for _, u := range raw.AuthInfos {
+			u.ClientCertificateData, u.ClientKeyData, u.Token = nil, nil, ""
+			u.TokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+		}
+		kc, err = clientcmd.Write(*raw)
+		must(t, err)
+		const unsafeNS = "fleet-e2e-unsafe"
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "stolen-token-kubeconfig"}, Data: map[string][]byte{"value": kc}}
+		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "stolen-token"},
+			Spec: fleet.ClusterSpec{KubeConfigSecret: secret.Name, AgentNamespace: unsafeNS}}
+		must(t, up.Create(t.Context(), secret))
+		must(t, up.Create(t.Context(), c))
+		must(t, devenv.Poll(t.Context(), time.Minute, func() error {
+			got := getCluster(t, c.Name)
+			st := meta.FindStatusCondition(got.Status.Conditions, fleet.StalledCondition)
+			if st == nil || st.Status != metav1.ConditionTrue || st.Reason != fleet.KubeConfigUnsafeReason || !strings.Contains(st.Message, "tokenFile") {
+				return fmt.Errorf("conditions %+v", got.Status.Conditions)
+			}
+			return nil
+		}))
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: names.ImportToken(c.Name)}, &fleet.ClusterRegistrationToken{}); !apierrors.IsNotFound(err) {
+			t.Errorf("an import token was made for the refused kubeconfig: %v", err)
+		}
+		for _, name := range []string{"dev-1", "dev-2", "dev-3"} {
+			if _, err := clientset(t, name).CoreV1().Namespaces().Get(t.Context(), unsafeNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("%s: the agent namespace %s exists: %v", name, unsafeNS, err)
+			}
+		}
+		// Deleting it does not use the kubeconfig either, and leaves nothing.
+		must(t, up.Delete(t.Context(), c))
+		must(t, up.Delete(t.Context(), secret))
+		must(t, devenv.Poll(t.Context(), time.Minute, func() error {
+			if err := up.Get(t.Context(), client.ObjectKeyFromObject(c), &fleet.Cluster{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("cluster still there (%v)", err)
+			}
+			return nil
+		}))
 	})
 
 	t.Run("Cluster API cluster auto-registered, and removed with it", func(t *testing.T) {
