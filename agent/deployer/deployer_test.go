@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -42,6 +43,15 @@ func TestMain(m *testing.M) {
 		level = zapcore.InfoLevel
 	}
 	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	// Fuzzing (go test -run '^$' -fuzz FuzzX) needs no control planes, and
+	// every fuzz worker process runs TestMain: start none.
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		os.Exit(m.Run())
+	}
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	var err error
 	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 1})
@@ -79,6 +89,9 @@ type fixture struct {
 
 func newFixture(t *testing.T, mutate ...func(*Options)) *fixture {
 	t.Helper()
+	if env == nil {
+		t.Skip("no control planes while fuzzing")
+	}
 	f := &fixture{t: t, up: env.Upstream.Client, down: env.Downstreams[0].Client}
 	f.ns = createNamespace(t, f.up, "cluster-")
 	f.agentNS = createNamespace(t, f.down, "agent-")
