@@ -268,6 +268,28 @@ func TestDeployer_MissingServiceAccountIsReported(t *testing.T) {
 	if !f.exists(cm(appNS, "cfg")) {
 		t.Error("configmap cfg missing")
 	}
+	// One client per ServiceAccount, not one per reconcile.
+	id1, err1 := f.d.identityFor(t.Context(), "late")
+	id2, err2 := f.d.identityFor(t.Context(), "late")
+	if err1 != nil || err2 != nil || id1 != id2 {
+		t.Errorf("identityFor twice: %p (%v), %p (%v); want the same cached client", id1, err1, id2, err2)
+	}
+
+	// The ServiceAccount goes: reported at the next resync, its client
+	// dropped, and what it applied stays.
+	if err := f.down.Delete(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.agentNS, Name: "late"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitBD("app", 30*time.Second, "ServiceAccountMissing after the deletion", conditionIs(fleet.DeployedCondition, fleet.ServiceAccountMissingReason))
+	f.d.imp.mu.Lock()
+	_, cached := f.d.imp.byName["late"]
+	f.d.imp.mu.Unlock()
+	if cached {
+		t.Error("the client of a deleted ServiceAccount is still cached")
+	}
+	if !f.exists(cm(appNS, "cfg")) {
+		t.Error("configmap cfg was pruned when its ServiceAccount went")
+	}
 
 	// A ServiceAccount of another namespace cannot be named: the API
 	// refuses the field.
