@@ -6,6 +6,11 @@
 // BundleDeployment downstream, and reports health (kstatus) and drift in the
 // BundleDeployment's status.
 //
+// It applies only BundleDeployments labelled for its own cluster, and
+// applies each as the agent itself or, when its options name a
+// serviceAccount, as that ServiceAccount of the agent's namespace
+// (impersonation; see identity.go).
+//
 // Upstream, the deployer needs only what a cluster's request identity may
 // do: get/list/watch BundleDeployments and Secrets in its cluster namespace
 // and update/patch bundledeployments/status. It cannot hold a finalizer on a
