@@ -70,11 +70,13 @@ func New(opts Options) (*Agent, error) {
 // among them) for the life of the session.
 func (a *Agent) runDeployer(ctx context.Context, s *session) error {
 	d, err := deployer.New(deployer.Options{
-		Upstream:       s.config,
-		Namespace:      s.cred.DeploymentNamespace,
-		Local:          a.opts.Local,
-		AgentNamespace: a.opts.Namespace,
-		ResyncInterval: a.opts.ResyncInterval,
+		Upstream:         s.config,
+		Namespace:        s.cred.DeploymentNamespace,
+		Local:            a.opts.Local,
+		AgentNamespace:   a.opts.Namespace,
+		ClusterName:      s.cred.ClusterName,
+		ClusterNamespace: s.cred.ClusterNamespace,
+		ResyncInterval:   a.opts.ResyncInterval,
 	})
 	if err != nil {
 		return fmt.Errorf("starting the deployer: %w", err)

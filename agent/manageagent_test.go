@@ -83,9 +83,13 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 	if err := up.Create(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
+	// The push applies the bootstrap Secret before the Deployment: wait for
+	// both.
 	controlplane.Eventually(t, 30*time.Second, "agent pushed", func() error {
-		_, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap")
-		return err
+		if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); err != nil {
+			return err
+		}
+		return ds.Client.Get(t.Context(), client.ObjectKey{Namespace: agentNS, Name: "fleet-agent"}, &appsv1.Deployment{})
 	})
 	pushed := agentDeployment(t, ds, agentNS)
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -202,7 +204,25 @@ func TestAgentRender_Customisations(t *testing.T) {
 				t.Error("the chart creates ServiceAccount default: helm install would fail on it")
 			}
 			if find(t, objects(t, out), "NetworkPolicy", "default-allow-all") == nil || find(t, objects(t, out), "ClusterRole", "cattle-fleet-system-fleet-agent-role") == nil {
-				t.Error("missing NetworkPolicy or ClusterRole")
+				t.Fatal("missing NetworkPolicy or ClusterRole")
+			}
+			// The NetworkPolicy is the agent pod's only: it selects what the
+			// Deployment selects, lets in nothing but the probes, and lets
+			// everything out.
+			np := &networkingv1.NetworkPolicy{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objects(t, out), "NetworkPolicy", "default-allow-all").Object, np); err != nil {
+				t.Fatal(err)
+			}
+			if sel := np.Spec.PodSelector.MatchLabels; len(sel) == 0 || !reflect.DeepEqual(sel, d.Spec.Selector.MatchLabels) || len(np.Spec.PodSelector.MatchExpressions) > 0 {
+				t.Errorf("NetworkPolicy selects %+v, want exactly the agent Deployment's pods %v", np.Spec.PodSelector, d.Spec.Selector.MatchLabels)
+			}
+			probe := d.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort
+			if in := np.Spec.Ingress; len(in) != 1 || len(in[0].From) != 0 || len(in[0].Ports) != 1 ||
+				in[0].Ports[0].Port == nil || in[0].Ports[0].Port.IntValue() != int(probe) || *in[0].Ports[0].Protocol != corev1.ProtocolTCP {
+				t.Errorf("NetworkPolicy ingress %+v, want only TCP %d (the probes)", in, probe)
+			}
+			if eg := np.Spec.Egress; len(eg) != 1 || len(eg[0].To) != 0 || len(eg[0].Ports) != 0 {
+				t.Errorf("NetworkPolicy egress %+v, want everything", eg)
 			}
 			cm := find(t, objects(t, out), "ConfigMap", "fleet-agent")
 			cfg, _, _ := unstructured.NestedString(cm.Object, "data", "config")

@@ -111,6 +111,9 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 	if over.ForceSyncGeneration != 0 {
 		out.ForceSyncGeneration = over.ForceSyncGeneration
 	}
+	if over.ServiceAccount != "" {
+		out.ServiceAccount = over.ServiceAccount
+	}
 	for k, v := range over.NamespaceLabels {
 		if out.NamespaceLabels == nil {
 			out.NamespaceLabels = map[string]string{}

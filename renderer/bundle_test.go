@@ -154,3 +154,29 @@ func TestRenderBundle_BadInputGivesClearErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestMergeOptions_ServiceAccountOfTargetWins(t *testing.T) {
+	cases := []struct {
+		name       string
+		base, over string
+		want       string
+	}{
+		{"neither", "", "", ""},
+		{"bundle only", "deployer", "", "deployer"},
+		{"target only", "", "restricted", "restricted"},
+		{"target overrides bundle", "deployer", "restricted", "restricted"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			base := fleet.BundleDeploymentOptions{DefaultNamespace: "web", ServiceAccount: c.base}
+			over := fleet.BundleDeploymentOptions{ServiceAccount: c.over}
+			got := renderer.MergeOptions(base, over)
+			if got.ServiceAccount != c.want {
+				t.Errorf("serviceAccount = %q, want %q", got.ServiceAccount, c.want)
+			}
+			if got.DefaultNamespace != "web" || base.ServiceAccount != c.base {
+				t.Errorf("merge changed other fields or its input: %+v, base %+v", got, base)
+			}
+		})
+	}
+}

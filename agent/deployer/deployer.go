@@ -6,6 +6,11 @@
 // BundleDeployment downstream, and reports health (kstatus) and drift in the
 // BundleDeployment's status.
 //
+// It applies only BundleDeployments labelled for its own cluster, and
+// applies each as the agent itself or, when its options name a
+// serviceAccount, as that ServiceAccount of the agent's namespace
+// (impersonation; see identity.go).
+//
 // Upstream, the deployer needs only what a cluster's request identity may
 // do: get/list/watch BundleDeployments and Secrets in its cluster namespace
 // and update/patch bundledeployments/status. It cannot hold a finalizer on a
@@ -22,7 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fluxcd/pkg/ssa"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,8 +64,15 @@ type Options struct {
 	// Local is the downstream cluster (cluster-admin).
 	Local *rest.Config
 	// AgentNamespace is the agent's own namespace downstream; the inventory
-	// ConfigMaps live there.
+	// ConfigMaps live there, and so do the ServiceAccounts that Bundles name
+	// in options.serviceAccount.
 	AgentNamespace string
+	// ClusterName and ClusterNamespace are the agent's own Cluster and its
+	// workspace upstream, as its credential names them. Only
+	// BundleDeployments labelled for exactly this cluster are applied, and
+	// fleet-agent-<ClusterName> is the agent's own Bundle.
+	ClusterName      string
+	ClusterNamespace string
 
 	// ResyncInterval is how often an applied BundleDeployment is checked
 	// again for drift and health. Default 30s.
@@ -84,6 +95,8 @@ func (o *Options) defaults() error {
 		return errors.New("deployer: no cluster namespace")
 	case o.AgentNamespace == "":
 		return errors.New("deployer: no agent namespace")
+	case o.ClusterName == "" || o.ClusterNamespace == "":
+		return errors.New("deployer: no cluster name or workspace")
 	}
 	if o.ResyncInterval <= 0 {
 		o.ResyncInterval = 30 * time.Second
@@ -106,9 +119,13 @@ type Deployer struct {
 	mgr      manager.Manager
 	up       client.Client // cached BundleDeployments, status writes
 	upReader client.Reader // uncached: content Secrets, deletion checks
-	local    client.Client
-	rm       *ssa.ResourceManager
-	inv      *inventoryStore
+	// local is the agent's own identity downstream: inventories, namespace
+	// and ServiceAccount lookups. self applies as the agent; imp holds the
+	// identities of ServiceAccounts that bundles name.
+	local client.Client
+	self  *identity
+	imp   impersonators
+	inv   *inventoryStore
 
 	// orphans feeds the reconciler the names of inventories found at start,
 	// so BundleDeployments deleted while the agent was down are pruned.
@@ -133,7 +150,7 @@ func New(opts Options) (*Deployer, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	log := ctrl.Log.WithName("deployer").WithValues("clusterNamespace", opts.Namespace)
+	log := ctrl.Log.WithName("deployer").WithValues("clusterNamespace", opts.Namespace, "cluster", opts.ClusterNamespace+"/"+opts.ClusterName)
 	local, err := client.New(rest.CopyConfig(opts.Local), client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the local cluster: %w", err)
@@ -170,7 +187,8 @@ func New(opts Options) (*Deployer, error) {
 		up:        mgr.GetClient(),
 		upReader:  mgr.GetAPIReader(),
 		local:     local,
-		rm:        apply.NewManager(local),
+		self:      &identity{c: local, rm: apply.NewManager(local)},
+		imp:       impersonators{byName: map[string]*identity{}},
 		inv:       newInventoryStore(local, opts.AgentNamespace),
 		orphans:   make(chan event.GenericEvent),
 		appliedAt: map[string]appliedRecord{},
@@ -187,9 +205,10 @@ func (d *Deployer) setup() error {
 	})
 	err := ctrl.NewControllerManagedBy(d.mgr).
 		Named("bundledeployment-deployer").
-		// Status writes (ours) do not change the generation: they must not
-		// wake the reconciler again.
-		For(&fleet.BundleDeployment{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Status writes (ours) change neither the generation nor the
+		// labels: they must not wake the reconciler again. A label change
+		// may make a refused BundleDeployment this cluster's.
+		For(&fleet.BundleDeployment{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		WatchesMetadata(&corev1.Secret{}, sameName).
 		WatchesRawSource(source.Channel(d.orphans, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/names"
 )
 
 var env *controlplane.Env
@@ -41,6 +43,15 @@ func TestMain(m *testing.M) {
 		level = zapcore.InfoLevel
 	}
 	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	// Fuzzing (go test -run '^$' -fuzz FuzzX) needs no control planes, and
+	// every fuzz worker process runs TestMain: start none.
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		os.Exit(m.Run())
+	}
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	var err error
 	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 1})
@@ -64,6 +75,8 @@ type fixture struct {
 	ns       string // cluster namespace upstream
 	agentNS  string // agent namespace downstream
 	suffix   string // unique per test, for downstream names
+	cluster  string // the agent's Cluster upstream
+	ws       string // its workspace
 	up       client.Client
 	down     client.Client
 	identity *rest.Config
@@ -76,18 +89,24 @@ type fixture struct {
 
 func newFixture(t *testing.T, mutate ...func(*Options)) *fixture {
 	t.Helper()
+	if env == nil {
+		t.Skip("no control planes while fuzzing")
+	}
 	f := &fixture{t: t, up: env.Upstream.Client, down: env.Downstreams[0].Client}
 	f.ns = createNamespace(t, f.up, "cluster-")
 	f.agentNS = createNamespace(t, f.down, "agent-")
 	f.suffix = strings.TrimPrefix(f.ns, "cluster-")
+	f.cluster, f.ws = f.suffix, "ws-"+f.suffix
 	f.identity = requestIdentity(t, f.ns)
 	f.opts = Options{
-		Upstream:       f.identity,
-		Namespace:      f.ns,
-		Local:          env.Downstreams[0].Config,
-		AgentNamespace: f.agentNS,
-		ResyncInterval: time.Second,
-		HealthTimeout:  5 * time.Second,
+		Upstream:         f.identity,
+		Namespace:        f.ns,
+		Local:            env.Downstreams[0].Config,
+		AgentNamespace:   f.agentNS,
+		ClusterName:      f.cluster,
+		ClusterNamespace: f.ws,
+		ResyncInterval:   time.Second,
+		HealthTimeout:    5 * time.Second,
 	}
 	for _, m := range mutate {
 		m(&f.opts)
@@ -205,7 +224,8 @@ func (f *fixture) writeContent(name, manifests string) {
 	}
 }
 
-// updateBD creates or updates a BundleDeployment's spec.
+// updateBD creates or updates a BundleDeployment's spec. A new one carries
+// the labels the controller gives it for the fixture's cluster.
 func (f *fixture) updateBD(name string, mutate func(*fleet.BundleDeployment)) {
 	f.t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -213,6 +233,7 @@ func (f *fixture) updateBD(name string, mutate func(*fleet.BundleDeployment)) {
 		err := f.up.Get(f.t.Context(), client.ObjectKeyFromObject(bd), bd)
 		switch {
 		case apierrors.IsNotFound(err):
+			bd.Labels = map[string]string{fleet.ClusterLabel: f.cluster, fleet.ClusterNamespaceLabel: f.ws}
 			mutate(bd)
 			return f.up.Create(f.t.Context(), bd)
 		case err != nil:
@@ -804,7 +825,7 @@ func TestDeployer_AgentBundleNeverHalfApplies(t *testing.T) {
 	f := newFixture(t)
 	appNS := "agent-bundle-" + f.suffix
 	role := "agent-bundle-" + f.suffix
-	name := "fleet-agent-" + f.suffix
+	name := names.AgentBundle(f.cluster)
 	roleYAML := "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: " + role + "\nrules: []\n"
 	// The Service is invalid (port out of range): only a dry run finds it.
 	badService := "apiVersion: v1\nkind: Service\nmetadata:\n  name: broken\nspec:\n  ports:\n  - port: 99999\n"
@@ -878,7 +899,7 @@ func TestDeployer_PausedAppliesNothingAndForceSyncReapplies(t *testing.T) {
 func TestDeployer_AdoptsAgentObjectsWithoutWrites(t *testing.T) {
 	f := newFixture(t)
 	sysNS := "sys-" + f.suffix
-	name := "fleet-agent-" + f.suffix
+	name := names.AgentBundle(f.cluster)
 	manifests := docs(
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: fleet-agent\n  namespace: "+sysNS+"\n",
 		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fleet-agent\n  namespace: "+sysNS+"\ndata:\n  config: '{}'\n",

@@ -84,8 +84,12 @@ type inventory struct {
 	ClusterNamespace string `json:"clusterNamespace"`
 	// KeepResources is the BundleDeployment's keepResources at the last
 	// apply: a deleted BundleDeployment cannot be asked any more.
-	KeepResources bool     `json:"keepResources,omitempty"`
-	Resources     []objRef `json:"resources"`
+	KeepResources bool `json:"keepResources,omitempty"`
+	// ServiceAccount is the BundleDeployment's serviceAccount at the last
+	// apply ("" for the agent itself): a deleted BundleDeployment is pruned
+	// as the identity that applied it.
+	ServiceAccount string   `json:"serviceAccount,omitempty"`
+	Resources      []objRef `json:"resources"`
 }
 
 func (inv *inventory) equal(o *inventory) bool {
@@ -93,7 +97,7 @@ func (inv *inventory) equal(o *inventory) bool {
 		return inv == o
 	}
 	return inv.BundleDeployment == o.BundleDeployment && inv.ClusterNamespace == o.ClusterNamespace &&
-		inv.KeepResources == o.KeepResources && slices.Equal(inv.Resources, o.Resources)
+		inv.KeepResources == o.KeepResources && inv.ServiceAccount == o.ServiceAccount && slices.Equal(inv.Resources, o.Resources)
 }
 
 // contains reports whether every ref is listed.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
@@ -33,17 +32,19 @@ const (
 	// healthPoll is how often resources that are not ready yet are checked
 	// again, until the health timeout.
 	healthPoll = 2 * time.Second
-	// agentBundlePrefix names the agent's own Bundle's BundleDeployment.
-	agentBundlePrefix = "fleet-agent-"
 )
 
 // Reconcile applies one BundleDeployment, or prunes it when it is gone.
 //
 // Requeue table: API errors and kinds the cluster does not serve yet →
 // error (backoff 1s..5m); waiting for content → contentRetry; resources not
-// ready within the health timeout → healthPoll; otherwise → ResyncInterval
-// (drift and health check). Undecodable manifests → terminal error: only new
-// content helps, and new content wakes the reconciler.
+// ready within the health timeout → healthPoll; a missing ServiceAccount or
+// objects it may not apply (only a downstream admin can fix those, and
+// nothing tells the agent when they did) → ResyncInterval, no error;
+// otherwise → ResyncInterval (drift and health check). Undecodable
+// manifests or an invalid serviceAccount → terminal error, and labels for
+// another cluster → nothing: only a new spec or new labels help, and those
+// wake the reconciler.
 func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	d.reconciles.Add(1)
 	log := ctrl.LoggerFrom(ctx)
@@ -76,6 +77,9 @@ func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.R
 		}
 		return ctrl.Result{}, rerr
 	}
+	if f := obs.Failed; f != nil && !equality.Semantic.DeepEqual(st.Conditions, orig.Status.Conditions) {
+		log.Info("bundle not applied", "reason", f.Reason, "message", f.Message)
+	}
 	return res, nil
 }
 
@@ -93,6 +97,33 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		o.Failed = &failure{Reason: reason, Message: err.Error()}
 		return o, ctrl.Result{}, err
 	}
+	// blocked is a failure only someone downstream can end: reported, and
+	// tried again at every resync rather than with a growing backoff.
+	blocked := func(reason string, err error) (observation, ctrl.Result, error) {
+		o.Failed = &failure{Reason: reason, Message: err.Error()}
+		return o, ctrl.Result{RequeueAfter: d.resync()}, nil
+	}
+
+	// Made for this cluster? Otherwise nothing happens: no apply, no prune,
+	// no health check.
+	if msg := clusterMismatch(bd.Labels, d.opts.ClusterNamespace, d.opts.ClusterName); msg != "" {
+		o.Failed = &failure{Reason: fleet.ClusterMismatchReason, Message: msg}
+		return o, ctrl.Result{}, nil
+	}
+
+	// Who applies: the agent, or the ServiceAccount the options name.
+	id, err := d.identityFor(ctx, opts.ServiceAccount)
+	if err != nil {
+		var missing *serviceAccountMissingError
+		var ie *inputError
+		switch {
+		case errors.As(err, &missing):
+			return blocked(fleet.ServiceAccountMissingReason, err)
+		case errors.As(err, &ie):
+			return fail(fleet.ApplyFailedReason, reconcile.TerminalError(err))
+		}
+		return o, ctrl.Result{}, err
+	}
 
 	upToDate := bd.Spec.DeploymentID == bd.Status.AppliedDeploymentID &&
 		bd.Status.SyncGeneration != nil && *bd.Status.SyncGeneration == opts.ForceSyncGeneration
@@ -103,7 +134,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		if err != nil || prev == nil {
 			return o, ctrl.Result{}, err
 		}
-		return d.monitor(ctx, bd, o, prev.Resources, nil)
+		return d.monitor(ctx, bd, id, o, prev.Resources, nil)
 	}
 
 	// Content.
@@ -130,7 +161,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		return fail(fleet.ApplyFailedReason, reconcile.TerminalError(&inputError{err: err}))
 	}
 	p, err := prepareObjects(objs, opts, d.local.RESTMapper(), func(objs []*unstructured.Unstructured) {
-		d.rm.SetOwnerLabels(objs, bd.Name, bd.Namespace)
+		d.self.rm.SetOwnerLabels(objs, bd.Name, bd.Namespace)
 	})
 	if err != nil {
 		return fail(fleet.ApplyFailedReason, err)
@@ -151,7 +182,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 			// Paused before anything was applied: nothing to monitor.
 			return o, ctrl.Result{}, nil
 		}
-		if drift, err = d.diff(ctx, p.objects); err != nil {
+		if drift, err = d.diff(ctx, id, p.objects); err != nil {
 			return d.monitorFailed(o, refs, err)
 		}
 		if correct != nil && len(drift) > 0 && !bd.Spec.Paused {
@@ -163,29 +194,33 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		}
 	}
 	if needApply {
-		if err := d.apply(ctx, bd, p, prev, correct); err != nil {
+		if err := d.apply(ctx, bd, id, p, prev, correct); err != nil {
+			var refused *refusedError
+			if errors.As(err, &refused) {
+				return blocked(fleet.ForbiddenReason, err)
+			}
 			return fail(fleet.ApplyFailedReason, err)
 		}
 		o.Applied = true
 		if !upToDate {
 			d.recordApplied(bd.Name, bd.Spec.DeploymentID, time.Now())
 		}
-		if drift, err = d.diff(ctx, p.objects); err != nil {
+		if drift, err = d.diff(ctx, id, p.objects); err != nil {
 			return d.monitorFailed(o, refs, err)
 		}
 	}
-	return d.monitor(ctx, bd, o, refs, drift)
+	return d.monitor(ctx, bd, id, o, refs, drift)
 }
 
 // monitor reports drift (already computed) and health of the inventory,
 // and says when to look again.
-func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, o observation, refs []objRef, drift []driftEntry) (observation, ctrl.Result, error) {
+func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *identity, o observation, refs []objRef, drift []driftEntry) (observation, ctrl.Result, error) {
 	o.Resources = resources(refs)
 	o.Monitored = true
 	for _, e := range drift {
 		o.Modified = append(o.Modified, e.status())
 	}
-	nonReady, err := d.health(ctx, refs)
+	nonReady, err := d.health(ctx, id, refs)
 	if err != nil {
 		return d.monitorFailed(o, refs, err)
 	}
@@ -268,10 +303,12 @@ func (d *Deployer) readContent(ctx context.Context, bd *fleet.BundleDeployment) 
 }
 
 // apply applies a prepared bundle staged (CRDs, namespaces and cluster
-// roles first), prunes what left it and stores the new inventory. For the
-// agent's own bundle, the whole set is dry-run first: a bundle that would
-// fail half-way is not applied at all.
-func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, p *prepared, prev *inventory, correct *fleet.CorrectDrift) error {
+// roles first) as id, prunes what left it and stores the new inventory.
+// The agent's own bundle, and a bundle applied as a ServiceAccount, are
+// dry-run as a whole first: a bundle that would fail half-way (an invalid
+// object, an object the ServiceAccount may not write) is not applied at
+// all. A refusal (403) to a ServiceAccount is a *refusedError.
+func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *identity, p *prepared, prev *inventory, correct *fleet.CorrectDrift) error {
 	// A namespace that exists is left alone unless the options label or
 	// annotate it: applying it again under the same field manager would
 	// take away labels another apply gave it (the controller's label on the
@@ -287,8 +324,17 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, p *pre
 		}
 	}
 	objs := p.all(withNS)
-	if strings.HasPrefix(bd.Name, agentBundlePrefix) {
-		if err := d.dryRunAll(ctx, objs); err != nil {
+	switch {
+	case id.impersonated():
+		if err := d.dryRunAll(ctx, id, objs); err != nil {
+			var refused *refusedError
+			if errors.As(err, &refused) {
+				return err
+			}
+			return fmt.Errorf("the bundle was not applied, its dry run as %s failed: %w", id.name(d.opts.AgentNamespace), err)
+		}
+	case isAgentBundle(bd.Name, d.opts.ClusterName):
+		if err := d.dryRunAll(ctx, id, objs); err != nil {
 			return fmt.Errorf("the agent bundle was not applied, its dry run failed: %w", err)
 		}
 	}
@@ -296,34 +342,39 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, p *pre
 	opts.WaitInterval = 500 * time.Millisecond
 	opts.Force = correct != nil && correct.Force
 	refs := p.refs()
-	cs, err := d.rm.ApplyAllStaged(ctx, objs, opts)
+	cs, err := id.rm.ApplyAllStaged(ctx, objs, opts)
 	if err != nil {
 		// Some objects may be applied: remember them with the previous ones,
 		// so a later prune finds them.
-		if perr := d.inv.put(ctx, d.newInventory(bd, union(refs, prev))); perr != nil {
+		if id.impersonated() && apierrors.IsForbidden(err) {
+			who := id.name(d.opts.AgentNamespace)
+			err = &refusedError{who: who, reasons: []string{describeRefusal(who, "", err)}, outcome: "the deployment was applied only in part"}
+		}
+		if perr := d.inv.put(ctx, d.newInventory(bd, id, union(refs, prev))); perr != nil {
 			err = errors.Join(err, perr)
 		}
 		return err
 	}
 	if changed := changes(cs); len(changed) > 0 {
-		ctrl.LoggerFrom(ctx).Info("applied", "changes", changed)
+		ctrl.LoggerFrom(ctx).Info("applied", "changes", changed, "as", id.name(d.opts.AgentNamespace))
 	}
 	if stale := prev.without(refs); len(stale) > 0 && !bd.Spec.Options.KeepResources {
-		if err := d.prune(ctx, stale, bd.Name, bd.Namespace); err != nil {
-			if perr := d.inv.put(ctx, d.newInventory(bd, union(refs, prev))); perr != nil {
+		if err := d.prune(ctx, id, stale, bd.Name, bd.Namespace); err != nil {
+			if perr := d.inv.put(ctx, d.newInventory(bd, id, union(refs, prev))); perr != nil {
 				err = errors.Join(err, perr)
 			}
 			return err
 		}
 	}
-	return d.inv.put(ctx, d.newInventory(bd, refs))
+	return d.inv.put(ctx, d.newInventory(bd, id, refs))
 }
 
-func (d *Deployer) newInventory(bd *fleet.BundleDeployment, refs []objRef) *inventory {
+func (d *Deployer) newInventory(bd *fleet.BundleDeployment, id *identity, refs []objRef) *inventory {
 	return &inventory{
 		BundleDeployment: bd.Name,
 		ClusterNamespace: bd.Namespace,
 		KeepResources:    bd.Spec.Options.KeepResources,
+		ServiceAccount:   id.serviceAccount,
 		Resources:        refs,
 	}
 }
@@ -338,35 +389,48 @@ func changes(cs *ssa.ChangeSet) []string {
 	return out
 }
 
-// dryRunAll server-side dry-runs every object. An object in a namespace
-// the set creates is dry-run in the agent's namespace instead (validation
-// does not depend on the namespace); custom resources whose CRD the set
-// brings cannot be dry-run before it is applied and are let through.
-func (d *Deployer) dryRunAll(ctx context.Context, objs []*unstructured.Unstructured) error {
+// dryRunAll server-side dry-runs every object as id. An object in a
+// namespace the set creates is dry-run in the agent's namespace instead,
+// as the agent (validation depends neither on the namespace nor on who
+// asks; the first attempt was authorized before the namespace was found
+// missing); custom resources whose CRD the set brings cannot be dry-run
+// before it is applied and are let through. Refusals to a ServiceAccount
+// are collected into one *refusedError.
+func (d *Deployer) dryRunAll(ctx context.Context, id *identity, objs []*unstructured.Unstructured) error {
 	newNS := map[string]bool{}
 	for _, o := range objs {
 		if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" {
 			newNS[o.GetName()] = true
 		}
 	}
+	who := id.name(d.opts.AgentNamespace)
 	var errs []error
+	var refused []string
 	for _, o := range objs {
-		_, _, _, err := d.rm.Diff(ctx, o.DeepCopy(), ssa.DefaultDiffOptions())
+		_, _, _, err := id.rm.Diff(ctx, o.DeepCopy(), ssa.DefaultDiffOptions())
 		if err != nil && apierrors.IsNotFound(err) && newNS[o.GetNamespace()] {
 			moved := o.DeepCopy()
 			moved.SetNamespace(d.opts.AgentNamespace)
-			_, _, _, err = d.rm.Diff(ctx, moved, ssa.DefaultDiffOptions())
+			_, _, _, err = d.self.rm.Diff(ctx, moved, ssa.DefaultDiffOptions())
 		}
-		if err != nil && !meta.IsNoMatchError(err) {
+		switch {
+		case err == nil || meta.IsNoMatchError(err):
+		case id.impersonated() && apierrors.IsForbidden(err):
+			refused = append(refused, describeRefusal(who, refOf(o).String(), err))
+		default:
 			errs = append(errs, err)
 		}
+	}
+	if len(refused) > 0 {
+		errs = append([]error{&refusedError{who: who, reasons: refused, outcome: "nothing of this deployment was applied"}}, errs...)
 	}
 	return errors.Join(errs...)
 }
 
-// prune deletes objects that carry the BundleDeployment's owner labels, and
-// not the prune-disabled annotation. Kinds no longer served count as gone.
-func (d *Deployer) prune(ctx context.Context, refs []objRef, name, namespace string) error {
+// prune deletes, as id, objects that carry the BundleDeployment's owner
+// labels, and not the prune-disabled annotation. Kinds no longer served
+// count as gone.
+func (d *Deployer) prune(ctx context.Context, id *identity, refs []objRef, name, namespace string) error {
 	objs := make([]*unstructured.Unstructured, 0, len(refs))
 	for _, r := range refs {
 		objs = append(objs, r.object())
@@ -374,24 +438,30 @@ func (d *Deployer) prune(ctx context.Context, refs []objRef, name, namespace str
 	// Dependents first, CRDs and namespaces last.
 	sort.Sort(sort.Reverse(ssa.SortableUnstructureds(objs)))
 	opts := ssa.DefaultDeleteOptions()
-	opts.Inclusions = d.rm.GetOwnerLabels(name, namespace)
+	opts.Inclusions = id.rm.GetOwnerLabels(name, namespace)
 	opts.Exclusions = map[string]string{PruneAnnotation: PruneDisabled}
+	who := id.name(d.opts.AgentNamespace)
 	var errs []error
-	var deleted []string
+	var refused, deleted []string
 	for _, o := range objs {
-		cse, err := d.rm.Delete(ctx, o, opts)
+		cse, err := id.rm.Delete(ctx, o, opts)
 		switch {
 		case err == nil:
 			if cse.Action == ssa.DeletedAction {
 				deleted = append(deleted, cse.Subject)
 			}
 		case meta.IsNoMatchError(err):
+		case id.impersonated() && apierrors.IsForbidden(err):
+			refused = append(refused, describeRefusal(who, refOf(o).String(), err))
 		default:
 			errs = append(errs, err)
 		}
 	}
 	if len(deleted) > 0 {
-		ctrl.LoggerFrom(ctx).Info("pruned", "resources", deleted)
+		ctrl.LoggerFrom(ctx).Info("pruned", "resources", deleted, "as", who)
+	}
+	if len(refused) > 0 {
+		errs = append([]error{&refusedError{who: who, reasons: refused, outcome: "objects that left the bundle were not pruned"}}, errs...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pruning: %w", err)
@@ -419,8 +489,14 @@ func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result,
 	if inv.KeepResources {
 		log.Info("bundledeployment deleted, keeping its resources", "resources", len(inv.Resources))
 	} else {
-		log.Info("bundledeployment deleted, pruning its resources", "resources", len(inv.Resources))
-		if err := d.prune(ctx, inv.Resources, inv.BundleDeployment, inv.ClusterNamespace); err != nil {
+		// As the identity that applied them: a missing ServiceAccount
+		// keeps them (and the inventory) until it is back.
+		id, err := d.identityFor(ctx, inv.ServiceAccount)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("pruning the resources of deleted bundledeployment %s: %w", name, err)
+		}
+		log.Info("bundledeployment deleted, pruning its resources", "resources", len(inv.Resources), "as", id.name(d.opts.AgentNamespace))
+		if err := d.prune(ctx, id, inv.Resources, inv.BundleDeployment, inv.ClusterNamespace); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -447,12 +523,12 @@ func (e driftEntry) status() fleet.ModifiedStatus {
 
 // diff dry-runs every object and reports those that are missing or differ
 // from what applying them would make.
-func (d *Deployer) diff(ctx context.Context, objs []*unstructured.Unstructured) ([]driftEntry, error) {
+func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.Unstructured) ([]driftEntry, error) {
 	var out []driftEntry
 	var errs []error
 	for _, o := range objs {
 		ref := refOf(o)
-		cse, live, merged, err := d.rm.Diff(ctx, o.DeepCopy(), ssa.DefaultDiffOptions())
+		cse, live, merged, err := id.rm.Diff(ctx, o.DeepCopy(), ssa.DefaultDiffOptions())
 		switch {
 		case err != nil && (apierrors.IsNotFound(err) || meta.IsNoMatchError(err)):
 			// Its namespace or its CRD is gone: so is the object.
@@ -472,13 +548,13 @@ func (d *Deployer) diff(ctx context.Context, objs []*unstructured.Unstructured) 
 	return out, errors.Join(errs...)
 }
 
-// health computes the kstatus of every object, one GET each.
-func (d *Deployer) health(ctx context.Context, refs []objRef) ([]fleet.NonReadyStatus, error) {
+// health computes the kstatus of every object, one GET each as id.
+func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef) ([]fleet.NonReadyStatus, error) {
 	var out []fleet.NonReadyStatus
 	for _, r := range refs {
 		nr := fleet.NonReadyStatus{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}
 		u := r.object()
-		err := d.local.Get(ctx, client.ObjectKeyFromObject(u), u)
+		err := id.c.Get(ctx, client.ObjectKeyFromObject(u), u)
 		switch {
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 			nr.Summary = "not found"

@@ -125,6 +125,18 @@ type BundleDeploymentOptions struct {
 	// namespaceAnnotations are set on defaultNamespace/namespace downstream.
 	// +optional
 	NamespaceAnnotations map[string]string `json:"namespaceAnnotations,omitempty"`
+	// serviceAccount names a ServiceAccount in the agent's namespace of each
+	// target cluster (cattle-fleet-system by default), as Fleet does: the
+	// agent applies, dry-runs, diffs, health-checks and prunes the Bundle's
+	// resources as that ServiceAccount (impersonation), so the downstream
+	// cluster's RBAC for it bounds what the Bundle may do there. It needs
+	// get, create, patch and delete on what the Bundle holds. Empty: the
+	// agent's own identity. Unlike Fleet, no "fleet-default" ServiceAccount
+	// is used implicitly.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccount string `json:"serviceAccount,omitempty"`
 }
 
 // HelmOptions render a chart.

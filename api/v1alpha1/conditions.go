@@ -79,4 +79,14 @@ const (
 	MonitorFailedReason = "MonitorFailed"
 	// DriftCorrectedReason: drift was found and reverted.
 	DriftCorrectedReason = "DriftCorrected"
+	// ServiceAccountMissingReason: options.serviceAccount names a
+	// ServiceAccount that does not exist in the agent's namespace
+	// downstream; nothing was applied.
+	ServiceAccountMissingReason = "ServiceAccountMissing"
+	// ForbiddenReason: the downstream API server refused the
+	// options.serviceAccount an object of the bundle; nothing was applied.
+	ForbiddenReason = "Forbidden"
+	// ClusterMismatchReason: the BundleDeployment's cluster labels name
+	// another cluster than the agent's own; nothing was applied or pruned.
+	ClusterMismatchReason = "ClusterMismatch"
 )

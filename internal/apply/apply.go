@@ -26,9 +26,29 @@ const (
 	OwnerGroup = "fleet.cattle.io"
 )
 
-// NewManager returns a ResourceManager for the cluster behind c.
-func NewManager(c client.Client) *ssa.ResourceManager {
-	poller := polling.NewStatusPoller(c, c.RESTMapper(), polling.Options{})
+// Option changes what NewManager makes.
+type Option func(*options)
+
+type options struct {
+	statusReader client.Reader
+}
+
+// WithStatusReader makes the manager read the objects it waits for (the
+// CRDs, namespaces and cluster roles of a staged apply) with r instead of
+// the client that applies them. The agent applies a Bundle with
+// serviceAccount as that ServiceAccount, and waits with its own identity:
+// the wait lists whole kinds, which the ServiceAccount need not be allowed.
+func WithStatusReader(r client.Reader) Option {
+	return func(o *options) { o.statusReader = r }
+}
+
+// NewManager returns a ResourceManager that applies to the cluster behind c.
+func NewManager(c client.Client, opts ...Option) *ssa.ResourceManager {
+	o := options{statusReader: c}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	poller := polling.NewStatusPoller(o.statusReader, c.RESTMapper(), polling.Options{})
 	return ssa.NewResourceManager(c, poller, ssa.Owner{Field: FieldManager, Group: OwnerGroup})
 }
 

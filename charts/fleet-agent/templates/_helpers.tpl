@@ -17,6 +17,13 @@ app.kubernetes.io/name: fleet-agent
 app.kubernetes.io/part-of: fleet
 {{- end -}}
 
+{{/* The labels that select the agent's pods: the Deployment's selector (which
+cannot change once the Deployment exists), the PodDisruptionBudget and the
+NetworkPolicy. */}}
+{{- define "fleet-agent.selectorLabels" -}}
+app: fleet-agent
+{{- end -}}
+
 {{/* An int-or-percent value: numbers unquoted, percentages quoted. */}}
 {{- define "fleet-agent.intOrPercent" -}}
 {{- $s := toString . -}}

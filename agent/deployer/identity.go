@@ -1,0 +1,208 @@
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/fluxcd/pkg/ssa"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/scheme"
+)
+
+// This file holds who the deployer acts for and as: the cluster a
+// BundleDeployment must be made for, and the downstream identity that
+// applies its objects.
+
+// clusterMismatch says why a BundleDeployment was not made for this agent's
+// cluster, or "" when it was: the controller labels every BundleDeployment
+// with the Cluster it targets (fleet.cattle.io/cluster) and that Cluster's
+// workspace (fleet.cattle.io/cluster-namespace), and both must be the
+// agent's own, as its credential names them. A missing label is a mismatch
+// too: the controller always sets both.
+func clusterMismatch(labels map[string]string, clusterNamespace, clusterName string) string {
+	ns, nsOK := labels[fleet.ClusterNamespaceLabel]
+	name, nameOK := labels[fleet.ClusterLabel]
+	if nsOK && nameOK && ns == clusterNamespace && name == clusterName {
+		return ""
+	}
+	show := func(v string, ok bool) string {
+		if !ok {
+			return "(none)"
+		}
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Sprintf("not applied: this BundleDeployment is labelled for cluster %s in workspace %s (labels %s and %s), but this agent is cluster %q in workspace %q",
+		show(name, nameOK), show(ns, nsOK), fleet.ClusterLabel, fleet.ClusterNamespaceLabel, clusterName, clusterNamespace)
+}
+
+// isAgentBundle reports whether a BundleDeployment is this cluster's own
+// agent Bundle, fleet-agent-<cluster> (a user Bundle named fleet-agent-foo
+// is not).
+func isAgentBundle(bundleDeployment, clusterName string) bool {
+	return bundleDeployment == names.AgentBundle(clusterName)
+}
+
+// identity applies a BundleDeployment's objects downstream: the agent
+// itself, or a ServiceAccount it impersonates.
+type identity struct {
+	// serviceAccount is the impersonated ServiceAccount's name in the
+	// agent's namespace; "" for the agent itself.
+	serviceAccount string
+	// c reads (health, prune checks) and rm writes (apply, dry run, diff,
+	// prune) as this identity.
+	c  client.Client
+	rm *ssa.ResourceManager
+}
+
+// impersonated reports whether the identity is a ServiceAccount.
+func (id *identity) impersonated() bool { return id.serviceAccount != "" }
+
+// name is "serviceaccount <ns>/<name>" or "the agent", for messages.
+func (id *identity) name(agentNamespace string) string {
+	if !id.impersonated() {
+		return "the agent"
+	}
+	return "serviceaccount " + agentNamespace + "/" + id.serviceAccount
+}
+
+// serviceAccountMissingError: the ServiceAccount a bundle names does not
+// exist downstream.
+type serviceAccountMissingError struct{ namespace, name string }
+
+func (e *serviceAccountMissingError) Error() string {
+	return fmt.Sprintf("serviceaccount %s/%s, named by the bundle's serviceAccount, does not exist in this cluster: create it and give it RBAC for what the bundle holds, or remove serviceAccount from the Bundle; nothing was applied", e.namespace, e.name)
+}
+
+// impersonators caches one client per ServiceAccount: made on first use,
+// dropped when the ServiceAccount is found missing. The ServiceAccounts
+// live in the agent's namespace, which only the downstream cluster's admins
+// write, so the cache cannot grow beyond what they made.
+type impersonators struct {
+	mu     sync.Mutex
+	byName map[string]*identity
+}
+
+// identityFor returns who applies a bundle with the given serviceAccount
+// option. The ServiceAccount is looked up in the agent's namespace (Fleet's
+// rule: a Bundle author can name only ServiceAccounts the downstream admin
+// put next to the agent, never one of an application namespace); a missing
+// one is a *serviceAccountMissingError, an invalid name an input error.
+func (d *Deployer) identityFor(ctx context.Context, serviceAccount string) (*identity, error) {
+	if serviceAccount == "" {
+		return d.self, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(serviceAccount); len(errs) > 0 {
+		return nil, inputErrorf("serviceAccount %q is not a valid ServiceAccount name: %s", serviceAccount, strings.Join(errs, "; "))
+	}
+	ns := d.opts.AgentNamespace
+	err := d.local.Get(ctx, client.ObjectKey{Namespace: ns, Name: serviceAccount}, &corev1.ServiceAccount{})
+	switch {
+	case apierrors.IsNotFound(err):
+		d.imp.mu.Lock()
+		delete(d.imp.byName, serviceAccount)
+		d.imp.mu.Unlock()
+		return nil, &serviceAccountMissingError{namespace: ns, name: serviceAccount}
+	case err != nil:
+		return nil, fmt.Errorf("looking up serviceaccount %s/%s: %w", ns, serviceAccount, err)
+	}
+	d.imp.mu.Lock()
+	defer d.imp.mu.Unlock()
+	if id, ok := d.imp.byName[serviceAccount]; ok {
+		return id, nil
+	}
+	cfg := rest.CopyConfig(d.opts.Local)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + serviceAccount,
+		// The groups the API server gives every token of the
+		// ServiceAccount; it adds system:authenticated itself.
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns},
+	}
+	// The kinds and scopes come from the agent's own mapper: discovery is
+	// the same for everyone, and one mapper for all identities saves a
+	// discovery per ServiceAccount.
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme, Mapper: d.local.RESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("making a client for serviceaccount %s/%s: %w", ns, serviceAccount, err)
+	}
+	id := &identity{
+		serviceAccount: serviceAccount,
+		c:              c,
+		rm:             apply.NewManager(c, apply.WithStatusReader(d.local)),
+	}
+	d.imp.byName[serviceAccount] = id
+	return id, nil
+}
+
+// refusedError is a bundle the downstream API server refused to the
+// impersonated ServiceAccount (403), object by object.
+type refusedError struct {
+	who     string   // "serviceaccount ns/name"
+	reasons []string // one per refused object
+	outcome string   // what happened to the deployment
+}
+
+func (e *refusedError) Error() string {
+	const show = 5
+	rs := e.reasons
+	more := ""
+	if len(rs) > show {
+		more = fmt.Sprintf(" and %d more", len(rs)-show)
+		rs = rs[:show]
+	}
+	return fmt.Sprintf("%s%s; %s: give %s get, create, patch and delete on what the bundle holds, or take those objects out of the bundle",
+		strings.Join(rs, "; "), more, e.outcome, e.who)
+}
+
+// rbacDenial matches the message of the API server's authorizer refusal:
+// `User "u" cannot patch resource "deployments" in API group "apps" in
+// the namespace "web"` (or "at the cluster scope").
+var rbacDenial = regexp.MustCompile(`cannot (\S+) resource "([^"]*)" in API group "([^"]*)" (?:in the namespace "([^"]*)"|at the cluster scope)`)
+
+// describeRefusal turns a 403 into a sentence for the person who can fix
+// it: "serviceaccount cattle-fleet-system/app may not patch
+// deployments.apps in namespace web (Deployment web/server)". A refusal
+// that is not the authorizer's (an admission webhook's) keeps the server's
+// message. obj may be empty when the caller does not know the object.
+func describeRefusal(who, obj string, err error) string {
+	var status apierrors.APIStatus
+	msg := err.Error()
+	if errors.As(err, &status) {
+		st := status.Status()
+		msg = st.Message
+		if obj == "" && st.Details != nil && st.Details.Name != "" {
+			obj = st.Details.Name
+		}
+	}
+	suffix := ""
+	if obj != "" {
+		suffix = " (" + obj + ")"
+	}
+	m := rbacDenial.FindStringSubmatch(msg)
+	if m == nil {
+		if obj == "" {
+			return "refused: " + msg
+		}
+		return obj + " refused: " + msg
+	}
+	verb, resource, group, ns := m[1], m[2], m[3], m[4]
+	if group != "" {
+		resource += "." + group
+	}
+	where := "at cluster scope"
+	if ns != "" {
+		where = "in namespace " + ns
+	}
+	return fmt.Sprintf("%s may not %s %s %s%s", who, verb, resource, where, suffix)
+}

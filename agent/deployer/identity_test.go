@@ -1,0 +1,150 @@
+package deployer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/names"
+)
+
+func TestClusterMismatch_OnlyTheAgentsOwnClusterPasses(t *testing.T) {
+	own := map[string]string{fleet.ClusterLabel: "prod-1", fleet.ClusterNamespaceLabel: "fleet-default", "other": "x"}
+	cases := []struct {
+		name   string
+		labels map[string]string
+		want   []string // substrings of the message; nil: no mismatch
+	}{
+		{"own cluster", own, nil},
+		{"other cluster", map[string]string{fleet.ClusterLabel: "prod-2", fleet.ClusterNamespaceLabel: "fleet-default"}, []string{`"prod-2"`, `this agent is cluster "prod-1" in workspace "fleet-default"`}},
+		{"other workspace", map[string]string{fleet.ClusterLabel: "prod-1", fleet.ClusterNamespaceLabel: "team-b"}, []string{`workspace "team-b"`}},
+		{"no labels", nil, []string{"cluster (none) in workspace (none)", fleet.ClusterLabel}},
+		{"cluster label only", map[string]string{fleet.ClusterLabel: "prod-1"}, []string{"workspace (none)"}},
+		{"empty values", map[string]string{fleet.ClusterLabel: "", fleet.ClusterNamespaceLabel: ""}, []string{`cluster "" in workspace ""`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := clusterMismatch(c.labels, "fleet-default", "prod-1")
+			if c.want == nil {
+				if got != "" {
+					t.Fatalf("mismatch %q for the agent's own labels", got)
+				}
+				return
+			}
+			if got == "" {
+				t.Fatal("no mismatch reported")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("message %q lacks %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+func TestIsAgentBundle_ExactlyTheClustersOwn(t *testing.T) {
+	long := strings.Repeat("c", 70)
+	cases := []struct {
+		bd, cluster string
+		want        bool
+	}{
+		{"fleet-agent-prod", "prod", true},
+		{"fleet-agent-foo", "prod", false},    // a user Bundle with the prefix
+		{"fleet-agent-prod-2", "prod", false}, // another cluster's name starts with ours
+		{"fleet-agent-", "", true},            // degenerate, but exact
+		{"fleet-agent-" + long, long, false},  // long names are shortened by names.AgentBundle
+		{"xfleet-agent-prod", "prod", false},
+		{names.AgentBundle(long), long, true},
+	}
+	for _, c := range cases {
+		if got := isAgentBundle(c.bd, c.cluster); got != c.want {
+			t.Errorf("isAgentBundle(%q, %q) = %v, want %v", c.bd, c.cluster, got, c.want)
+		}
+	}
+}
+
+func TestDescribeRefusal_NamesWhoWhatAndWhere(t *testing.T) {
+	const who = "serviceaccount cattle-fleet-system/app"
+	user := `User "system:serviceaccount:cattle-fleet-system:app"`
+	cases := []struct {
+		name string
+		obj  string
+		err  error
+		want string
+	}{
+		{
+			name: "namespaced, RBAC",
+			obj:  "Deployment web/server",
+			err: apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "server",
+				errors.New(user+` cannot patch resource "deployments" in API group "apps" in the namespace "web"`)),
+			want: who + " may not patch deployments.apps in namespace web (Deployment web/server)",
+		},
+		{
+			name: "cluster scope, core group, wrapped, object from the details",
+			err: fmt.Errorf("ClusterRole/x apply failed: %w", apierrors.NewForbidden(schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, "x",
+				errors.New(user+` cannot create resource "clusterroles" in API group "rbac.authorization.k8s.io" at the cluster scope`))),
+			want: who + " may not create clusterroles.rbac.authorization.k8s.io at cluster scope (x)",
+		},
+		{
+			name: "core group",
+			obj:  "Secret web/db",
+			err: apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "db",
+				errors.New(user+` cannot delete resource "secrets" in API group "" in the namespace "web"`)),
+			want: who + " may not delete secrets in namespace web (Secret web/db)",
+		},
+		{
+			name: "admission webhook: the server's words",
+			obj:  "Pod web/p",
+			err:  apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("admission webhook denied: no privileged pods")),
+			want: `Pod web/p refused: pods "p" is forbidden: admission webhook denied: no privileged pods`,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := describeRefusal(who, c.obj, c.err); got != c.want {
+				t.Errorf("got  %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestRefusedError_ListsAtMostFiveAndSaysWhatToDo(t *testing.T) {
+	var reasons []string
+	for i := range 7 {
+		reasons = append(reasons, fmt.Sprintf("r%d", i))
+	}
+	e := &refusedError{who: "serviceaccount ns/sa", reasons: reasons, outcome: "nothing of this deployment was applied"}
+	msg := e.Error()
+	for _, w := range []string{"r0; r1; r2; r3; r4 and 2 more", "nothing of this deployment was applied", "give serviceaccount ns/sa get, create, patch and delete"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("message %q lacks %q", msg, w)
+		}
+	}
+	if strings.Contains(msg, "r5") {
+		t.Errorf("message %q lists more than five", msg)
+	}
+}
+
+// The API server's refusal message is parsed; whatever it holds, the
+// description names who was refused and never panics.
+func FuzzDescribeRefusal(f *testing.F) {
+	f.Add(`User "u" cannot patch resource "deployments" in API group "apps" in the namespace "web"`, "Deployment web/x")
+	f.Add(`User "u" cannot get resource "" in API group "" at the cluster scope`, "")
+	f.Add(`cannot  resource "" in API group "`, "x")
+	f.Fuzz(func(t *testing.T, msg, obj string) {
+		err := apierrors.NewForbidden(schema.GroupResource{Resource: "things"}, "n", errors.New(msg))
+		got := describeRefusal("serviceaccount ns/sa", obj, err)
+		if got == "" {
+			t.Fatal("empty description")
+		}
+		if rbacDenial.MatchString(msg) && !strings.HasPrefix(got, "serviceaccount ns/sa may not ") {
+			t.Errorf("an authorizer refusal not described as one: %q", got)
+		}
+	})
+}
