@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -458,9 +459,9 @@ func TestE2E(t *testing.T) {
 		must(t, patch(`{"status":{"agent":{"lastSeen":"`+time.Now().UTC().Format(time.RFC3339)+`"}}}`))
 		quiet()
 		after := getCluster(t, "dev-1")
-		if after.Status.Namespace != before.Status.Namespace || fmt.Sprint(after.Status.AgentDeployedGeneration) != fmt.Sprint(before.Status.AgentDeployedGeneration) {
-			t.Errorf("status changed: namespace %q -> %q, agentDeployedGeneration %v -> %v", before.Status.Namespace, after.Status.Namespace,
-				before.Status.AgentDeployedGeneration, after.Status.AgentDeployedGeneration)
+		wasGen, nowGen := ptr.Deref(before.Status.AgentDeployedGeneration, -1), ptr.Deref(after.Status.AgentDeployedGeneration, -1)
+		if after.Status.Namespace != before.Status.Namespace || nowGen != wasGen {
+			t.Errorf("status changed: namespace %q -> %q, agentDeployedGeneration %d -> %d", before.Status.Namespace, after.Status.Namespace, wasGen, nowGen)
 		}
 		if _, err := cs.AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{}); err != nil {
 			t.Errorf("the agent of dev-1 is gone: %v", err)
