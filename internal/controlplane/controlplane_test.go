@@ -122,18 +122,57 @@ func TestCRD_TokenTTLMustBeAGoDuration(t *testing.T) {
 	}
 }
 
-func TestPolicy_KubeConfigSecretNamespaceAllowList(t *testing.T) {
-	c := env.Upstream.Client
-	ns := newNamespace(t, c, "team-")
+// TestPolicy_KubeConfigSecretOfAnotherNamespaceNeedsTheRightToReadIt: a
+// Cluster may name a kubeconfig Secret of another namespace only when the
+// user who writes it may read that Secret (the controller, which may read
+// every Secret, must not read one for a user who could not).
+func TestPolicy_KubeConfigSecretOfAnotherNamespaceNeedsTheRightToReadIt(t *testing.T) {
+	admin := env.Upstream.Client
+	ns := newNamespace(t, admin, "team-")
+	readable := newNamespace(t, admin, "shared-")
+	// A workspace user: Clusters in ns, and get on Secret kc in readable.
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "user"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "clusters"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters"}, Verbs: []string{"*"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "clusters"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "clusters"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "user"}}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: readable, Name: "kc"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"kc"}, Verbs: []string{"get"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: readable, Name: "kc"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kc"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "user"}}},
+	}
+	for _, o := range objs {
+		if err := admin.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := env.Upstream.ServiceAccountToken(t.Context(), ns, "user", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := client.New(env.Upstream.ConfigForToken(tok), client.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
+		name     string
+		c        client.Client
 		secretNS string
 		allowed  bool
 	}{
-		{"", true}, {ns, true}, {"fleet-default", true}, {"cattle-fleet-system", true}, {"cluster-abc", true},
-		{"kube-system", false}, {"default", false}, {"other-team", false},
+		{"user, own namespace (implicit)", user, "", true},
+		{"user, own namespace", user, ns, true},
+		{"user, a Secret they may read", user, readable, true},
+		{"user, another workspace", user, "fleet-default", false},
+		{"user, the controller's namespace", user, "cattle-fleet-system", false},
+		{"user, kube-system", user, "kube-system", false},
+		{"admin, another namespace", admin, "kube-system", true},
 	}
 	for _, tc := range cases {
-		t.Run("ns="+tc.secretNS, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			// The admission policy is loaded asynchronously after it is
 			// created, so the first rejection may take a moment to appear.
 			eventually(t, 20*time.Second, "admission result", func() (bool, error) {
@@ -141,14 +180,14 @@ func TestPolicy_KubeConfigSecretNamespaceAllowList(t *testing.T) {
 					ObjectMeta: metav1.ObjectMeta{GenerateName: "c-", Namespace: ns},
 					Spec:       fleet.ClusterSpec{KubeConfigSecret: "kc", KubeConfigSecretNamespace: tc.secretNS},
 				}
-				err := c.Create(t.Context(), cl, client.DryRunAll)
+				err := tc.c.Create(t.Context(), cl, client.DryRunAll)
 				if tc.allowed {
 					return err == nil, err
 				}
 				if err == nil {
 					return false, fmt.Errorf("namespace %q accepted", tc.secretNS)
 				}
-				if !strings.Contains(err.Error(), "is not allowed: keep the kubeconfig Secret in the Cluster's own namespace") {
+				if !strings.Contains(err.Error(), "only a user who may read Secret "+tc.secretNS+"/kc may point a Cluster at it") {
 					return false, err
 				}
 				return true, nil
