@@ -1,6 +1,8 @@
 package main
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,6 +28,7 @@ agent:
   proxy: {httpsProxy: "http://proxy:3128"}
 registrationTokenTTL: {required: true}
 capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
+agentLabelKeys: [env, "example.com/*"]
 `)
 	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: values})
 	if err != nil {
@@ -55,5 +58,71 @@ capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
 		len(cfg.AgentImagePullSecrets) != 1 || cfg.GetAgentImage() != "gitops-fleet/fleet:0.1.0" ||
 		!cfg.CAPISelects("capi-system", map[string]string{"fleet": "enabled"}) || cfg.CAPISelects("other", map[string]string{"fleet": "enabled"}) {
 		t.Errorf("config lost values: %+v", cfg)
+	}
+	if !cfg.AgentLabelKeyAllowed("example.com/region") || cfg.AgentLabelKeyAllowed("region") {
+		t.Errorf("agentLabelKeys lost: %v", cfg.AgentLabelKeys)
+	}
+}
+
+// The approver and registration-admin ClusterRoles carry the verbs the
+// admission policies ask the authorizer about, and are bound to the groups
+// of the chart values only (none by default).
+func TestFleetChart_RegistrationRoles(t *testing.T) {
+	ch, err := renderer.LoadChartDir("../../charts/fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		values   string
+		bindings map[string][]string
+	}{
+		{values: "", bindings: map[string][]string{}},
+		{
+			values: "registrationApprovers: {groups: [ops, sre]}\nregistrationAdmins: {groups: [platform]}\n",
+			bindings: map[string][]string{
+				"fleet-registration-approver": {"ops", "sre"},
+				"fleet-registration-admin":    {"platform"},
+			},
+		},
+	} {
+		out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte(tc.values)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := out.Objects()
+		if err != nil {
+			t.Fatal(err)
+		}
+		verbs := map[string][]string{}
+		bindings := map[string][]string{}
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "ClusterRole":
+				rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+				for _, r := range rules {
+					rule := r.(map[string]any)
+					if res, _ := rule["resources"].([]any); len(res) == 1 && res[0] == "clusterregistrations" {
+						for _, v := range rule["verbs"].([]any) {
+							verbs[o.GetName()] = append(verbs[o.GetName()], v.(string))
+						}
+					}
+				}
+			case "ClusterRoleBinding":
+				if o.GetName() == "fleet-controller" {
+					continue
+				}
+				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+				for _, s := range subjects {
+					bindings[o.GetName()] = append(bindings[o.GetName()], s.(map[string]any)["name"].(string))
+				}
+			}
+		}
+		if !slices.Contains(verbs["fleet-registration-approver"], "approve") || slices.Contains(verbs["fleet-registration-approver"], "register") ||
+			!slices.Contains(verbs["fleet-registration-admin"], "register") || slices.Contains(verbs["fleet-registration-admin"], "approve") {
+			t.Errorf("verbs on clusterregistrations: %v", verbs)
+		}
+		if !reflect.DeepEqual(bindings, tc.bindings) {
+			t.Errorf("values %q: bindings %v, want %v", tc.values, bindings, tc.bindings)
+		}
 	}
 }
