@@ -58,8 +58,10 @@ func TestCompare(t *testing.T) {
 	}{
 		"as shipped, with API defaults": {},
 		"binding missing": {
-			change: func(_ *admissionv1.ValidatingAdmissionPolicySpec, _ *admissionv1.ValidatingAdmissionPolicyBindingSpec) bool { return false },
-			want:   []string{"not installed: ValidatingAdmissionPolicyBinding p"},
+			change: func(_ *admissionv1.ValidatingAdmissionPolicySpec, _ *admissionv1.ValidatingAdmissionPolicyBindingSpec) bool {
+				return false
+			},
+			want: []string{"not installed: ValidatingAdmissionPolicyBinding p"},
 		},
 		"expression changed": {
 			change: func(p *admissionv1.ValidatingAdmissionPolicySpec, _ *admissionv1.ValidatingAdmissionPolicyBindingSpec) bool {
