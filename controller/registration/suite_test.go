@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -64,6 +65,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if controlplane.Fuzzing() {
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m))
 }
 
