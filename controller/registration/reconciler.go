@@ -193,7 +193,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	case out.wait != nil:
-		log.Info("ClusterRegistration is waiting", "reason", out.wait.reason, "message", out.wait.message)
+		// Waits without a retry (approval, admission policies) come back on
+		// every change of their Cluster: log them once.
+		if out.wait.retry > 0 || conditionChanged(base, reg) {
+			log.Info("ClusterRegistration is waiting", "reason", out.wait.reason, "message", out.wait.message)
+		}
 		return ctrl.Result{RequeueAfter: out.wait.retry}, nil
 	}
 	log.Info("ClusterRegistration granted", "cluster", reg.Namespace+"/"+out.clusterName,
