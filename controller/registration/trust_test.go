@@ -148,13 +148,15 @@ func annotate(reg *fleet.ClusterRegistration, key, value string) client.Patch {
 	return client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value)))
 }
 
-// heartbeat sets the Cluster's status.agent.lastSeen as its agent does.
+// heartbeat sets the Cluster's status.agent.lastSeen as its agent does (a
+// fresh request identity may wait for its RoleBinding to reach the API
+// server's authorizer).
 func heartbeat(t *testing.T, c client.Client, ws, cluster string, at time.Time) {
 	t.Helper()
 	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"status":{"agent":{"lastSeen":%q}}}`, at.UTC().Format(time.RFC3339))))
-	if err := c.Status().Patch(t.Context(), &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: cluster}}, patch); err != nil {
-		t.Fatalf("heartbeat of Cluster %s/%s: %v", ws, cluster, err)
-	}
+	controlplane.Eventually(t, 10*time.Second, "the heartbeat of Cluster "+ws+"/"+cluster, func() error {
+		return c.Status().Patch(t.Context(), &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: cluster}}, patch)
+	})
 }
 
 // waitObjectEvent waits for an event with reason about the object of kind
