@@ -51,18 +51,24 @@ const install = "install them as shipped: helm upgrade fleet charts/fleet, or ku
 // installed as shipped. It runs on every replica (readiness), not only on
 // the leader.
 type Checker struct {
-	cache     cache.Cache
-	recorder  recorder.EventRecorder
-	regarding runtime.Object
-	resync    time.Duration
-	want      []policies.Object
+	cache       cache.Cache
+	recorder    recorder.EventRecorder
+	regarding   runtime.Object
+	resync      time.Duration
+	unreadAfter time.Duration
+	want        []policies.Object
 
 	poke chan struct{}
 
 	mu          sync.RWMutex
+	checked     bool
 	problem     string
 	subscribers []chan event.GenericEvent
 }
+
+// DefaultUnreadAfter is how long the first check may wait for the lists of
+// policies before the controller says it cannot read them.
+const DefaultUnreadAfter = 30 * time.Second
 
 // Options configure a Checker.
 type Options struct {
@@ -74,6 +80,9 @@ type Options struct {
 	// Resync is how often to compare without a watch event (zero:
 	// DefaultResync).
 	Resync time.Duration
+	// UnreadAfter is how long to wait for the first lists of policies
+	// before reporting that they cannot be read (zero: DefaultUnreadAfter).
+	UnreadAfter time.Duration
 }
 
 // New returns a Checker that reads the policies from c (the manager's
@@ -89,8 +98,11 @@ func New(c cache.Cache, opts Options) (*Checker, error) {
 	if opts.Resync <= 0 {
 		opts.Resync = DefaultResync
 	}
+	if opts.UnreadAfter <= 0 {
+		opts.UnreadAfter = DefaultUnreadAfter
+	}
 	return &Checker{
-		cache: c, recorder: opts.Recorder, regarding: opts.Regarding, resync: opts.Resync, want: want,
+		cache: c, recorder: opts.Recorder, regarding: opts.Regarding, resync: opts.Resync, unreadAfter: opts.UnreadAfter, want: want,
 		poke:    make(chan struct{}, 1),
 		problem: "the controller has not yet read the installed admission policies (its ClusterRole needs get, list and watch on validatingadmissionpolicies and validatingadmissionpolicybindings)",
 	}, nil
@@ -105,6 +117,15 @@ func (c *Checker) Problem() string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.problem
+}
+
+// Checked reports whether the installed policies were compared at least
+// once: until then Problem says only that they were not read yet, which a
+// controller that just started should not report on every registration.
+func (c *Checker) Checked() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.checked
 }
 
 // ReadyCheck fails while Problem is not empty.
@@ -145,8 +166,13 @@ func (c *Checker) Start(ctx context.Context) error {
 		synced = append(synced, inf.HasSynced)
 	}
 	// Until both lists arrived, the problem stays "not read yet": a
-	// controller without the RBAC to read them never grants.
-	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+	// controller without the RBAC to read them never grants, and says so.
+	unread := time.AfterFunc(c.unreadAfter, func() {
+		c.publish(log, fmt.Sprintf("fleet's admission policies could not be read within %s: the controller's ClusterRole needs get, list and watch on validatingadmissionpolicies and validatingadmissionpolicybindings", c.unreadAfter), true)
+	})
+	ok := toolscache.WaitForCacheSync(ctx.Done(), synced...)
+	unread.Stop()
+	if !ok {
 		return nil
 	}
 	tick := time.NewTicker(c.resync)
@@ -193,9 +219,20 @@ func (c *Checker) check(ctx context.Context, log logr.Logger) {
 		problem = Compare(c.want, installed)
 	}
 
+	c.publish(log, problem, false)
+}
+
+// publish records the outcome of a check; a change is logged, recorded as
+// an event and sent to the subscribers. With unreadOnly set it does so only
+// while no check has completed.
+func (c *Checker) publish(log logr.Logger, problem string, unreadOnly bool) {
 	c.mu.Lock()
-	changed := problem != c.problem
-	c.problem = problem
+	if unreadOnly && c.checked {
+		c.mu.Unlock()
+		return
+	}
+	changed := problem != c.problem || !c.checked
+	c.problem, c.checked = problem, true
 	subs := c.subscribers
 	c.mu.Unlock()
 	if !changed {

@@ -159,6 +159,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if reg.Status.Granted {
 		return r.reconcileGranted(ctx, reg, now)
 	}
+	if !r.Admission.Checked() {
+		// The controller just started: the admission policies are compared
+		// within moments (and the checker brings every registration back
+		// then). Changing nothing meanwhile spares the registrations a
+		// condition and an event for a state that was never observed.
+		log.V(1).Info("waiting for the first check of the admission policies")
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 
 	origStatus := reg.Status.DeepCopy()
 	out := r.grant(ctx, reg, r.Config.Get(), now)

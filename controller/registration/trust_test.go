@@ -33,9 +33,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/admission"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
@@ -636,4 +638,41 @@ func TestAdmissionPolicies_MissingOrChangedGrantNothingUntilRestored(t *testing.
 	a.waitCredential(t, reg, 30*time.Second)
 	waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
 	waitObjectEvent(t, config.DefaultSystemNamespace, "ConfigMap", config.ConfigMapName, "AdmissionPoliciesInstalled", "registrations are granted")
+}
+
+// A controller whose identity may not read the admission policies cannot
+// tell whether they are in force: it reports them as missing (so the grant
+// waits) instead of waiting silently.
+func TestAdmissionPolicies_UnreadableCountAsMissing(t *testing.T) {
+	ws := newWorkspace(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// An identity that may read nothing cluster-wide.
+	if err := up.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "no-rbac"}}); err != nil {
+		t.Fatal(err)
+	}
+	bearer, err := env.Upstream.ServiceAccountToken(ctx, ws, "no-rbac", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remember(bearer)
+	c, err := cache.New(env.Upstream.ConfigForToken(bearer), cache.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker, err := admission.New(c, admission.Options{UnreadAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	go func() { _ = checker.Start(ctx) }()
+	controlplane.Eventually(t, 20*time.Second, "the checker to report that it cannot read the policies", func() error {
+		if !checker.Checked() {
+			return errors.New("not reported yet")
+		}
+		if err := checker.ReadyCheck(nil); err == nil || !strings.Contains(err.Error(), "needs get, list and watch on validatingadmissionpolicies") {
+			return fmt.Errorf("ready check: %v", err)
+		}
+		return nil
+	})
 }
