@@ -40,14 +40,7 @@ type credential struct {
 }
 
 // bootstrap is the import credential from the fleet-agent-bootstrap Secret.
-type bootstrap struct {
-	APIServerURL                string
-	APIServerCA                 []byte
-	ClusterNamespace            string
-	SystemRegistrationNamespace string
-	Token                       string
-	TokenName                   string
-}
+type bootstrap = registration.Bootstrap
 
 // agentConfig is the local fleet-agent ConfigMap's "config" document.
 type agentConfig struct {
@@ -144,23 +137,9 @@ func readBootstrap(ctx context.Context, local client.Client, ns string) (*bootst
 		}
 		return nil, err
 	}
-	b := &bootstrap{
-		APIServerURL:                string(s.Data[registration.BootstrapKeyAPIServerURL]),
-		APIServerCA:                 s.Data[registration.BootstrapKeyAPIServerCA],
-		ClusterNamespace:            string(s.Data[registration.BootstrapKeyClusterNamespace]),
-		SystemRegistrationNamespace: string(s.Data[registration.BootstrapKeySystemRegistrationNamespace]),
-		Token:                       string(s.Data[registration.BootstrapKeyToken]),
-		TokenName:                   string(s.Data[registration.BootstrapKeyTokenName]),
-	}
-	var missing []string
-	for k, v := range map[string]string{"apiServerURL": b.APIServerURL, "clusterNamespace": b.ClusterNamespace,
-		"systemRegistrationNamespace": b.SystemRegistrationNamespace, "token": b.Token, "tokenName": b.TokenName} {
-		if v == "" {
-			missing = append(missing, k)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("Secret %s/%s lacks %v: reinstall the agent with a ClusterRegistrationToken's values file", ns, renderer.BootstrapSecretName, missing)
+	b, err := registration.ParseBootstrap(s.Data)
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s/%s: %w: reinstall the agent with a ClusterRegistrationToken's values file", ns, renderer.BootstrapSecretName, err)
 	}
 	return b, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/gitops-fleet/fleet/controller/admission"
 	"github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/controller/capi"
 	"github.com/gitops-fleet/fleet/controller/cluster"
@@ -76,12 +78,19 @@ type Options struct {
 	// on, the controller looks for the cluster.x-k8s.io API until it is
 	// served (zero: capi.DefaultPollInterval).
 	CAPIPollInterval time.Duration
+
+	// AdmissionPolicyResync is how often the installed admission policies
+	// are compared with the shipped ones without a watch event (zero:
+	// admission.DefaultResync).
+	AdmissionPolicyResync time.Duration
 }
 
 // Controller is an assembled, not yet started, controller.
 type Controller struct {
 	Manager manager.Manager
 	Config  *configstore.Store
+	// Admission reports whether fleet's admission policies are in force.
+	Admission *admission.Checker
 }
 
 // New assembles the controller.
@@ -149,6 +158,19 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	events := mgr.GetEventRecorder("fleet-controller")
+	// Registration is granted only while fleet's admission policies are in
+	// force; the checker runs on every replica, for /readyz.
+	policies, err := admission.New(mgr.GetCache(), admission.Options{
+		Recorder:  events,
+		Regarding: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: opts.Namespace, Name: opts.ConfigName}},
+		Resync:    opts.AdmissionPolicyResync,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(policies); err != nil {
+		return nil, err
+	}
 	if err := (&cluster.Reconciler{
 		Shard:     opts.Shard,
 		Client:    mgr.GetClient(),
@@ -178,6 +200,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Clientset:               clientset,
 		Recorder:                events,
 		CredentialPickupTimeout: opts.CredentialPickupTimeout,
+		Admission:               policies,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
 	}
@@ -207,7 +230,10 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	if err := mgr.AddReadyzCheck("config", store.ReadyCheck); err != nil {
 		return nil, err
 	}
-	return &Controller{Manager: mgr, Config: store}, nil
+	if err := mgr.AddReadyzCheck("admission-policies", policies.ReadyCheck); err != nil {
+		return nil, err
+	}
+	return &Controller{Manager: mgr, Config: store, Admission: policies}, nil
 }
 
 // Start runs the controller until ctx ends.

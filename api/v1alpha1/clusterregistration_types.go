@@ -7,13 +7,17 @@ import (
 // ClusterRegistration is an agent's request to register its cluster, made with
 // the import identity of a ClusterRegistrationToken. The controller answers by
 // writing a credential Secret named c-<hash> in the system registration
-// namespace.
+// namespace. A registration through a token with spec.approval Manual waits
+// (Granted=False, reason PendingApproval) for annotation
+// fleet.cattle.io/approved: "true", which only users allowed the "approve"
+// verb on clusterregistrations may set (admission policy).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=fleet
 // +kubebuilder:printcolumn:name="Cluster-Name",type=string,JSONPath=`.status.clusterName`
 // +kubebuilder:printcolumn:name="Granted",type=boolean,JSONPath=`.status.granted`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Granted")].reason`
 // +kubebuilder:printcolumn:name="Labels",type=string,JSONPath=`.spec.clusterLabels`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterRegistration struct {

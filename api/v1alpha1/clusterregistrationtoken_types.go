@@ -14,6 +14,8 @@ import (
 // +kubebuilder:resource:categories=fleet
 // +kubebuilder:printcolumn:name="Secret-Name",type=string,JSONPath=`.status.secretName`
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expires`
+// +kubebuilder:printcolumn:name="Approval",type=string,JSONPath=`.spec.approval`
+// +kubebuilder:printcolumn:name="Max-Clusters",type=integer,JSONPath=`.spec.maxClusters`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterRegistrationToken struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -51,6 +53,44 @@ type ClusterRegistrationTokenSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ClientID string `json:"clientID,omitempty"`
+
+	// approval decides whether registrations made with this token are granted
+	// at once (Automatic, the default) or wait, Granted=False with reason
+	// PendingApproval, until someone allowed to approve them (the "approve"
+	// verb on clusterregistrations in this namespace) sets annotation
+	// fleet.cattle.io/approved: "true" on the ClusterRegistration.
+	// +optional
+	// +kubebuilder:validation:Enum=Automatic;Manual
+	// +kubebuilder:default=Automatic
+	Approval ApprovalMode `json:"approval,omitempty"`
+
+	// maxClusters, when set, is how many distinct clusters may be registered
+	// through this token; registrations of further clusters are refused with
+	// reason TokenLimitReached. Clusters registered before it was set do not
+	// count; re-registering a counted cluster does not count again, and
+	// deleting a Cluster does not free its place (status.registeredClusters).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxClusters *int32 `json:"maxClusters,omitempty"`
+}
+
+// ApprovalMode says how registrations made with a token are approved.
+type ApprovalMode string
+
+const (
+	// ApprovalAutomatic grants registrations without a person's approval.
+	ApprovalAutomatic ApprovalMode = "Automatic"
+	// ApprovalManual keeps registrations pending until approved.
+	ApprovalManual ApprovalMode = "Manual"
+)
+
+// GetApproval returns the approval mode, default Automatic.
+func (s *ClusterRegistrationTokenSpec) GetApproval() ApprovalMode {
+	if s.Approval == "" {
+		return ApprovalAutomatic
+	}
+	return s.Approval
 }
 
 // ClusterRegistrationTokenStatus reports the token's values Secret and expiry.
@@ -66,6 +106,14 @@ type ClusterRegistrationTokenStatus struct {
 	// holds the values file for the agent chart.
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
+	// registeredClusters are the Clusters (names in the token's namespace)
+	// registered through this token since spec.maxClusters was set: the
+	// places of the limit that are taken. Kept only while maxClusters is set.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:MaxLength=253
+	RegisteredClusters []string `json:"registeredClusters,omitempty"`
 }
 
 func init() {

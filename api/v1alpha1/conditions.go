@@ -66,6 +66,22 @@ const (
 	ModifiedReason                  = "Modified"
 	NotReadyReason                  = "NotReady"
 
+	// ClusterRegistration reasons of the trust boundary between a token
+	// holder and the clusters of a workspace.
+	// ClusterAlreadyRegisteredReason: a token not bound to the clientID may
+	// not take over a Cluster whose agent checks in.
+	ClusterAlreadyRegisteredReason = "ClusterAlreadyRegistered"
+	// PendingApprovalReason: the token asks for manual approval and the
+	// registration has none yet.
+	PendingApprovalReason = "PendingApproval"
+	// TokenLimitReachedReason: the token's maxClusters clusters are
+	// registered already.
+	TokenLimitReachedReason = "TokenLimitReached"
+	// AdmissionPoliciesMissingReason: fleet's admission policies or their
+	// bindings are not installed as shipped, so the controller grants
+	// nothing.
+	AdmissionPoliciesMissingReason = "AdmissionPoliciesMissing"
+
 	// BundleDeployment reasons reported by the agent's deployer.
 	// WaitingForContentReason: the content Secret is missing or holds other
 	// manifests than spec.deploymentID names.

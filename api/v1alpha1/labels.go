@@ -26,6 +26,12 @@ const (
 	// the name of the token it registered with.
 	RegistrationTokenLabel = "fleet.cattle.io/registration-token"
 
+	// ApprovedAnnotation with value "true" approves a ClusterRegistration
+	// made through a token with spec.approval Manual. An admission policy
+	// lets only users allowed the "approve" verb on clusterregistrations
+	// set or change it.
+	ApprovedAnnotation = "fleet.cattle.io/approved"
+
 	// CreatedByAgentPodLabel is the only fleet.cattle.io/ label an agent may
 	// assert on its Cluster.
 	CreatedByAgentPodLabel = "fleet.cattle.io/created-by-agent-pod"

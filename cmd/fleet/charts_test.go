@@ -1,6 +1,8 @@
 package main
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -31,6 +33,7 @@ registrationTokenTTL: {required: true}
 capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
 insecureKubeconfig: {exec: true, proxy: true}
 kubeConfigSecretNamespaces: {team-a: [shared-kubeconfigs]}
+agentLabelKeys: [env, "example.com/*"]
 `)
 	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: values})
 	if err != nil {
@@ -62,6 +65,72 @@ kubeConfigSecretNamespaces: {team-a: [shared-kubeconfigs]}
 		!cfg.InsecureKubeconfig.Exec || !cfg.InsecureKubeconfig.Proxy || cfg.InsecureKubeconfig.Files || cfg.InsecureKubeconfig.TLS ||
 		!cfg.KubeConfigSecretNamespaceAllowed("team-a", "shared-kubeconfigs") || cfg.AllowInsecureAPIServerURL {
 		t.Errorf("config lost values: %+v", cfg)
+	}
+	if !cfg.AgentLabelKeyAllowed("example.com/region") || cfg.AgentLabelKeyAllowed("region") {
+		t.Errorf("agentLabelKeys lost: %v", cfg.AgentLabelKeys)
+	}
+}
+
+// The approver and registration-admin ClusterRoles carry the verbs the
+// admission policies ask the authorizer about, and are bound to the groups
+// of the chart values only (none by default).
+func TestFleetChart_RegistrationRoles(t *testing.T) {
+	ch, err := renderer.LoadChartDir("../../charts/fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		values   string
+		bindings map[string][]string
+	}{
+		{values: "", bindings: map[string][]string{}},
+		{
+			values: "registrationApprovers: {groups: [ops, sre]}\nregistrationAdmins: {groups: [platform]}\n",
+			bindings: map[string][]string{
+				"fleet-registration-approver": {"ops", "sre"},
+				"fleet-registration-admin":    {"platform"},
+			},
+		},
+	} {
+		out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte(tc.values)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := out.Objects()
+		if err != nil {
+			t.Fatal(err)
+		}
+		verbs := map[string][]string{}
+		bindings := map[string][]string{}
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "ClusterRole":
+				rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+				for _, r := range rules {
+					rule := r.(map[string]any)
+					if res, _ := rule["resources"].([]any); len(res) == 1 && res[0] == "clusterregistrations" {
+						for _, v := range rule["verbs"].([]any) {
+							verbs[o.GetName()] = append(verbs[o.GetName()], v.(string))
+						}
+					}
+				}
+			case "ClusterRoleBinding":
+				if o.GetName() == "fleet-controller" {
+					continue
+				}
+				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+				for _, s := range subjects {
+					bindings[o.GetName()] = append(bindings[o.GetName()], s.(map[string]any)["name"].(string))
+				}
+			}
+		}
+		if !slices.Contains(verbs["fleet-registration-approver"], "approve") || slices.Contains(verbs["fleet-registration-approver"], "register") ||
+			!slices.Contains(verbs["fleet-registration-admin"], "register") || slices.Contains(verbs["fleet-registration-admin"], "approve") {
+			t.Errorf("verbs on clusterregistrations: %v", verbs)
+		}
+		if !reflect.DeepEqual(bindings, tc.bindings) {
+			t.Errorf("values %q: bindings %v, want %v", tc.values, bindings, tc.bindings)
+		}
 	}
 }
 
@@ -95,6 +164,7 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},
 		},
 		"Role/fleet-controller": {
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
@@ -103,8 +173,8 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 	}
 	got := map[string][]rbacv1.PolicyRule{}
 	for _, o := range objs {
-		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
-			continue
+		if (o.GetKind() != "ClusterRole" && o.GetKind() != "Role") || o.GetName() != "fleet-controller" {
+			continue // the roles for users are checked by TestFleetChart_RegistrationRoles
 		}
 		var r rbacv1.ClusterRole // Role has the same rules field
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {

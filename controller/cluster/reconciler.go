@@ -97,7 +97,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}()
 
 	cfg := r.Config.Get()
-	o := outcome{now: r.now(), offlineAfter: time.Duration(cfg.GetOfflineAfterMissedHeartbeats()) * cfg.GetAgentCheckinInterval()}
+	o := outcome{now: r.now(), offlineAfter: cfg.OfflineAfter()}
 	defer func() {
 		computeConditions(cluster, o)
 		result = requeueForHeartbeat(result, cluster, o)

@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,6 +41,8 @@ type waitError struct {
 	retry time.Duration
 	// warn records a Warning event: a person has to act.
 	warn bool
+	// notify records a Normal event: a person may act.
+	notify bool
 }
 
 func (e *waitError) Error() string { return e.message }
@@ -54,6 +57,15 @@ type outcome struct {
 	refusal             *refusal
 	wait                *waitError
 	err                 error
+	// labelsNote says which of the agent's labels the Cluster did not get.
+	labelsNote string
+	// createdCluster is the Cluster this pass created, with the agent
+	// labels it refused (an event on the Cluster reports them).
+	createdCluster *fleet.Cluster
+	refusedLabels  []registration.RefusedLabel
+	// takenCluster is the live Cluster a refused takeover aimed at (an
+	// event on it reports the attempt).
+	takenCluster *fleet.Cluster
 }
 
 func (o outcome) failed(err error) outcome {
@@ -71,17 +83,27 @@ func (o outcome) failed(err error) outcome {
 // finished by the next one.
 func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, cfg *config.Config, now time.Time) outcome {
 	out := outcome{}
-	ref, err := r.check(ctx, reg, now)
+	// The checks below trust what the admission policies enforce (the token
+	// label, who may register without a token, who may approve): without
+	// them nothing is granted, and nothing is done.
+	if problem := r.Admission.Problem(); problem != "" {
+		out.wait = &waitError{reason: fleet.AdmissionPoliciesMissingReason, warn: true,
+			message: "the controller grants no registration while " + problem}
+		return out
+	}
+	// A refused takeover is final: waiting for the Cluster to go offline
+	// must not turn an attacker's pending request into a grant. The agent
+	// registers again with a new registration.
+	if c := meta.FindStatusCondition(reg.Status.Conditions, fleet.GrantedCondition); c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleet.ClusterAlreadyRegisteredReason {
+		out.refusal = &refusal{reason: c.Reason, message: c.Message}
+		return out
+	}
+	token, ref, err := r.check(ctx, reg, now)
 	if err != nil {
 		return out.failed(err)
 	}
 	if ref != nil {
-		// Whatever an earlier pass made before the token went away goes.
-		if err := r.cleanup(ctx, reg); err != nil {
-			return out.failed(err)
-		}
-		out.refusal = ref
-		return out
+		return r.refuse(ctx, reg, out, ref)
 	}
 	// A registration is stale when another of its clientID was granted and
 	// is not older: granting it would revoke a credential an agent uses.
@@ -96,10 +118,34 @@ func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, 
 		return out
 	}
 
-	cluster, err := r.ensureCluster(ctx, reg, cfg)
+	cluster, clusterName, err := r.findCluster(ctx, reg)
 	if err != nil {
 		return out.failed(err)
 	}
+	if token != nil {
+		if ref := checkTakeover(reg, token, cluster, cfg.OfflineAfter(), now); ref != nil {
+			out.takenCluster = cluster
+			return r.refuse(ctx, reg, out, ref)
+		}
+		if ref := checkLimit(token, clusterName); ref != nil {
+			return r.refuse(ctx, reg, out, ref)
+		}
+		if token.Spec.GetApproval() == fleet.ApprovalManual && reg.Annotations[fleet.ApprovedAnnotation] != "true" {
+			out.wait = pendingApproval(reg, token)
+			return out
+		}
+		if err := r.reserve(ctx, token, clusterName); err != nil {
+			return out.failed(err)
+		}
+	}
+	if cluster == nil {
+		if cluster, err = r.createCluster(ctx, reg, clusterName, cfg); err != nil {
+			return out.failed(err)
+		}
+		out.createdCluster = cluster
+		_, out.refusedLabels = registration.ClusterLabels(reg.Spec.ClusterLabels, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
+	}
+	out.labelsNote = labelsNote(reg, cluster, cfg)
 	out.clusterName = cluster.Name
 	if err := r.step(ctx, stepCluster); err != nil {
 		return out.failed(err)
@@ -160,46 +206,86 @@ func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, 
 	return out
 }
 
-// check validates the registration and the token it claims. A registration
-// without the registration-token label was made by an admin (the admission
-// policy requires the label from import identities) and is not checked
-// against a token.
-func (r *Reconciler) check(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (*refusal, error) {
+// refuse answers reg with a refusal: whatever an earlier pass made for it
+// (before its token went away, say) goes.
+func (r *Reconciler) refuse(ctx context.Context, reg *fleet.ClusterRegistration, out outcome, ref *refusal) outcome {
+	if err := r.cleanup(ctx, reg); err != nil {
+		return out.failed(err)
+	}
+	out.refusal = ref
+	return out
+}
+
+// check validates the registration and the token it claims, and returns
+// that token. A registration without the registration-token label was made
+// by an admin: the admission policy lets only users allowed the "register"
+// verb create one (and requires the label from import identities), so it
+// is not checked against a token.
+func (r *Reconciler) check(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (*fleet.ClusterRegistrationToken, *refusal, error) {
 	if ref := checkRegistration(reg); ref != nil {
-		return ref, nil
+		return nil, ref, nil
 	}
 	name := reg.Labels[fleet.RegistrationTokenLabel]
 	if name == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	token := &fleet.ClusterRegistrationToken{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: reg.Namespace, Name: name}, token); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("reading ClusterRegistrationToken %s/%s: %w", reg.Namespace, name, err)
+			return nil, nil, fmt.Errorf("reading ClusterRegistrationToken %s/%s: %w", reg.Namespace, name, err)
 		}
 		token = nil
 	}
-	return checkToken(reg, name, token, now), nil
+	if ref := checkToken(reg, name, token, now); ref != nil {
+		return nil, ref, nil
+	}
+	return token, nil, nil
 }
 
-// ensureCluster finds the Cluster of the registration's clientID in its
-// workspace, or creates cluster-<hash>.
-func (r *Reconciler) ensureCluster(ctx context.Context, reg *fleet.ClusterRegistration, cfg *config.Config) (*fleet.Cluster, error) {
+// reserve records clusterName in the token's status.registeredClusters
+// when the token limits its clusters, before anything is made for it: the
+// place is taken even if the grant never finishes, so no crash lets more
+// clusters through than the limit. The patch carries the resourceVersion
+// read, so two grants through one token cannot both take the last place.
+func (r *Reconciler) reserve(ctx context.Context, token *fleet.ClusterRegistrationToken, clusterName string) error {
+	if token.Spec.MaxClusters == nil || slices.Contains(token.Status.RegisteredClusters, clusterName) {
+		return nil
+	}
+	base := token.DeepCopy()
+	token.Status.RegisteredClusters = append(token.Status.RegisteredClusters, clusterName)
+	slices.Sort(token.Status.RegisteredClusters)
+	patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+	if err := r.Client.Status().Patch(ctx, token, patch, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("recording Cluster %s in status.registeredClusters of ClusterRegistrationToken %s/%s: %w", clusterName, token.Namespace, token.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("counted a cluster against the token's limit", "token", token.Namespace+"/"+token.Name,
+		"cluster", clusterName, "registered", len(token.Status.RegisteredClusters), "maxClusters", *token.Spec.MaxClusters)
+	return nil
+}
+
+// findCluster finds the Cluster of the registration's clientID in its
+// workspace. It returns nil and the name cluster-<hash> to create when there
+// is none.
+func (r *Reconciler) findCluster(ctx context.Context, reg *fleet.ClusterRegistration) (*fleet.Cluster, string, error) {
 	list := &fleet.ClusterList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(reg.Namespace), client.MatchingFields{clusterClientIDIndex: reg.Spec.ClientID}); err != nil {
-		return nil, fmt.Errorf("listing Clusters with clientID %q in %s: %w", reg.Spec.ClientID, reg.Namespace, err)
+		return nil, "", fmt.Errorf("listing Clusters with clientID %q in %s: %w", reg.Spec.ClientID, reg.Namespace, err)
 	}
 	switch len(list.Items) {
 	case 0:
 	case 1:
-		return usableCluster(&list.Items[0])
+		c, err := usableCluster(&list.Items[0])
+		if err != nil {
+			return nil, "", err
+		}
+		return c, c.Name, nil
 	default:
 		found := make([]string, 0, len(list.Items))
 		for _, c := range list.Items {
 			found = append(found, c.Name)
 		}
 		slices.Sort(found)
-		return nil, &waitError{
+		return nil, "", &waitError{
 			reason: DuplicateClientIDReason,
 			message: fmt.Sprintf("Clusters %s in %s all have spec.clientID %q, so the registration cannot tell which cluster it is: give each Cluster its own clientID",
 				strings.Join(found, ", "), reg.Namespace, reg.Spec.ClientID),
@@ -212,22 +298,32 @@ func (r *Reconciler) ensureCluster(ctx context.Context, reg *fleet.ClusterRegist
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: reg.Namespace, Name: name}, cluster)
 	switch {
 	case err == nil && cluster.Spec.ClientID == reg.Spec.ClientID:
-		return usableCluster(cluster)
+		c, err := usableCluster(cluster)
+		if err != nil {
+			return nil, "", err
+		}
+		return c, name, nil
 	case err == nil:
-		return nil, &waitError{
+		return nil, "", &waitError{
 			reason: ClusterNameTakenReason,
 			message: fmt.Sprintf("Cluster %s/%s, the name made for clientID %q, exists with spec.clientID %q: set spec.clientID of the Cluster meant for this agent to %q, or rename or delete %s",
 				reg.Namespace, name, reg.Spec.ClientID, cluster.Spec.ClientID, reg.Spec.ClientID, name),
 			warn: true,
 		}
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("reading Cluster %s/%s: %w", reg.Namespace, name, err)
+		return nil, "", fmt.Errorf("reading Cluster %s/%s: %w", reg.Namespace, name, err)
 	}
-	cluster = &fleet.Cluster{
+	return nil, name, nil
+}
+
+// createCluster creates the Cluster cluster-<hash> for a new agent, with
+// the agent's labels that the configuration lets through.
+func (r *Reconciler) createCluster(ctx context.Context, reg *fleet.ClusterRegistration, name string, cfg *config.Config) (*fleet.Cluster, error) {
+	cluster := &fleet.Cluster{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: reg.Namespace,
 			Name:      name,
-			Labels:    clusterLabels(reg, name, cfg.IgnoreClusterRegistrationLabels),
+			Labels:    clusterLabels(reg, name, cfg),
 			// The Cluster reconciler's finalizer, set now: one write less.
 			Finalizers: []string{fleet.ClusterFinalizer},
 		},

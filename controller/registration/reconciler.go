@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/admission"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -67,6 +68,9 @@ const (
 	// CredentialRemovedEventReason: the credential Secret was removed after
 	// the pickup timeout.
 	CredentialRemovedEventReason = "CredentialRemoved"
+	// AgentLabelsRefusedEventReason (on a Cluster the grant made): some of
+	// the agent's labels were left out.
+	AgentLabelsRefusedEventReason = "AgentLabelsRefused"
 )
 
 // ServiceAccountUIDAnnotation on the credential Secret records which request
@@ -106,6 +110,9 @@ type Reconciler struct {
 	// CredentialPickupTimeout is how long a credential Secret is kept after
 	// the grant; zero means registration.CredentialPickupTimeout.
 	CredentialPickupTimeout time.Duration
+	// Admission says whether fleet's admission policies are installed as
+	// shipped; nothing is granted while they are not. Required.
+	Admission *admission.Checker
 
 	// justGranted holds the UIDs of registrations this process granted
 	// until the cache shows them granted, so a pass on a stale copy does
@@ -152,9 +159,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if reg.Status.Granted {
 		return r.reconcileGranted(ctx, reg, now)
 	}
+	if !r.Admission.Checked() {
+		// The controller just started: the admission policies are compared
+		// within moments (and the checker brings every registration back
+		// then). Changing nothing meanwhile spares the registrations a
+		// condition and an event for a state that was never observed.
+		log.V(1).Info("waiting for the first check of the admission policies")
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 
 	origStatus := reg.Status.DeepCopy()
 	out := r.grant(ctx, reg, r.Config.Get(), now)
+	r.recordCreatedCluster(reg, out)
 	// grant may have updated the registration's metadata (owner
 	// reference); diff the status against what was read.
 	base := reg.DeepCopy()
@@ -180,10 +196,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case out.err != nil:
 		return ctrl.Result{}, out.err
 	case out.refusal != nil:
-		log.Info("ClusterRegistration refused", "reason", out.refusal.reason, "message", out.refusal.message)
+		if base.Status.Granted != reg.Status.Granted || conditionChanged(base, reg) {
+			log.Info("ClusterRegistration refused", "reason", out.refusal.reason, "message", out.refusal.message)
+		}
 		return ctrl.Result{}, nil
 	case out.wait != nil:
-		log.Info("ClusterRegistration is waiting", "reason", out.wait.reason, "message", out.wait.message)
+		// Waits without a retry (approval, admission policies) come back on
+		// every change of their Cluster: log them once.
+		if out.wait.retry > 0 || conditionChanged(base, reg) {
+			log.Info("ClusterRegistration is waiting", "reason", out.wait.reason, "message", out.wait.message)
+		}
 		return ctrl.Result{RequeueAfter: out.wait.retry}, nil
 	}
 	log.Info("ClusterRegistration granted", "cluster", reg.Namespace+"/"+out.clusterName,
@@ -227,21 +249,17 @@ func pickupDeadline(reg *fleet.ClusterRegistration, timeout time.Duration) time.
 }
 
 // deleteCredential deletes the credential Secret and the Role and
-// RoleBinding that let the import identity read it. It reports whether the
-// Secret was there.
+// RoleBinding that let the import identity read it (found by their labels,
+// whatever they are named: earlier versions named them otherwise). It
+// reports whether the Secret was there.
 func (r *Reconciler) deleteCredential(ctx context.Context, reg *fleet.ClusterRegistration) (bool, error) {
 	removed, err := r.deleteCredentialSecret(ctx, reg)
 	if err != nil {
 		return false, err
 	}
-	name := credentialRoleName(reg)
-	for _, obj := range []client.Object{
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemRegistrationNS, Name: name}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemRegistrationNS, Name: name}},
-	} {
-		if err := r.deleteIfOurs(ctx, reg, obj); err != nil {
-			return false, err
-		}
+	if err := r.deleteLabelled(ctx, reg, []client.ObjectList{&rbacv1.RoleBindingList{}, &rbacv1.RoleList{}},
+		client.InNamespace(config.DefaultSystemRegistrationNS)); err != nil {
+		return false, err
 	}
 	return removed, nil
 }
@@ -287,13 +305,23 @@ func (r *Reconciler) finalize(ctx context.Context, reg *fleet.ClusterRegistratio
 // Secrets are not cached) and the ServiceAccounts, Roles and RoleBindings
 // labelled for it, wherever they live.
 func (r *Reconciler) cleanup(ctx context.Context, reg *fleet.ClusterRegistration) error {
-	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	if _, err := r.deleteCredentialSecret(ctx, reg); err != nil {
 		errs = append(errs, err)
 	}
-	for _, list := range []client.ObjectList{&rbacv1.RoleBindingList{}, &rbacv1.RoleList{}, &corev1.ServiceAccountList{}} {
-		if err := r.Client.List(ctx, list, client.MatchingFields{generatedIndex: indexKey(reg.Namespace, reg.Name)}); err != nil {
+	if err := r.deleteLabelled(ctx, reg, []client.ObjectList{&rbacv1.RoleBindingList{}, &rbacv1.RoleList{}, &corev1.ServiceAccountList{}}); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteLabelled deletes the objects of the kinds of lists labelled for reg
+// (found through the cache's index), limited by opts.
+func (r *Reconciler) deleteLabelled(ctx context.Context, reg *fleet.ClusterRegistration, lists []client.ObjectList, opts ...client.ListOption) error {
+	log := ctrl.LoggerFrom(ctx)
+	var errs []error
+	for _, list := range lists {
+		if err := r.Client.List(ctx, list, append(opts, client.MatchingFields{generatedIndex: indexKey(reg.Namespace, reg.Name)})...); err != nil {
 			errs = append(errs, fmt.Errorf("listing objects of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err))
 			continue
 		}
@@ -312,25 +340,6 @@ func (r *Reconciler) cleanup(ctx context.Context, reg *fleet.ClusterRegistration
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// deleteIfOurs deletes obj (named by its key, read from the cache) when it
-// is labelled for reg.
-func (r *Reconciler) deleteIfOurs(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object) error {
-	key := client.ObjectKeyFromObject(obj)
-	if err := r.Client.Get(ctx, key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("reading %s %s: %w", kindOf(obj), key, err)
-	}
-	if !ownedBy(obj, reg) {
-		return nil
-	}
-	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-		return fmt.Errorf("deleting %s %s: %w", kindOf(obj), key, err)
-	}
-	return nil
 }
 
 // patchStatus writes the status when it changed.
@@ -352,15 +361,37 @@ func (r *Reconciler) patchStatus(ctx context.Context, base, reg *fleet.ClusterRe
 func (r *Reconciler) recordOutcome(reg *fleet.ClusterRegistration, out outcome) {
 	switch {
 	case out.granted:
+		note := ""
+		if out.labelsNote != "" {
+			note = "; " + out.labelsNote
+		}
 		r.event(reg, corev1.EventTypeNormal, GrantedEventReason, "Grant",
-			"granted as Cluster %s/%s: request ServiceAccount %s/%s, credential Secret %s/%s",
+			"granted as Cluster %s/%s: request ServiceAccount %s/%s, credential Secret %s/%s%s",
 			reg.Namespace, out.clusterName, out.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
-			config.DefaultSystemRegistrationNS, out.secretName)
+			config.DefaultSystemRegistrationNS, out.secretName, note)
 	case out.refusal != nil:
 		r.event(reg, corev1.EventTypeWarning, out.refusal.reason, "Refuse", "%s", out.refusal.message)
+		if out.takenCluster != nil && r.Recorder != nil {
+			// Whoever looks after the Cluster learns that someone tried.
+			r.Recorder.Eventf(out.takenCluster, reg, corev1.EventTypeWarning, out.refusal.reason, "Refuse",
+				"ClusterRegistration %s/%s (token %s) tried to register this cluster's clientID while its agent is online and was refused: %s",
+				reg.Namespace, reg.Name, reg.Labels[fleet.RegistrationTokenLabel], out.refusal.message)
+		}
 	case out.wait != nil && out.wait.warn:
 		r.event(reg, corev1.EventTypeWarning, out.wait.reason, "Grant", "%s", out.wait.message)
+	case out.wait != nil && out.wait.notify:
+		r.event(reg, corev1.EventTypeNormal, out.wait.reason, "Grant", "%s", out.wait.message)
 	}
+}
+
+// recordCreatedCluster reports on a Cluster the grant made which of the
+// agent's labels it left out, once, when it made it.
+func (r *Reconciler) recordCreatedCluster(reg *fleet.ClusterRegistration, out outcome) {
+	if out.createdCluster == nil || len(out.refusedLabels) == 0 || r.Recorder == nil {
+		return
+	}
+	r.Recorder.Eventf(out.createdCluster, reg, corev1.EventTypeWarning, AgentLabelsRefusedEventReason, "Create",
+		"made for ClusterRegistration %s without some of the agent's labels: %s", reg.Name, registration.DescribeRefusedLabels(out.refusedLabels))
 }
 
 func conditionChanged(a, b *fleet.ClusterRegistration) bool {

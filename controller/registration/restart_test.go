@@ -27,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/admission"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/token"
@@ -103,7 +104,17 @@ func startGrantController(t *testing.T, killAt string) *grantController {
 		cancel()
 		t.Fatal(err)
 	}
+	checker, err := admission.New(mgr.GetCache(), admission.Options{})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := mgr.Add(checker); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	r := &ctrlreg.Reconciler{
+		Admission:               checker,
 		Client:                  mgr.GetClient(),
 		Config:                  configstore.New(config.DefaultSystemNamespace, config.ConfigMapName, controllerConfig()),
 		Clientset:               env.Upstream.Clientset,

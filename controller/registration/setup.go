@@ -2,6 +2,7 @@ package registration
 
 import (
 	"context"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/names"
@@ -39,6 +41,9 @@ func indexKey(namespace, name string) string { return namespace + "/" + name }
 // SetupWithManager registers the field indexes, the controller and its
 // watches. Call it before the manager starts.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Admission == nil {
+		return errors.New("the ClusterRegistration reconciler needs an admission policy checker: it grants nothing without one")
+	}
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &fleet.Cluster{}, clusterClientIDIndex, func(o client.Object) []string {
 		if id := o.(*fleet.Cluster).Spec.ClientID; id != "" {
@@ -86,6 +91,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named(ControllerName).
 		For(&fleet.ClusterRegistration{}).
 		Watches(&fleet.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.registrationsForCluster)).
+		// A token's approval mode or limit changed.
+		Watches(&fleet.ClusterRegistrationToken{}, handler.EnqueueRequestsFromMapFunc(r.registrationsForToken)).
+		// The admission policies came back (or went).
+		WatchesRawSource(source.Channel(r.Admission.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.pendingRegistrations))).
 		Watches(&corev1.ServiceAccount{}, byLabels, generated).
 		Watches(&rbacv1.Role{}, byLabels, generated).
 		Watches(&rbacv1.RoleBinding{}, byLabels, generated).
@@ -101,6 +110,33 @@ func registrationOf(o client.Object) (types.NamespacedName, bool) {
 		return types.NamespacedName{}, false
 	}
 	return types.NamespacedName{Namespace: ns, Name: name}, true
+}
+
+// registrationsForToken maps a token to the registrations made with it that
+// are not granted yet.
+func (r *Reconciler) registrationsForToken(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.pending(ctx, client.InNamespace(o.GetNamespace()), client.MatchingLabels{fleet.RegistrationTokenLabel: o.GetName()})
+}
+
+// pendingRegistrations maps a change of the admission policies to every
+// registration not granted yet.
+func (r *Reconciler) pendingRegistrations(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.pending(ctx)
+}
+
+func (r *Reconciler) pending(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	list := &fleet.ClusterRegistrationList{}
+	if err := r.Client.List(ctx, list, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing ClusterRegistrations not granted yet")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, reg := range list.Items {
+		if !reg.Status.Granted {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: reg.Namespace, Name: reg.Name}})
+		}
+	}
+	return reqs
 }
 
 // registrationsForCluster maps a Cluster to the registrations waiting on

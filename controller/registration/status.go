@@ -2,6 +2,8 @@ package registration
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,34 +82,97 @@ func tokenExpires(token *fleet.ClusterRegistrationToken) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// clusterLabels are the labels of a Cluster made for a registration: the
-// agent's labels without reserved ones (fleet.cattle.io/ and
-// management.cattle.io/, except created-by-agent-pod) and without invalid
-// ones, unless the controller ignores agent labels; plus the cluster label.
-func clusterLabels(reg *fleet.ClusterRegistration, cluster string, ignore bool) map[string]string {
-	labels := map[string]string{}
-	if !ignore {
-		for k, v := range reg.Spec.ClusterLabels {
-			if reservedLabel(k) || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
-				continue
-			}
-			labels[k] = v
-		}
+// checkTakeover refuses a registration through a token that is not bound
+// to a clientID when the Cluster it would get is live: its agent checked in
+// within the offline window (offlineAfterMissedHeartbeats x
+// agentCheckinInterval, as the Cluster reconciler counts it). A token
+// bound to the clientID (every import-token-<cluster> is; checkToken
+// refused any other clientID) may re-register the cluster at any time.
+func checkTakeover(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken, cluster *fleet.Cluster, offlineAfter time.Duration, now time.Time) *refusal {
+	if cluster == nil || token.Spec.ClientID != "" {
+		return nil
 	}
+	last := cluster.Status.Agent.LastSeen
+	if last.IsZero() || now.Sub(last.Time) > offlineAfter {
+		return nil
+	}
+	return &refusal{
+		reason: fleet.ClusterAlreadyRegisteredReason,
+		message: fmt.Sprintf("Cluster %s/%s (clientID %q) is registered and its agent checked in %s ago; ClusterRegistrationToken %s/%s is not bound to that clientID, so it may not take the cluster over. "+
+			"To re-register this cluster, use a token with spec.clientID %q (as the import-token-<cluster> of a manager-initiated cluster is), "+
+			"or let the agent register again once the Cluster is offline (no check-in for %s), or delete the Cluster first",
+			cluster.Namespace, cluster.Name, reg.Spec.ClientID, now.Sub(last.Time).Round(time.Second), token.Namespace, token.Name,
+			reg.Spec.ClientID, offlineAfter),
+	}
+}
+
+// checkLimit refuses a registration that would register one cluster more
+// than the token's spec.maxClusters.
+func checkLimit(token *fleet.ClusterRegistrationToken, clusterName string) *refusal {
+	if token.Spec.MaxClusters == nil || slices.Contains(token.Status.RegisteredClusters, clusterName) {
+		return nil
+	}
+	limit := int(*token.Spec.MaxClusters)
+	if len(token.Status.RegisteredClusters) < limit {
+		return nil
+	}
+	return &refusal{
+		reason: fleet.TokenLimitReachedReason,
+		message: fmt.Sprintf("ClusterRegistrationToken %s/%s may register %d clusters and has registered %d (status.registeredClusters), so it may not register Cluster %s: raise spec.maxClusters of the token, or register this cluster with another token",
+			token.Namespace, token.Name, limit, len(token.Status.RegisteredClusters), clusterName),
+	}
+}
+
+// pendingApproval is the wait of a registration through a token with
+// spec.approval Manual that nobody approved yet. Approving it (an update)
+// brings it back; nothing else needs to.
+func pendingApproval(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken) *waitError {
+	labels := "none"
+	if len(reg.Spec.ClusterLabels) > 0 {
+		keys := slices.Sorted(maps.Keys(reg.Spec.ClusterLabels))
+		if len(keys) > 10 {
+			keys = append(keys[:10], fmt.Sprintf("and %d more", len(keys)-10))
+		}
+		labels = strings.Join(keys, ", ")
+	}
+	return &waitError{
+		reason: fleet.PendingApprovalReason,
+		message: fmt.Sprintf("ClusterRegistrationToken %s/%s asks for approval (spec.approval: Manual): check that clientID %q and the agent's labels (%s) are the cluster you expect, then approve with "+
+			"kubectl -n %s annotate clusterregistrations.fleet.cattle.io %s %s=true (needs the approve verb on clusterregistrations, see ClusterRole fleet-registration-approver). "+
+			"An agent waiting longer than its registration timeout asks again with a new registration: approve the newest one of its clientID",
+			token.Namespace, token.Name, reg.Spec.ClientID, labels, reg.Namespace, reg.Name, fleet.ApprovedAnnotation),
+		notify: true,
+	}
+}
+
+// clusterLabels are the labels of a Cluster made for a registration: the
+// agent's labels the configuration lets through (registration.ClusterLabels:
+// never reserved or invalid ones, only keys of agentLabelKeys when set, none
+// with ignoreClusterRegistrationLabels), plus the cluster label.
+func clusterLabels(reg *fleet.ClusterRegistration, cluster string, cfg *config.Config) map[string]string {
+	labels, _ := registration.ClusterLabels(reg.Spec.ClusterLabels, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
 	labels[fleet.ClusterLabel] = cluster
 	return labels
 }
 
-func reservedLabel(key string) bool {
-	if key == fleet.CreatedByAgentPodLabel {
-		return false
+// labelsNote says which of the agent's labels the registration's Cluster
+// did not get: those refused when it was made for this registration (made
+// after the registration, under the name made for the clientID), or all of
+// them when the Cluster existed before (labels of an existing Cluster are
+// never changed). Recomputed on every pass, so it survives a restart.
+func labelsNote(reg *fleet.ClusterRegistration, cluster *fleet.Cluster, cfg *config.Config) string {
+	if len(reg.Spec.ClusterLabels) == 0 {
+		return ""
 	}
-	for _, p := range fleet.ReservedLabelPrefixes {
-		if strings.HasPrefix(key, p) {
-			return true
-		}
+	madeForIt := cluster.Name == names.AutoClusterName(reg.Spec.ClientID) && !cluster.CreationTimestamp.Before(&reg.CreationTimestamp)
+	if !madeForIt {
+		return fmt.Sprintf("the agent's %d labels were not applied: Cluster %s existed already, and the labels of an existing Cluster are never changed by registration", len(reg.Spec.ClusterLabels), cluster.Name)
 	}
-	return false
+	_, refused := registration.ClusterLabels(reg.Spec.ClusterLabels, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
+	if len(refused) == 0 {
+		return ""
+	}
+	return "agent labels left out of the Cluster: " + registration.DescribeRefusedLabels(refused)
 }
 
 // olderThan orders registrations of one clientID: by creation time, and,
@@ -160,6 +225,9 @@ func setStatus(reg *fleet.ClusterRegistration, out outcome, now time.Time) {
 		cond.Message = fmt.Sprintf("granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential waits in Secret %s/%s until the agent picks it up",
 			reg.Namespace, out.clusterName, out.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
 			config.DefaultSystemRegistrationNS, out.secretName)
+		if out.labelsNote != "" {
+			cond.Message += "; " + out.labelsNote
+		}
 	default:
 		return
 	}
@@ -190,8 +258,8 @@ func credentialSecretName(reg *fleet.ClusterRegistration) string {
 
 // credentialRoleName names the Role and RoleBinding in the system
 // registration namespace that give the import identity its credential
-// Secret. The namespace is shared by all workspaces, so the name carries
-// the workspace too.
+// Secret. The namespace is shared by all workspaces, so the name carries a
+// hash of the workspace and the registration's name.
 func credentialRoleName(reg *fleet.ClusterRegistration) string {
-	return names.SafeConcatName(reg.Namespace, reg.Name, "creds")
+	return names.CredentialAccess(reg.Namespace, reg.Name)
 }

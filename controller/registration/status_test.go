@@ -2,6 +2,7 @@ package registration
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
@@ -108,29 +111,46 @@ func TestClusterLabels(t *testing.T) {
 		fleet.ClusterLabel:                 "cluster-x",
 		"fleet.cattle.io.example.com/fine": "yes",
 	}
-	if got := clusterLabels(r, "cluster-x", false); !maps.Equal(got, want) {
+	if got := clusterLabels(r, "cluster-x", &config.Config{}); !maps.Equal(got, want) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
-	if got := clusterLabels(r, "cluster-x", true); !maps.Equal(got, map[string]string{fleet.ClusterLabel: "cluster-x"}) {
+	if got := clusterLabels(r, "cluster-x", &config.Config{IgnoreClusterRegistrationLabels: true}); !maps.Equal(got, map[string]string{fleet.ClusterLabel: "cluster-x"}) {
 		t.Errorf("ignoring agent labels: got %v", got)
+	}
+	restricted := &config.Config{AgentLabelKeys: []string{"env", "fleet.cattle.io/*"}}
+	want = map[string]string{"env": "prod", fleet.CreatedByAgentPodLabel: "fleet-agent-0", fleet.ClusterLabel: "cluster-x"}
+	if got := clusterLabels(r, "cluster-x", restricted); !maps.Equal(got, want) {
+		t.Errorf("agentLabelKeys %v: got %v\nwant %v (reserved keys stay out even when listed)", restricted.AgentLabelKeys, got, want)
 	}
 }
 
+// FuzzClusterLabels: whatever an agent asks for and whatever agentLabelKeys
+// says, the Cluster's own label is never overridden and no other reserved
+// or not allowed key gets through. (internal/registration fuzzes the filter
+// itself; this binary skips its control plane when fuzzing.)
 func FuzzClusterLabels(f *testing.F) {
-	f.Add("env", "prod")
-	f.Add("fleet.cattle.io/cluster", "x")
-	f.Add("management.cattle.io/a", "b")
-	f.Add("a/b/c", "")
-	f.Fuzz(func(t *testing.T, k, v string) {
+	f.Add("env", "prod", "")
+	f.Add("fleet.cattle.io/cluster", "x", "fleet.cattle.io/*")
+	f.Add("management.cattle.io/a", "b", "management.cattle.io/a")
+	f.Add("a/b/c", "", "a*")
+	f.Add("example.com/team", "a", "example.com/*")
+	f.Fuzz(func(t *testing.T, k, v, pattern string) {
 		r := reg("request-abc", "cid")
 		r.Spec.ClusterLabels = map[string]string{k: v}
-		got := clusterLabels(r, "cluster-x", false)
+		cfg := &config.Config{AgentLabelKeys: []string{pattern}}
+		if pattern == "" || cfg.Validate() != nil {
+			cfg.AgentLabelKeys = nil
+		}
+		got := clusterLabels(r, "cluster-x", cfg)
 		if got[fleet.ClusterLabel] != "cluster-x" {
 			t.Fatalf("cluster label overridden: %v", got)
 		}
 		for key := range got {
-			if key != fleet.CreatedByAgentPodLabel && key != fleet.ClusterLabel && reservedLabel(key) {
-				t.Fatalf("reserved label kept: %v", got)
+			if key == fleet.ClusterLabel || key == fleet.CreatedByAgentPodLabel {
+				continue
+			}
+			if registration.ReservedLabel(key) || !cfg.AgentLabelKeyAllowed(key) {
+				t.Fatalf("label %q kept with agentLabelKeys %v: %v", key, cfg.AgentLabelKeys, got)
 			}
 		}
 	})
@@ -253,5 +273,107 @@ func TestReusableToken(t *testing.T) {
 				t.Fatalf("reused %q, want reuse %v", tok, tt.reuse)
 			}
 		})
+	}
+}
+
+func TestCheckTakeover(t *testing.T) {
+	r := reg("request-abc", "cid")
+	unbound := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "open"}}
+	bound := unbound.DeepCopy()
+	bound.Spec.ClientID = "cid"
+	cluster := func(lastSeen time.Time) *fleet.Cluster {
+		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "edge-1"}, Spec: fleet.ClusterSpec{ClientID: "cid"}}
+		if !lastSeen.IsZero() {
+			c.Status.Agent.LastSeen = metav1.NewTime(lastSeen)
+		}
+		return c
+	}
+	window := 3 * time.Minute
+	for name, tc := range map[string]struct {
+		token   *fleet.ClusterRegistrationToken
+		cluster *fleet.Cluster
+		refused bool
+	}{
+		"new cluster":                         {token: unbound, cluster: nil},
+		"cluster never checked in":            {token: unbound, cluster: cluster(time.Time{})},
+		"live cluster, unbound token":         {token: unbound, cluster: cluster(now.Add(-time.Minute)), refused: true},
+		"at the edge of the window":           {token: unbound, cluster: cluster(now.Add(-window)), refused: true},
+		"offline cluster, unbound token":      {token: unbound, cluster: cluster(now.Add(-window - time.Second))},
+		"live cluster, token bound to it":     {token: bound, cluster: cluster(now.Add(-time.Minute))},
+		"clock ahead: check-in in the future": {token: unbound, cluster: cluster(now.Add(time.Minute)), refused: true},
+	} {
+		ref := checkTakeover(r, tc.token, tc.cluster, window, now)
+		if (ref != nil) != tc.refused {
+			t.Errorf("%s: refusal %+v, want refused=%v", name, ref, tc.refused)
+			continue
+		}
+		if ref != nil && (ref.reason != fleet.ClusterAlreadyRegisteredReason || !strings.Contains(ref.message, `spec.clientID "cid"`) || !strings.Contains(ref.message, "edge-1")) {
+			t.Errorf("%s: %+v", name, ref)
+		}
+	}
+}
+
+func TestCheckLimit(t *testing.T) {
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "t"}}
+	if checkLimit(tok, "c") != nil {
+		t.Error("a token without maxClusters refused")
+	}
+	two := int32(2)
+	tok.Spec.MaxClusters = &two
+	tok.Status.RegisteredClusters = []string{"a"}
+	if checkLimit(tok, "b") != nil {
+		t.Error("refused below the limit")
+	}
+	tok.Status.RegisteredClusters = []string{"a", "b"}
+	if checkLimit(tok, "a") != nil {
+		t.Error("a counted cluster refused")
+	}
+	if ref := checkLimit(tok, "c"); ref == nil || ref.reason != fleet.TokenLimitReachedReason || !strings.Contains(ref.message, "may register 2 clusters and has registered 2") {
+		t.Errorf("over the limit: %+v", ref)
+	}
+}
+
+func TestLabelsNote(t *testing.T) {
+	r := reg("request-abc", "cid")
+	r.CreationTimestamp = metav1.NewTime(now)
+	r.Spec.ClusterLabels = map[string]string{"env": "prod", "region": "eu"}
+	cfg := &config.Config{AgentLabelKeys: []string{"env"}}
+	made := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Name: names.AutoClusterName("cid"), CreationTimestamp: metav1.NewTime(now.Add(time.Second))}}
+	if got := labelsNote(r, made, cfg); !strings.Contains(got, `"region" (key not in agentLabelKeys)`) || strings.Contains(got, `"env"`) {
+		t.Errorf("Cluster made for the registration: %q", got)
+	}
+	if got := labelsNote(r, made, &config.Config{}); got != "" {
+		t.Errorf("every label applied, yet: %q", got)
+	}
+	older := made.DeepCopy()
+	older.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	if got := labelsNote(r, older, cfg); !strings.Contains(got, "existed already") {
+		t.Errorf("existing Cluster: %q", got)
+	}
+	predefined := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", CreationTimestamp: metav1.NewTime(now.Add(time.Second))}}
+	if got := labelsNote(r, predefined, cfg); !strings.Contains(got, "existed already") {
+		t.Errorf("predefined Cluster: %q", got)
+	}
+	r.Spec.ClusterLabels = nil
+	if got := labelsNote(r, older, cfg); got != "" {
+		t.Errorf("no labels asked for, yet: %q", got)
+	}
+}
+
+func TestPendingApproval_SaysHowToApprove(t *testing.T) {
+	r := reg("request-abc", "cid")
+	r.Spec.ClusterLabels = map[string]string{}
+	for i := range 12 {
+		r.Spec.ClusterLabels[fmt.Sprintf("k%02d", i)] = "v"
+	}
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "manual"}}
+	w := pendingApproval(r, tok)
+	if w.reason != fleet.PendingApprovalReason || w.warn || !w.notify || w.retry != 0 {
+		t.Errorf("wait %+v", w)
+	}
+	for _, want := range []string{`clientID "cid"`, "k00, k01", "and 2 more", "kubectl -n fleet-default annotate clusterregistrations.fleet.cattle.io request-abc fleet.cattle.io/approved=true"} {
+		if !strings.Contains(w.message, want) {
+			t.Errorf("message %q lacks %q", w.message, want)
+		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -53,6 +55,10 @@ func controllerConfig() *config.Config {
 var (
 	env *controlplane.Env
 	up  client.Client
+	// shared is the controller of the tests (nil in an isolated run);
+	// probeAddress serves its /healthz and /readyz.
+	shared       *controller.Controller
+	probeAddress string
 	// logs holds everything the controller logged, so tests can prove no
 	// bearer token reaches a log.
 	logs syncBuffer
@@ -64,6 +70,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if controlplane.Fuzzing() {
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m))
 }
 
@@ -104,18 +114,23 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		c, err := controller.New(ctx, controller.Options{
+		if probeAddress, err = freeAddress(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		shared, err = controller.New(ctx, controller.Options{
 			RestConfig:              identity,
 			InitialConfig:           controllerConfig(),
 			MetricsAddress:          "0",
-			ProbeAddress:            "0",
+			ProbeAddress:            probeAddress,
 			CredentialPickupTimeout: pickupTimeout,
+			AdmissionPolicyResync:   5 * time.Second,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		start = c.Start
+		start = shared.Start
 	}
 	mgrCtx, mgrCancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -131,6 +146,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "controller did not stop within 30s")
 	}
 	return code
+}
+
+// freeAddress returns a loopback address with a port nobody listens on.
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 type syncBuffer struct {
@@ -180,8 +205,14 @@ func newWorkspace(t *testing.T) string {
 // installing the agent would.
 func importToken(t *testing.T, ws, name, clientID string) string {
 	t.Helper()
-	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}}
-	tok.Spec.ClientID = clientID
+	return tokenWith(t, ws, name, fleet.ClusterRegistrationTokenSpec{ClientID: clientID})
+}
+
+// tokenWith makes a ClusterRegistrationToken with spec and returns the
+// import bearer token from its values Secret.
+func tokenWith(t *testing.T, ws, name string, spec fleet.ClusterRegistrationTokenSpec) string {
+	t.Helper()
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}, Spec: spec}
 	if err := up.Create(t.Context(), tok); err != nil {
 		t.Fatal(err)
 	}

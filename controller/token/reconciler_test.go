@@ -1,6 +1,7 @@
 package token
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/google/go-cmp/cmp"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -573,5 +575,55 @@ func TestToken_NeverLogsBearerToken(t *testing.T) {
 		if b != "" && strings.Contains(out, b) {
 			t.Fatal("a bearer token appears in the controller's logs")
 		}
+	}
+}
+
+func TestToken_ApprovalAndLimitFieldsValidatedAndLimitStatusKept(t *testing.T) {
+	c := env.Upstream.Client
+	ns := newNamespace(t, "token-policy-")
+	for spec, want := range map[string]string{
+		`{"approval": "Sometimes"}`: `supported values: "Automatic", "Manual"`,
+		`{"maxClusters": 0}`:        "should be greater than or equal to 1",
+		`{"maxClusters": 1001}`:     "should be less than or equal to 1000",
+	} {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(spec), &m); err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "fleet.cattle.io/v1alpha1",
+			"kind":       "ClusterRegistrationToken",
+			"metadata":   map[string]any{"namespace": ns, "generateName": "bad-"},
+			"spec":       m,
+		}}
+		if err := c.Create(t.Context(), u); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("spec %s: want Invalid with %q, got %v", spec, want, err)
+		}
+	}
+
+	createToken(t, ns, "limited", "", "")
+	tok, _, _ := waitReady(t, ns, "limited")
+	if tok.Spec.Approval != fleet.ApprovalAutomatic || tok.Spec.GetApproval() != fleet.ApprovalAutomatic {
+		t.Errorf("approval defaults to %q", tok.Spec.Approval)
+	}
+	// The grant records registered clusters in the status; the token
+	// controller's own status writes keep them.
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"status":{"registeredClusters":["cluster-a","cluster-b"]}}`))
+	if err := c.Status().Patch(t.Context(), tok, patch); err != nil {
+		t.Fatal(err)
+	}
+	cfg := initialConfig()
+	cfg.APIServerURL = ""
+	store.Set(cfg)
+	t.Cleanup(func() { store.Set(initialConfig()) })
+	eventually(t, 10*time.Second, "the token controller to write its status", func() (bool, error) {
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(tok.Status.Conditions, fleet.ReadyCondition)
+		return cond != nil && cond.Reason == fleet.MissingAPIServerURLReason, fmt.Errorf("status %+v", tok.Status)
+	})
+	if !slices.Equal(tok.Status.RegisteredClusters, []string{"cluster-a", "cluster-b"}) {
+		t.Errorf("status.registeredClusters %v after the token controller wrote the status", tok.Status.RegisteredClusters)
 	}
 }

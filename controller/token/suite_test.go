@@ -2,6 +2,7 @@ package token
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -38,6 +39,10 @@ func initialConfig() *config.Config {
 }
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if controlplane.Fuzzing() {
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m))
 }
 

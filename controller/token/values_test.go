@@ -227,3 +227,41 @@ func TestValues_CarryTheConfiguredAgentImageAndTLSMode(t *testing.T) {
 	}
 	t.Fatal("no agent Deployment rendered")
 }
+
+// FuzzParseValues feeds arbitrary bytes to the values file parser (the
+// controller reads its own values Secret back with it, and tests read what
+// a person installing the agent gets): it never panics, and what it
+// accepts writes back to a file that parses to the same values.
+func FuzzParseValues(f *testing.F) {
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "edge"}, Spec: fleet.ClusterRegistrationTokenSpec{ClientID: "edge-1"}}
+	seed, err := NewValues(&config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")}, tok, "bearer").Marshal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte(""))
+	f.Add([]byte("token: [1, 2]\n"))
+	f.Add([]byte("image: {repository: r, tag: 1}\nunknown: x\n"))
+	f.Add([]byte("apiServerURL: &a x\ntoken: *a\n"))
+	f.Add([]byte("{\"token\": \"\\u00ff\", \"image\": null}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := ParseValues(data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "parsing agent values") {
+				t.Fatalf("error %q does not say what failed", err)
+			}
+			return
+		}
+		out, err := v.Marshal()
+		if err != nil {
+			t.Fatalf("parsed values do not marshal: %v", err)
+		}
+		again, err := ParseValues(out)
+		if err != nil {
+			t.Fatalf("written values do not parse: %v\n%s", err, out)
+		}
+		if diff := cmp.Diff(v, again); diff != "" {
+			t.Fatalf("values changed on the way through a file (-parsed +again):\n%s", diff)
+		}
+	})
+}

@@ -114,6 +114,15 @@ type Config struct {
 	// label selector such as "fleet=enabled"). With CAPINamespaces set too,
 	// a CAPI cluster must match both.
 	CAPIClusterSelector string `json:"capiClusterSelector,omitempty"`
+
+	// Registration policy.
+
+	// AgentLabelKeys restricts the labels agents may give the Clusters
+	// registration creates to these keys: an entry is a label key ("env",
+	// "example.com/region") or a prefix ending in "*" ("example.com/*",
+	// "team-*"). Empty: any key. Keys under fleet.cattle.io/ and
+	// management.cattle.io/ are dropped in any case.
+	AgentLabelKeys []string `json:"agentLabelKeys,omitempty"`
 }
 
 // InsecureKubeconfig switches on kubeconfig features that let whoever
@@ -245,7 +254,62 @@ func (c *Config) Validate() error {
 	if _, err := labels.Parse(c.CAPIClusterSelector); err != nil {
 		errs = append(errs, fmt.Errorf("capiClusterSelector %q is not a label selector such as \"fleet=enabled\": %w", c.CAPIClusterSelector, err))
 	}
+	for _, k := range c.AgentLabelKeys {
+		if err := validateLabelKeyPattern(k); err != nil {
+			errs = append(errs, fmt.Errorf("agentLabelKeys: %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// validateLabelKeyPattern accepts a label key, or a prefix of one followed
+// by "*".
+func validateLabelKeyPattern(p string) error {
+	prefix, wildcard := strings.CutSuffix(p, "*")
+	if !wildcard {
+		if msgs := validation.IsQualifiedName(p); len(msgs) > 0 {
+			return fmt.Errorf("%q is not a label key (%s); use a key such as env or example.com/region, or a prefix ending in * such as example.com/*", p, strings.Join(msgs, "; "))
+		}
+		return nil
+	}
+	if prefix == "" {
+		return fmt.Errorf("%q would allow every key: leave agentLabelKeys empty for that", p)
+	}
+	if strings.Contains(prefix, "*") {
+		return fmt.Errorf("%q: only a trailing * is supported", p)
+	}
+	// Completed with one character, the prefix must be a key: catches
+	// "example..com/*" or "a/b/*" while allowing "example.com/*" and "team-*".
+	if msgs := validation.IsQualifiedName(prefix + "x"); len(msgs) > 0 {
+		return fmt.Errorf("%q: no label key starts with %q (%s)", p, prefix, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// AgentLabelKeyAllowed reports whether agentLabelKeys lets agents set the
+// label key (reserved prefixes are the caller's concern). An empty list
+// allows every key.
+func (c *Config) AgentLabelKeyAllowed(key string) bool {
+	if len(c.AgentLabelKeys) == 0 {
+		return true
+	}
+	for _, p := range c.AgentLabelKeys {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(key, prefix) {
+				return true
+			}
+		} else if key == p {
+			return true
+		}
+	}
+	return false
+}
+
+// OfflineAfter is how long a Cluster's agent may miss heartbeats before the
+// Cluster counts as offline: offlineAfterMissedHeartbeats times
+// agentCheckinInterval.
+func (c *Config) OfflineAfter() time.Duration {
+	return time.Duration(c.GetOfflineAfterMissedHeartbeats()) * c.GetAgentCheckinInterval()
 }
 
 // GetAgentTLSMode returns the TLS mode, default system-store.

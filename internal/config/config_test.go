@@ -130,3 +130,46 @@ func TestValidate_HTTPAPIServerURLNeedsTheOptIn(t *testing.T) {
 		t.Error("an invalid namespace in kubeConfigSecretNamespaces was accepted")
 	}
 }
+
+func TestAgentLabelKeys(t *testing.T) {
+	cfg, err := Parse([]byte(`{"agentLabelKeys": ["env", "example.com/*", "team-*"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{
+		"env": true, "example.com/region": true, "example.com/": true, "team-a": true,
+		"envx": false, "region": false, "sub.example.com/region": false, "example.org/region": false, "team": false,
+	} {
+		if got := cfg.AgentLabelKeyAllowed(key); got != want {
+			t.Errorf("AgentLabelKeyAllowed(%q) = %v, want %v", key, got, want)
+		}
+	}
+	if !(&Config{}).AgentLabelKeyAllowed("anything") {
+		t.Error("an empty agentLabelKeys must allow every key")
+	}
+	for in, want := range map[string]string{
+		`{"agentLabelKeys": ["*"]}`:           "would allow every key",
+		`{"agentLabelKeys": ["ex*ample/*"]}`:  "only a trailing *",
+		`{"agentLabelKeys": ["a/b/*"]}`:       `no label key starts with "a/b/"`,
+		`{"agentLabelKeys": ["Bad Key"]}`:     `"Bad Key" is not a label key`,
+		`{"agentLabelKeys": ["-team*"]}`:      `no label key starts with "-team"`,
+		`{"agentLabelKeys": "env"}`:           "agentLabelKeys",
+		`{"agentLabelKeys": ["ok", "x/y/z"]}`: `"x/y/z" is not a label key`,
+	} {
+		_, err := Parse([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestOfflineAfter(t *testing.T) {
+	if got := (&Config{}).OfflineAfter(); got != 3*time.Minute {
+		t.Errorf("default OfflineAfter %s, want 3m", got)
+	}
+	cfg := &Config{OfflineAfterMissedHeartbeats: 2}
+	cfg.AgentCheckinInterval.Duration = 10 * time.Second
+	if got := cfg.OfflineAfter(); got != 20*time.Second {
+		t.Errorf("OfflineAfter %s, want 20s", got)
+	}
+}

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"flag"
 	"testing"
 	"time"
 )
@@ -19,4 +20,13 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+}
+
+// Fuzzing reports whether the test binary runs a fuzz target (go test
+// -fuzz): fuzz targets test pure functions, so a TestMain that starts control
+// planes skips them, in the coordinator and in every fuzz worker. Call it in
+// TestMain after flag.Parse.
+func Fuzzing() bool {
+	f := flag.Lookup("test.fuzz")
+	return f != nil && f.Value.String() != ""
 }

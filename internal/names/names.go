@@ -68,3 +68,12 @@ func ImportToken(cluster string) string {
 func AgentBundle(cluster string) string {
 	return SafeConcatName("fleet-agent", cluster)
 }
+
+// CredentialAccess names the Role and RoleBinding in the shared system
+// registration namespace that let a ClusterRegistration's import identity
+// read its credential Secret. The hash of namespace + "::" + name comes
+// first, so ("a-b", "c") and ("a", "b-c") never share a name, even when a
+// long name is cut.
+func CredentialAccess(namespace, name string) string {
+	return SafeConcatName("creds", KeyHash(namespace+"::"+name), namespace, name)
+}

@@ -71,3 +71,27 @@ func TestNamespaceIsFor_OnlyTheClusterItWasMadeFor(t *testing.T) {
 		t.Error("a namespace without annotations (made by someone else) is taken for the Cluster's")
 	}
 }
+
+func TestCredentialAccess_DistinctAcrossWorkspaceSplits(t *testing.T) {
+	long := strings.Repeat("w", 63)
+	pairs := [][2][2]string{
+		{{"a-b", "c"}, {"a", "b-c"}},
+		{{"fleet-default", "request-x"}, {"fleet", "default-request-x"}},
+		{{long, "request-abcde"}, {long, "request-abcdf"}},
+		{{long[:50] + "-x", "request-abcde"}, {long[:50], "x-request-abcde"}},
+	}
+	for _, p := range pairs {
+		a, b := CredentialAccess(p[0][0], p[0][1]), CredentialAccess(p[1][0], p[1][1])
+		if a == b {
+			t.Errorf("%v and %v share the name %q", p[0], p[1], a)
+		}
+		for _, n := range []string{a, b} {
+			if len(n) > MaxNameLength || strings.HasSuffix(n, "-") {
+				t.Errorf("%q is not a valid name", n)
+			}
+		}
+	}
+	if got := CredentialAccess("fleet-default", "request-abcde"); !strings.HasPrefix(got, "creds-") || !strings.HasSuffix(got, "-fleet-default-request-abcde") {
+		t.Errorf("CredentialAccess = %q, want creds-<hash>-<namespace>-<name>", got)
+	}
+}
