@@ -69,4 +69,17 @@ const (
 	MonitorFailedReason = "MonitorFailed"
 	// DriftCorrectedReason: drift was found and reverted.
 	DriftCorrectedReason = "DriftCorrected"
+
+	// Bundle reasons for content the controller refuses to render (Stalled).
+	// BundleTooLargeReason: the resources decode, or the manifests render,
+	// to more than the configured limits.
+	BundleTooLargeReason = "BundleTooLarge"
+	// RemoteResourceRefusedReason: a kustomize overlay names a URL, a git
+	// repository or a Helm chart to fetch; Bundles may only use their own
+	// files.
+	RemoteResourceRefusedReason = "RemoteResourceRefused"
+	// RenderTimeoutReason: rendering did not finish within the time limit.
+	RenderTimeoutReason = "RenderTimeout"
+	// RenderOutOfMemoryReason: rendering needed more memory than the limit.
+	RenderOutOfMemoryReason = "RenderOutOfMemory"
 )
