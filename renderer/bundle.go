@@ -95,13 +95,18 @@ func decodeContent(r fleet.BundleResource, limit int64) ([]byte, error) {
 }
 
 // readAtMost reads r to its end, failing with errTooLarge as soon as it
-// holds more than limit bytes. The buffer grows by doubling but never past
-// limit+1 bytes.
+// holds more than limit bytes. The buffer grows by doubling, and straight
+// to limit+1 bytes once doubling would reach the limit: all buffers
+// together come to about twice the limit.
 func readAtMost(r io.Reader, limit int64) ([]byte, error) {
 	buf := make([]byte, 0, min(limit+1, 32<<10))
 	for {
 		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), min(int64(cap(buf))*2, limit+1))
+			size := int64(cap(buf)) * 2
+			if size >= limit {
+				size = limit + 1
+			}
+			grown := make([]byte, len(buf), size)
 			copy(grown, buf)
 			buf = grown
 		}

@@ -183,12 +183,13 @@ func checkGeneratorSources(file, field string, s kustypes.KvPairSources) error {
 
 const helmProblem = "inflates a Helm chart with the helm program; Bundles render charts with spec.helm instead"
 
-// pluginPathKeys are the fields of builtin plugin configurations that name
-// files kustomize loads (PatchTransformer path, PatchStrategicMergeTransformer
-// paths, ConfigMapGenerator files, ReplacementTransformer replacements[].path,
-// ...). Plugin configurations are decoded with case-insensitive field names.
-var pluginPathKeys = map[string]bool{"path": true, "paths": true, "files": true, "envs": true, "env": true,
-	"valuesfile": true, "additionalvaluesfiles": true, "charthome": true, "confighome": true}
+// pluginPathKeys are the top-level fields of builtin plugin configurations
+// that name files kustomize loads (PatchTransformer and
+// PatchJson6902Transformer path, PatchStrategicMergeTransformer paths,
+// ConfigMapGenerator and SecretGenerator files, envs and env); the other is
+// ReplacementTransformer's replacements[].path. Plugin configurations are
+// decoded with case-insensitive field names.
+var pluginPathKeys = map[string]bool{"path": true, "paths": true, "files": true, "envs": true, "env": true}
 
 // checkPluginConfigs checks every builtin plugin configuration in data (YAML
 // documents, parsed as kustomize parses them; lists of them too).
@@ -239,29 +240,37 @@ func walkPluginConfigs(file, fieldPrefix string, v any) error {
 	return nil
 }
 
-// checkPluginPaths checks the path fields of one plugin configuration, at
-// any depth.
-func checkPluginPaths(file, field string, v any) error {
-	switch v := v.(type) {
-	case map[string]any:
-		for _, k := range sortedKeys(v) {
-			if pluginPathKeys[strings.ToLower(k)] {
-				for _, s := range stringsIn(v[k]) {
-					for _, part := range append([]string{s}, strings.Split(s, "=")...) {
-						if isRemote(part) {
-							return &RemoteResourceError{File: file, Field: field + " " + k, Value: s}
+// checkPluginPaths checks the fields of one plugin configuration that name
+// files.
+func checkPluginPaths(file, field string, config map[string]any) error {
+	check := func(key string, v any) error {
+		for _, s := range stringsIn(v) {
+			// A generator's file source may be key=path.
+			for _, part := range append([]string{s}, strings.Split(s, "=")...) {
+				if isRemote(part) {
+					return &RemoteResourceError{File: file, Field: field + " " + key, Value: s}
+				}
+			}
+		}
+		return nil
+	}
+	for _, k := range sortedKeys(config) {
+		switch lower := strings.ToLower(k); {
+		case pluginPathKeys[lower]:
+			if err := check(k, config[k]); err != nil {
+				return err
+			}
+		case lower == "replacements":
+			list, _ := config[k].([]any)
+			for i, r := range list {
+				m, _ := r.(map[string]any)
+				for _, rk := range sortedKeys(m) {
+					if strings.EqualFold(rk, "path") {
+						if err := check(fmt.Sprintf("%s[%d].%s", k, i, rk), m[rk]); err != nil {
+							return err
 						}
 					}
 				}
-			}
-			if err := checkPluginPaths(file, field, v[k]); err != nil {
-				return err
-			}
-		}
-	case []any:
-		for _, e := range v {
-			if err := checkPluginPaths(file, field, e); err != nil {
-				return err
 			}
 		}
 	}

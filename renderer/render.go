@@ -172,6 +172,11 @@ func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err er
 		if err != nil {
 			return nil, err
 		}
+		// What kustomize reads is this rewrite: check it too, in case the
+		// two decoders ever read the author's file differently.
+		if err := CheckOverlayFiles(map[string][]byte{"kustomization.yaml": kb}); err != nil {
+			return nil, err
+		}
 		if err := fsys.WriteFile("/overlay/kustomization.yaml", kb); err != nil {
 			return nil, err
 		}
