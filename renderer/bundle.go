@@ -213,22 +213,35 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 // RenderBundle renders a Bundle for one cluster (nil: no target
 // customisation): the Helm chart if there is one, then the kustomize overlay
 // if there is one; otherwise every YAML file of the Bundle, in path order.
+// It renders in this process: Bundles from untrusted authors render in a
+// render worker (internal/renderworker) instead.
 func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster) (*Output, error) {
 	files, err := BundleFiles(bundle.Spec.Resources)
 	if err != nil {
 		return nil, err
 	}
+	opts, err := OptionsFor(bundle, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return RenderFiles(bundle.Name, files, opts)
+}
+
+// OptionsFor returns the options a Bundle renders with for one cluster (nil:
+// no target customisation): the first target that selects the cluster by
+// name or labels lays its options over the Bundle's.
+func OptionsFor(bundle *fleet.Bundle, cluster *fleet.Cluster) (fleet.BundleDeploymentOptions, error) {
 	opts := bundle.Spec.BundleDeploymentOptions
 	if cluster != nil {
 		t, ok, err := TargetFor(bundle, cluster)
 		if err != nil {
-			return nil, err
+			return opts, err
 		}
 		if ok {
 			opts = MergeOptions(opts, t.BundleDeploymentOptions)
 		}
 	}
-	return RenderFiles(bundle.Name, files, opts)
+	return opts, nil
 }
 
 // RenderFiles renders a Bundle's decoded files with its options.

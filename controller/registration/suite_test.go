@@ -29,6 +29,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 )
 
 // pickupTimeout is the credential pickup timeout of the controller under
@@ -64,6 +65,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
 	os.Exit(run(m))
 }
 

@@ -80,6 +80,9 @@ func NewPool(limits func() Limits) (*Pool, error) {
 	return &Pool{limits: limits, exe: exe, freed: make(chan struct{})}, nil
 }
 
+// Limits returns the limits renders run under now.
+func (p *Pool) Limits() Limits { return p.limits() }
+
 // Render renders a Bundle's resources with options (already merged with the
 // target's) in a worker: what renderer.BundleFiles and renderer.RenderFiles
 // do in-process, bounded in time, memory and network access.
