@@ -26,6 +26,7 @@ agent:
   proxy: {httpsProxy: "http://proxy:3128"}
 registrationTokenTTL: {required: true}
 capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
+bundleRendering: {maxSize: 64Mi, timeout: 1m, concurrency: 4}
 `)
 	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: values})
 	if err != nil {
@@ -55,5 +56,10 @@ capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
 		len(cfg.AgentImagePullSecrets) != 1 || cfg.GetAgentImage() != "gitops-fleet/fleet:0.1.0" ||
 		!cfg.CAPISelects("capi-system", map[string]string{"fleet": "enabled"}) || cfg.CAPISelects("other", map[string]string{"fleet": "enabled"}) {
 		t.Errorf("config lost values: %+v", cfg)
+	}
+	// Set values, and the chart's defaults, which are the controller's.
+	if cfg.GetBundleMaxSize() != 64<<20 || cfg.GetBundleRenderTimeout().String() != "1m0s" || cfg.GetBundleRenderConcurrency() != 4 ||
+		cfg.GetBundleMaxResourceSize() != config.DefaultBundleMaxResourceSize || cfg.GetBundleRenderMemoryLimit() != config.DefaultBundleRenderMemoryLimit {
+		t.Errorf("bundle rendering limits: %s", data)
 	}
 }

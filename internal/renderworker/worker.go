@@ -132,6 +132,10 @@ func failure(err error) response {
 // The address space limit counts from what the process has mapped now (the
 // binary, the runtime's reservations), so it bounds what rendering adds.
 func limitSelf(memory int64, cpuSeconds uint64) error {
+	// Should the container's memory run out anyway, the kernel kills a
+	// worker, not the controller. Raising one's own score needs no
+	// privilege.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	if memory > 0 {
 		debug.SetMemoryLimit(memory)
 		mapped, err := mappedBytes()
