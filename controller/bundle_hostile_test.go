@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
@@ -94,6 +95,36 @@ func (s *memorySampler) finish() { close(s.stop); s.done.Wait() }
 
 func mib(n uint64) string { return renderer.FormatBytes(int64(n)) }
 
+// metricSum sums the series of a counter or gauge in the controller's
+// metrics registry whose labels include want.
+func metricSum(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
 // TestBundle_HostileBundlesStallWhileOthersDeploy creates a few dozen Bundles
 // written to hurt the controller, all at once, and a normal one: each hostile
 // Bundle ends Stalled with its reason and a message that says what to fix,
@@ -102,7 +133,7 @@ func mib(n uint64) string { return renderer.FormatBytes(int64(n)) }
 func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 	const original = `{"apiServerURL": "https://upstream.example.com:6443", "apiServerCA": "dXBzdHJlYW0tY2E="}`
 	setControllerConfig(t, t.Context(), `{"apiServerURL": "https://upstream.example.com:6443", "apiServerCA": "dXBzdHJlYW0tY2E=",
-		"bundleRenderTimeout": "5s", "bundleRenderMemoryLimit": "192Mi", "bundleRenderConcurrency": 3}`)
+		"bundleRenderTimeout": "10s", "bundleRenderMemoryLimit": "192Mi", "bundleRenderConcurrency": 3}`)
 	t.Cleanup(func() {
 		setControllerConfig(t, context.Background(), original)
 		controlplane.Eventually(t, 30*time.Second, "original config back", func() error {
@@ -113,7 +144,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 		})
 	})
 	controlplane.Eventually(t, 30*time.Second, "render limits in force", func() error {
-		if got := ctrl.Config.Get().GetBundleRenderTimeout(); got != 5*time.Second {
+		if got := ctrl.Config.Get().GetBundleRenderTimeout(); got != 10*time.Second {
 			return fmt.Errorf("bundleRenderTimeout %s", got)
 		}
 		return nil
@@ -147,7 +178,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 			{Name: "chart/templates/t.yaml", Content: template},
 		}
 	}
-	bomb := gzipZeros(t, 256<<20)    // 16 times the per-resource limit
+	bomb := gzipZeros(t, 256<<20)     // 16 times the per-resource limit
 	twelveMiB := gzipZeros(t, 12<<20) // three of them: over the total only
 
 	type hostile struct {
@@ -178,12 +209,14 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 		add(fmt.Sprintf("cpu-loop-%d", i), fleet.BundleSpec{Targets: toC1,
 			BundleDeploymentOptions: fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Chart: "chart"}},
 			Resources:               chart(`{{ range until 5000 }}{{ range until 5000 }}{{ range until 5000 }}{{ end }}{{ end }}{{ end }}`)},
-			fleet.RenderTimeoutReason, "cluster c1: rendering took longer than 5s, the limit (bundleRenderTimeout)")
+			fleet.RenderTimeoutReason, "cluster c1: rendering took longer than 10s, the limit (bundleRenderTimeout)")
 	}
 	for i := range 4 {
+		// One allocation far over the limit: out of memory at once, however
+		// busy the machine (renderworker's tests cover slow growth).
 		add(fmt.Sprintf("memory-bomb-%d", i), fleet.BundleSpec{Targets: toC1,
 			BundleDeploymentOptions: fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Chart: "chart"}},
-			Resources:               chart(`{{ $s := "xxxxxxxx" }}{{ range until 40 }}{{ $s = print $s $s }}{{ end }}{{ $s }}`)},
+			Resources:               chart(`{{ repeat 400000000 "x" }}`)},
 			fleet.RenderOutOfMemoryReason, "cluster c1: rendering needed more than 192Mi of memory, the limit (bundleRenderMemoryLimit)")
 	}
 	for i, remote := range []string{
@@ -260,6 +293,23 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 	mem.finish()
 	runtime.GC()
 	heapAfter := heapInUse()
+
+	// Reconciles that change nothing render nothing: a new label on the
+	// cluster reconciles every Bundle of the workspace again, and the
+	// outcomes come from the controller's memory of them.
+	renders := metricSum(t, "fleet_bundle_renders_total", nil)
+	reconciles := metricSum(t, "controller_runtime_reconcile_total", map[string]string{"controller": "bundle"})
+	updateCluster(t, &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "c1"}}, func(c *fleet.Cluster) { c.Labels["touched"] = "yes" })
+	controlplane.Eventually(t, time.Minute, "every Bundle of the workspace reconciled again", func() error {
+		done := metricSum(t, "controller_runtime_reconcile_total", map[string]string{"controller": "bundle"}) - reconciles
+		if depth := metricSum(t, "workqueue_depth", map[string]string{"name": "bundle"}); done < float64(len(hostiles)+1) || depth > 0 {
+			return fmt.Errorf("%v reconciles, %v queued", done, depth)
+		}
+		return nil
+	})
+	if n := metricSum(t, "fleet_bundle_renders_total", nil) - renders; n != 0 {
+		t.Errorf("%v renders for %d reconciles that changed nothing, want none", n, len(hostiles)+1)
+	}
 
 	byReason := map[string][]time.Duration{}
 	for _, h := range hostiles {

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/metrics"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -143,14 +145,19 @@ func (rr *reconcileRenders) ensureManifests(ctx context.Context, rd *render) err
 }
 
 func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
+	start := time.Now()
 	out, err := rr.renderer.Render(ctx, rr.bundle.Name, rr.bundle.Spec.Resources, rd.opts)
+	metrics.BundleRenderDuration.Observe(time.Since(start).Seconds())
 	var re *renderworker.RenderError
 	switch {
 	case errors.As(err, &re):
+		metrics.BundleRenders.WithLabelValues(re.Reason).Inc()
 		rd.err, rd.manifests, rd.contentID = re, nil, ""
 	case err != nil:
+		metrics.BundleRenders.WithLabelValues("error").Inc()
 		return fmt.Errorf("rendering bundle %s: %w", rr.key, err)
 	default:
+		metrics.BundleRenders.WithLabelValues("success").Inc()
 		rd.err, rd.manifests, rd.contentID = nil, out.YAML, bundlecontent.ManifestID(out.YAML)
 	}
 	rr.cache.store(rr.key, rr.inputs, rd.optsHash, renderOutcome{contentID: rd.contentID, err: rd.err})
