@@ -24,6 +24,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -340,4 +341,54 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 	if grew := int64(mem.peakHeap.Load()) - int64(heapBefore); grew > 128<<20 {
 		t.Errorf("the controller's heap grew by %s while hostile Bundles rendered", mib(uint64(grew)))
 	}
+}
+
+// TestBundle_ChangeThatDoesNotRenderKeepsTheLastDeployment: a Bundle changed
+// into one that does not render is Stalled, and its clusters keep what they
+// run (their BundleDeployment and content stay as they were) until it
+// renders again.
+func TestBundle_ChangeThatDoesNotRenderKeepsTheLastDeployment(t *testing.T) {
+	ws := newNamespace(t, up, "fleet-broken-change-")
+	newCluster(t, ws, "c1", map[string]string{"env": "prod"})
+	b := webBundle(ws)
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, "web", "c1")
+	before := content(t, ws, "c1", "web")
+	key := client.ObjectKey{Namespace: names.ClusterNamespace(ws, "c1"), Name: "web"}
+	bd := &fleet.BundleDeployment{}
+	if err := up.Get(t.Context(), key, bd); err != nil {
+		t.Fatal(err)
+	}
+	deployed := bd.Spec.DeploymentID
+
+	updateBundle(t, b, func(b *fleet.Bundle) {
+		b.Spec.Targets[0].Helm.Values.Data["replicas"] = 9 // c1's target
+		b.Spec.Resources[3].Content = "resources:\n- https://example.com/extra.yaml\n"
+	})
+	controlplane.Eventually(t, time.Minute, "Stalled RemoteResourceRefused", func() error {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		s := meta.FindStatusCondition(b.Status.Conditions, fleet.StalledCondition)
+		if s == nil || s.Reason != fleet.RemoteResourceRefusedReason || b.Status.ObservedGeneration != b.Generation {
+			return fmt.Errorf("conditions %+v", b.Status.Conditions)
+		}
+		return nil
+	})
+	if err := up.Get(t.Context(), key, bd); err != nil {
+		t.Fatalf("the BundleDeployment went with the broken change: %v", err)
+	}
+	if bd.Spec.DeploymentID != deployed || content(t, ws, "c1", "web") != before {
+		t.Errorf("the deployment changed: %s, was %s", bd.Spec.DeploymentID, deployed)
+	}
+
+	updateBundle(t, b, func(b *fleet.Bundle) { b.Spec.Resources[3].Content = "labels:\n- pairs:\n    team: web\n" })
+	controlplane.Eventually(t, time.Minute, "the fixed Bundle deployed", func() error {
+		if got := content(t, ws, "c1", "web"); !strings.Contains(got, `replicas: "9"`) {
+			return fmt.Errorf("content:\n%s", got)
+		}
+		return nil
+	})
 }

@@ -123,6 +123,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 	renders := newReconcileRenders(r.Renderer, &r.rendered, b)
 	var placements []*placement
 	failed := map[*render][]string{} // failed renders, with their clusters
+	keep := map[string]bool{}        // cluster namespaces whose BundleDeployment stays
 	pending := 0
 	sort.Slice(clusters.Items, func(i, j int) bool { return clusters.Items[i].Name < clusters.Items[j].Name })
 	for i := range clusters.Items {
@@ -149,6 +150,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 		}
 		if rd.err != nil {
 			failed[rd] = append(failed[rd], c.Name)
+			keep[c.Status.Namespace] = true // the last deployment stays until the Bundle renders again
 			continue
 		}
 		placements = append(placements, &placement{cluster: c, opts: opts, render: rd, bd: existing[c.Status.Namespace]})
@@ -168,13 +170,12 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 	if err := r.renderStaleContent(ctx, renders, placements, b); err != nil {
 		return ctrl.Result{}, err
 	}
-	keep := map[string]bool{}
 	for _, p := range placements {
+		keep[p.cluster.Status.Namespace] = true
 		if p.render.err != nil { // the render that refreshed the content failed
 			failed[p.render] = append(failed[p.render], p.cluster.Name)
 			continue
 		}
-		keep[p.cluster.Status.Namespace] = true
 		if err := r.ensureDeployment(ctx, b, p, renders); err != nil {
 			return ctrl.Result{}, err
 		}
