@@ -255,7 +255,7 @@ func renderFailures(ordered []*render, failed map[*render][]string) (reason, msg
 // the templates are not deterministic.
 func (r *Reconciler) renderStaleContent(ctx context.Context, renders *reconcileRenders, placements []*placement, b *fleet.Bundle) error {
 	for _, p := range placements {
-		if p.keepsContent(b) || p.render.manifests != nil || p.render.err != nil {
+		if p.keepsContent(b) || p.render.rendered || p.render.err != nil {
 			continue
 		}
 		current, err := r.contentCurrent(ctx, p.cluster.Status.Namespace, b.Name, p.render.contentID)

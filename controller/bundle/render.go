@@ -86,7 +86,9 @@ type render struct {
 	opts      fleet.BundleDeploymentOptions
 	optsHash  string
 	contentID string
-	// manifests are nil until rendered in this reconcile.
+	// rendered says whether this reconcile rendered it, and so has its
+	// manifests (empty for a Bundle that renders to nothing).
+	rendered  bool
 	manifests []byte
 	// err is the failure the Bundle's author has to fix.
 	err *renderworker.RenderError
@@ -138,7 +140,7 @@ func (rr *reconcileRenders) get(ctx context.Context, opts fleet.BundleDeployment
 // whose templates are not deterministic (random names, timestamps) gets a
 // new manifest ID here; its clusters all move to it.
 func (rr *reconcileRenders) ensureManifests(ctx context.Context, rd *render) error {
-	if rd.manifests != nil || rd.err != nil {
+	if rd.rendered || rd.err != nil {
 		return nil
 	}
 	return rr.run(ctx, rd)
@@ -147,6 +149,7 @@ func (rr *reconcileRenders) ensureManifests(ctx context.Context, rd *render) err
 func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
 	start := time.Now()
 	out, err := rr.renderer.Render(ctx, rr.bundle.Name, rr.bundle.Spec.Resources, rd.opts)
+	rd.rendered = err == nil || errors.As(err, new(*renderworker.RenderError))
 	metrics.BundleRenderDuration.Observe(time.Since(start).Seconds())
 	var re *renderworker.RenderError
 	switch {
