@@ -29,6 +29,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -41,6 +42,7 @@ var (
 const heartbeat = time.Second
 
 func TestMain(m *testing.M) {
+	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
 	level := zapcore.ErrorLevel
 	if os.Getenv("FLEET_TEST_LOG") == "debug" {
 		level = zapcore.DebugLevel

@@ -22,6 +22,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 )
 
 var (
@@ -31,6 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
 	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
 	ctx, cancel := context.WithCancel(context.Background())
 	var err error

@@ -32,6 +32,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -204,11 +205,18 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
 	}
+	// The authors' Bundles render in child processes of this binary (see
+	// renderworker), under the limits of the configuration in force.
+	renderPool, err := renderworker.NewPool(func() renderworker.Limits { return renderworker.LimitsOf(store.Get()) })
+	if err != nil {
+		return nil, err
+	}
 	if err := (&bundle.Reconciler{
 		Shard:    opts.Shard,
 		Client:   mgr.GetClient(),
 		Cache:    mgr.GetCache(),
 		Recorder: events,
+		Renderer: renderPool,
 	}).SetupWithManager(mgr, 0); err != nil {
 		return nil, err
 	}

@@ -20,10 +20,18 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 )
 
-// BundleFiles decodes a Bundle's resources into files by path. Paths must be
-// relative and stay inside the Bundle.
+// BundleFiles decodes a Bundle's resources into files by path, within the
+// default size limits. Paths must be relative and stay inside the Bundle.
 func BundleFiles(resources []fleet.BundleResource) (map[string][]byte, error) {
+	return BundleFilesWithin(resources, DefaultSizeLimits())
+}
+
+// BundleFilesWithin decodes a Bundle's resources into files by path, within
+// limits. A gzipped resource is decompressed only up to the limit left, so a
+// gzip bomb costs at most the limit in memory, not its decompressed size.
+func BundleFilesWithin(resources []fleet.BundleResource, limits SizeLimits) (map[string][]byte, error) {
 	files := make(map[string][]byte, len(resources))
+	var total int64
 	for i, r := range resources {
 		name := path.Clean(r.Name)
 		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") || name == "." {
@@ -32,34 +40,87 @@ func BundleFiles(resources []fleet.BundleResource) (map[string][]byte, error) {
 		if _, dup := files[name]; dup {
 			return nil, fmt.Errorf("resources[%d].name %q appears twice", i, r.Name)
 		}
-		data, err := decodeContent(r)
+		limit, setting := limits.Resource, limitPerResource
+		if left := limits.Total - total; left < limit {
+			limit, setting = max(left, 0), limitTotal
+		}
+		data, err := decodeContent(r, limit)
+		if errors.Is(err, errTooLarge) {
+			return nil, &TooLargeError{Resource: fmt.Sprintf("resources[%d] (%s)", i, r.Name), Limit: limitOf(limits, setting), Setting: setting}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("resources[%d] (%s): %w", i, r.Name, err)
 		}
+		total += int64(len(data))
 		files[name] = data
 	}
 	return files, nil
 }
 
-func decodeContent(r fleet.BundleResource) ([]byte, error) {
+// errTooLarge: the content decodes to more than the limit it was given.
+var errTooLarge = errors.New("too large")
+
+// decodeContent decodes one resource, failing with errTooLarge beyond limit
+// bytes. Plain and base64 content is no larger than the Bundle object
+// itself; only gzip can grow, and it is read through the limit.
+func decodeContent(r fleet.BundleResource, limit int64) ([]byte, error) {
+	var data []byte
 	switch r.Encoding {
 	case "":
-		return []byte(r.Content), nil
+		data = []byte(r.Content)
 	case "base64":
-		return base64.StdEncoding.DecodeString(r.Content)
+		raw, err := base64.StdEncoding.DecodeString(r.Content)
+		if err != nil {
+			return nil, fmt.Errorf("content is not base64: %w", err)
+		}
+		data = raw
 	case "base64+gz":
 		raw, err := base64.StdEncoding.DecodeString(r.Content)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("content is not base64: %w", err)
 		}
 		zr, err := gzip.NewReader(bytes.NewReader(raw))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("content is not gzip: %w", err)
 		}
 		defer zr.Close()
-		return io.ReadAll(io.LimitReader(zr, 64<<20))
+		return readAtMost(zr, limit)
 	default:
 		return nil, fmt.Errorf("unknown encoding %q (want empty, base64 or base64+gz)", r.Encoding)
+	}
+	if int64(len(data)) > limit {
+		return nil, errTooLarge
+	}
+	return data, nil
+}
+
+// readAtMost reads r to its end, failing with errTooLarge as soon as it
+// holds more than limit bytes. The buffer grows by doubling, and straight
+// to limit+1 bytes once doubling would reach the limit: all buffers
+// together come to about twice the limit.
+func readAtMost(r io.Reader, limit int64) ([]byte, error) {
+	buf := make([]byte, 0, min(limit+1, 32<<10))
+	for {
+		if len(buf) == cap(buf) {
+			size := int64(cap(buf)) * 2
+			if size >= limit {
+				size = limit + 1
+			}
+			grown := make([]byte, len(buf), size)
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, errTooLarge
+		}
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("content is not valid gzip: %w", err)
+		}
 	}
 }
 
@@ -155,22 +216,35 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 // RenderBundle renders a Bundle for one cluster (nil: no target
 // customisation): the Helm chart if there is one, then the kustomize overlay
 // if there is one; otherwise every YAML file of the Bundle, in path order.
+// It renders in this process: Bundles from untrusted authors render in a
+// render worker (internal/renderworker) instead.
 func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster) (*Output, error) {
 	files, err := BundleFiles(bundle.Spec.Resources)
 	if err != nil {
 		return nil, err
 	}
+	opts, err := OptionsFor(bundle, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return RenderFiles(bundle.Name, files, opts)
+}
+
+// OptionsFor returns the options a Bundle renders with for one cluster (nil:
+// no target customisation): the first target that selects the cluster by
+// name or labels lays its options over the Bundle's.
+func OptionsFor(bundle *fleet.Bundle, cluster *fleet.Cluster) (fleet.BundleDeploymentOptions, error) {
 	opts := bundle.Spec.BundleDeploymentOptions
 	if cluster != nil {
 		t, ok, err := TargetFor(bundle, cluster)
 		if err != nil {
-			return nil, err
+			return opts, err
 		}
 		if ok {
 			opts = MergeOptions(opts, t.BundleDeploymentOptions)
 		}
 	}
-	return RenderFiles(bundle.Name, files, opts)
+	return opts, nil
 }
 
 // RenderFiles renders a Bundle's decoded files with its options.
@@ -242,6 +316,9 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 			return nil, fmt.Errorf("kustomize.dir %q: the Bundle has no files there", opts.Kustomize.Dir)
 		}
 		out, err := BuildOverlay(overlay, manifests)
+		if rerr := (*RemoteResourceError)(nil); errors.As(err, &rerr) {
+			rerr.File = path.Join(dir, rerr.File) // the Bundle's path, as the author wrote it
+		}
 		if err != nil {
 			return nil, err
 		}

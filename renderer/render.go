@@ -132,14 +132,19 @@ func cleanHelmError(err error) error {
 }
 
 // BuildOverlay runs kustomize on an in-memory copy of the overlay files, with
-// the given manifests added to the root kustomization's resources. Plugins
-// are off and kustomize panics become errors.
+// the given manifests added to the root kustomization's resources. An
+// overlay that names a URL or a repository is refused before kustomize
+// runs (CheckOverlayFiles): kustomize's loader would fetch it whatever the
+// filesystem. Plugins are off and kustomize panics become errors.
 func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("kustomize overlay: internal error: %v", r)
 		}
 	}()
+	if err := CheckOverlayFiles(files); err != nil {
+		return nil, err
+	}
 	fsys := filesys.MakeFsInMemory()
 	for name, data := range files {
 		p := path.Join("/overlay", path.Clean("/"+name))
@@ -165,6 +170,11 @@ func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err er
 		k.Resources = append([]string{OverlayChartOutput}, k.Resources...)
 		kb, err := yaml.Marshal(k)
 		if err != nil {
+			return nil, err
+		}
+		// What kustomize reads is this rewrite: check it too, in case the
+		// two decoders ever read the author's file differently.
+		if err := CheckOverlayFiles(map[string][]byte{"kustomization.yaml": kb}); err != nil {
 			return nil, err
 		}
 		if err := fsys.WriteFile("/overlay/kustomization.yaml", kb); err != nil {

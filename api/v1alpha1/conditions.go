@@ -105,4 +105,17 @@ const (
 	// ClusterMismatchReason: the BundleDeployment's cluster labels name
 	// another cluster than the agent's own; nothing was applied or pruned.
 	ClusterMismatchReason = "ClusterMismatch"
+
+	// Bundle reasons for content the controller refuses to render (Stalled).
+	// BundleTooLargeReason: the resources decode, or the manifests render,
+	// to more than the configured limits.
+	BundleTooLargeReason = "BundleTooLarge"
+	// RemoteResourceRefusedReason: a kustomize overlay names a URL, a git
+	// repository or a Helm chart to fetch; Bundles may only use their own
+	// files.
+	RemoteResourceRefusedReason = "RemoteResourceRefused"
+	// RenderTimeoutReason: rendering did not finish within the time limit.
+	RenderTimeoutReason = "RenderTimeout"
+	// RenderOutOfMemoryReason: rendering needed more memory than the limit.
+	RenderOutOfMemoryReason = "RenderOutOfMemory"
 )

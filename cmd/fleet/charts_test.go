@@ -34,6 +34,7 @@ capi: {namespaces: [capi-system], clusterSelector: "fleet=enabled"}
 insecureKubeconfig: {exec: true, proxy: true}
 kubeConfigSecretNamespaces: {team-a: [shared-kubeconfigs]}
 agentLabelKeys: [env, "example.com/*"]
+bundleRendering: {maxSize: 64Mi, timeout: 1m, concurrency: 4}
 `)
 	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: values})
 	if err != nil {
@@ -65,6 +66,11 @@ agentLabelKeys: [env, "example.com/*"]
 		!cfg.InsecureKubeconfig.Exec || !cfg.InsecureKubeconfig.Proxy || cfg.InsecureKubeconfig.Files || cfg.InsecureKubeconfig.TLS ||
 		!cfg.KubeConfigSecretNamespaceAllowed("team-a", "shared-kubeconfigs") || cfg.AllowInsecureAPIServerURL {
 		t.Errorf("config lost values: %+v", cfg)
+	}
+	// Set values, and the chart's defaults, which are the controller's.
+	if cfg.GetBundleMaxSize() != 64<<20 || cfg.GetBundleRenderTimeout().String() != "1m0s" || cfg.GetBundleRenderConcurrency() != 4 ||
+		cfg.GetBundleMaxResourceSize() != config.DefaultBundleMaxResourceSize || cfg.GetBundleRenderMemoryLimit() != config.DefaultBundleRenderMemoryLimit {
+		t.Errorf("bundle rendering limits: %s", data)
 	}
 	if !cfg.AgentLabelKeyAllowed("example.com/region") || cfg.AgentLabelKeyAllowed("region") {
 		t.Errorf("agentLabelKeys lost: %v", cfg.AgentLabelKeys)

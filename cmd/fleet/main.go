@@ -12,10 +12,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/version"
 )
 
 func main() {
+	// The controller and `fleet render bundle` render Bundles in child
+	// processes of this binary; such a child renders and exits here,
+	// before any command runs.
+	renderworker.ServeIfWorker()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCommand().ExecuteContext(ctx); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -99,11 +101,17 @@ known offline (the import token) are placeholders starting with "<fleet:".`,
 }
 
 func newRenderBundleCommand() *cobra.Command {
-	var bundleFile, clusterFile string
+	var bundleFile, clusterFile, configFile string
 	cmd := &cobra.Command{
-		Use:   "bundle --bundle FILE [--cluster FILE]",
+		Use:   "bundle --bundle FILE [--cluster FILE] [--config FILE]",
 		Short: "Render a Bundle (raw manifests, Helm chart and/or kustomize overlay) for a cluster",
-		Args:  cobra.NoArgs,
+		Long: `Render a Bundle as the controller renders it: in a render worker, a child process
+bounded in time and memory and cut off from the network, with the same size limits
+and the same refusal of kustomize overlays that name URLs or repositories. The
+limits are the controller configuration's (--config) or its defaults. So a
+Bundle from a pull request renders here exactly as far as it would in the
+controller, and can do no more to the machine running the review.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			data, err := os.ReadFile(bundleFile)
 			if err != nil {
@@ -122,7 +130,24 @@ func newRenderBundleCommand() *cobra.Command {
 					return err
 				}
 			}
-			out, err := renderer.RenderBundle(bundle, cluster)
+			cfg := &config.Config{}
+			if configFile != "" {
+				if cfg, err = readConfig(configFile); err != nil {
+					return err
+				}
+			}
+			opts, err := renderer.OptionsFor(bundle, cluster)
+			if err != nil {
+				return fmt.Errorf("bundle %s: %w", bundleFile, err)
+			}
+			pool, err := renderworker.NewPool(func() renderworker.Limits { return renderworker.LimitsOf(cfg) })
+			if err != nil {
+				return err
+			}
+			out, err := pool.Render(cmd.Context(), bundle.Name, bundle.Spec.Resources, opts)
+			if re := (*renderworker.RenderError)(nil); errors.As(err, &re) {
+				return fmt.Errorf("bundle %s: %s (%s)", bundleFile, re.Message, re.Reason)
+			}
 			if err != nil {
 				return fmt.Errorf("bundle %s: %w", bundleFile, err)
 			}
@@ -132,6 +157,7 @@ func newRenderBundleCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&bundleFile, "bundle", "", "Bundle YAML file (required)")
 	cmd.Flags().StringVar(&clusterFile, "cluster", "", "Cluster YAML file: apply that cluster's target customisation")
+	cmd.Flags().StringVar(&configFile, "config", "", "controller config (for its Bundle rendering limits): the fleet-controller ConfigMap YAML, or its config document")
 	_ = cmd.MarkFlagRequired("bundle")
 	return cmd
 }

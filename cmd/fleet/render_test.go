@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // runCLI runs the fleet command in-process and returns its standard output.
@@ -115,6 +118,82 @@ func TestRenderAgent_ClearErrors(t *testing.T) {
 		_, err := runCLI(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestRenderBundle_WorkerRendersWhatTheRendererRenders: `fleet render bundle`
+// renders in a worker, as the controller does; the output is the renderer's.
+func TestRenderBundle_WorkerRendersWhatTheRendererRenders(t *testing.T) {
+	const bundleFile, clusterFile = "../../examples/gitops/bundles/hello.yaml", "../../examples/gitops/clusters/more/prod-eu.yaml"
+	got, err := runCLI(t, "render", "bundle", "--bundle", bundleFile, "--cluster", clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bundleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &fleet.Bundle{}
+	if err := yaml.Unmarshal(data, b); err != nil {
+		t.Fatal(err)
+	}
+	c, err := readCluster(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := renderer.RenderBundle(b, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.YAML) || len(got) == 0 {
+		t.Errorf("fleet render bundle printed\n%s\nthe renderer renders\n%s", got, want.YAML)
+	}
+}
+
+// TestRenderBundle_HostileBundlesGetTheControllersErrors: the limits of the
+// controller configuration apply, and the error names the reason.
+func TestRenderBundle_HostileBundlesGetTheControllersErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	remote := write("remote.yaml", `apiVersion: fleet.cattle.io/v1alpha1
+kind: Bundle
+metadata: {name: remote}
+spec:
+  kustomize: {dir: overlay}
+  resources:
+  - name: overlay/kustomization.yaml
+    content: |
+      resources:
+      - github.com/org/repo//deploy?ref=v1
+`)
+	loop := write("loop.yaml", `apiVersion: fleet.cattle.io/v1alpha1
+kind: Bundle
+metadata: {name: loop}
+spec:
+  helm: {chart: chart}
+  resources:
+  - {name: chart/Chart.yaml, content: "{apiVersion: v2, name: loop, version: 0.1.0}"}
+  - name: chart/templates/loop.yaml
+    content: "{{ range until 3000 }}{{ range until 3000 }}{{ range until 3000 }}{{ end }}{{ end }}{{ end }}"
+`)
+	cfg := write("config.yaml", "bundleRenderTimeout: 2s\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bundle", remote}, `overlay/kustomization.yaml resources[0] "github.com/org/repo//deploy?ref=v1" is a remote resource; Bundles may only use their own files (RemoteResourceRefused)`},
+		{[]string{"--bundle", loop, "--config", cfg}, "rendering took longer than 2s, the limit (bundleRenderTimeout)"},
+	} {
+		_, err := runCLI(t, append([]string{"render", "bundle"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -49,6 +49,11 @@ type Reconciler struct {
 	// Cache reads Secret metadata (Secrets themselves are not cached).
 	Cache    client.Reader
 	Recorder recorder.EventRecorder
+	// Renderer renders the Bundles' content (render workers).
+	Renderer BundleRenderer
+
+	// rendered remembers what the Bundles' renders gave.
+	rendered renderCache
 }
 
 // Reconcile targets one Bundle.
@@ -58,6 +63,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	b := &fleet.Bundle{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.rendered.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !b.DeletionTimestamp.IsZero() {
@@ -81,12 +89,23 @@ type targetError struct{ reason, msg string }
 
 func (e *targetError) Error() string { return e.msg }
 
+// placement is one selected cluster and what it gets.
+type placement struct {
+	cluster *fleet.Cluster
+	// namespace is the cluster namespace, derived from the Cluster's name.
+	namespace string
+	opts      fleet.BundleDeploymentOptions
+	render    *render
+	bd        *fleet.BundleDeployment // nil: none yet
+}
+
+// keepsContent reports whether the content in force stays: a paused Bundle
+// or Cluster only stages a new deployment.
+func (p *placement) keepsContent(b *fleet.Bundle) bool {
+	return p.bd != nil && (b.Spec.Paused || p.cluster.Spec.Paused)
+}
+
 func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Result, error) {
-	files, err := renderer.BundleFiles(b.Spec.Resources)
-	if err != nil {
-		r.setStalled(b, fleet.RenderFailedReason, fmt.Sprintf("spec.resources: %v", err))
-		return ctrl.Result{}, nil
-	}
 	b.Status.ResourcesSHA256Sum = resourcesHash(b.Spec.Resources)
 
 	clusters := &fleet.ClusterList{}
@@ -102,9 +121,12 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 		return ctrl.Result{}, err
 	}
 
-	renders := map[string]*renderResult{}
-	keep := map[string]bool{}
-	var renderErrs []string
+	// Render once per distinct set of options: clusters without target
+	// customisation share one render.
+	renders := newReconcileRenders(r.Renderer, &r.rendered, b)
+	var placements []*placement
+	failed := map[*render][]string{} // failed renders, with their clusters
+	keep := map[string]bool{}        // cluster namespaces whose BundleDeployment stays
 	pending := 0
 	sort.Slice(clusters.Items, func(i, j int) bool { return clusters.Items[i].Name < clusters.Items[j].Name })
 	for i := range clusters.Items {
@@ -129,13 +151,39 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 			continue
 		}
 		opts := renderer.MergeOptions(b.Spec.BundleDeploymentOptions, t.BundleDeploymentOptions)
-		rr := renderOnce(renders, b, files, opts)
-		if rr.err != nil {
-			renderErrs = append(renderErrs, fmt.Sprintf("cluster %s: %v", c.Name, rr.err))
+		rd, err := renders.get(ctx, opts)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if rd.err != nil {
+			failed[rd] = append(failed[rd], c.Name)
+			keep[ns] = true // the last deployment stays until the Bundle renders again
 			continue
 		}
-		keep[ns] = true
-		if err := r.ensureDeployment(ctx, b, c, ns, opts, rr, existing[ns]); err != nil {
+		placements = append(placements, &placement{cluster: c, namespace: ns, opts: opts, render: rd, bd: existing[ns]})
+	}
+	// No cluster to render for: render the Bundle's own options, so a
+	// Bundle that cannot render says so before it targets anything.
+	if len(renders.ordered) == 0 {
+		rd, err := renders.get(ctx, b.Spec.BundleDeploymentOptions)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if rd.err != nil {
+			failed[rd] = nil
+		}
+	}
+
+	if err := r.renderStaleContent(ctx, renders, placements, b); err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, p := range placements {
+		keep[p.namespace] = true
+		if p.render.err != nil { // the render that refreshed the content failed
+			failed[p.render] = append(failed[p.render], p.cluster.Name)
+			continue
+		}
+		if err := r.ensureDeployment(ctx, b, p, renders); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -166,8 +214,10 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 	b.Status.ObservedGeneration = b.Generation
 	meta.RemoveStatusCondition(&b.Status.Conditions, fleet.StalledCondition)
 	switch {
-	case len(renderErrs) > 0:
-		r.setStalled(b, fleet.RenderFailedReason, strings.Join(renderErrs, "; "))
+	case len(failed) > 0:
+		reason, msg := renderFailures(renders.ordered, failed)
+		ctrl.LoggerFrom(ctx).V(1).Info("bundle does not render", "reason", reason)
+		r.setStalled(b, reason, msg)
 	case s.Ready == s.DesiredReady && pending == 0:
 		setCond(b, fleet.ReadyCondition, true, fleet.SucceededReason, "")
 		meta.RemoveStatusCondition(&b.Status.Conditions, fleet.ReconcilingCondition)
@@ -182,40 +232,77 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 	return ctrl.Result{}, nil
 }
 
-type renderResult struct {
-	manifests []byte
-	contentID string
-	err       error
+// renderFailures is the Stalled reason (the first failure's) and message
+// (every failure, with the clusters it concerns) of failed renders.
+func renderFailures(ordered []*render, failed map[*render][]string) (reason, msg string) {
+	var parts []string
+	for _, rd := range ordered {
+		clusters, ok := failed[rd]
+		if !ok {
+			continue
+		}
+		if reason == "" {
+			reason = rd.err.Reason
+		}
+		switch len(clusters) {
+		case 0:
+			parts = append(parts, rd.err.Message)
+		case 1:
+			parts = append(parts, fmt.Sprintf("cluster %s: %s", clusters[0], rd.err.Message))
+		default:
+			parts = append(parts, fmt.Sprintf("clusters %s: %s", strings.Join(clusters, ", "), rd.err.Message))
+		}
+	}
+	return reason, strings.Join(parts, "; ")
 }
 
-// renderOnce renders the Bundle once per distinct set of options: clusters
-// without target customisation share one render.
-func renderOnce(cache map[string]*renderResult, b *fleet.Bundle, files map[string][]byte, opts fleet.BundleDeploymentOptions) *renderResult {
-	key := optionsHash(opts)
-	if rr, ok := cache[key]; ok {
-		return rr
+// renderStaleContent renders, before any BundleDeployment is written, every
+// set of options whose content Secret is missing or out of date on some
+// cluster, so all clusters of one set get the same manifest ID even when
+// the templates are not deterministic.
+func (r *Reconciler) renderStaleContent(ctx context.Context, renders *reconcileRenders, placements []*placement, b *fleet.Bundle) error {
+	for _, p := range placements {
+		if p.keepsContent(b) || p.render.rendered || p.render.err != nil {
+			continue
+		}
+		current, err := r.contentCurrent(ctx, p.namespace, b.Name, p.render.contentID)
+		if err != nil {
+			return err
+		}
+		if !current {
+			if err := renders.ensureManifests(ctx, p.render); err != nil {
+				return err
+			}
+		}
 	}
-	rr := &renderResult{}
-	out, err := renderer.RenderFiles(b.Name, files, opts)
+	return nil
+}
+
+// contentCurrent reports whether, per the metadata cache, a cluster's
+// content Secret holds the manifests contentID names.
+func (r *Reconciler) contentCurrent(ctx context.Context, namespace, bundle, contentID string) (bool, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := r.Cache.Get(ctx, client.ObjectKey{Namespace: namespace, Name: bundlecontent.SecretName(bundle)}, m)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
 	if err != nil {
-		rr.err = err
-	} else {
-		rr.manifests = out.YAML
-		rr.contentID = bundlecontent.ManifestID(out.YAML)
+		return false, err
 	}
-	cache[key] = rr
-	return rr
+	return m.Annotations[ManifestIDAnnotation] == contentID, nil
 }
 
 // ensureDeployment writes the cluster's BundleDeployment, then its content
 // Secret (owned by it, so it goes with it). A paused Bundle or Cluster only
 // stages the new deployment.
-func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, c *fleet.Cluster, clusterNS string, opts fleet.BundleDeploymentOptions, rr *renderResult, bd *fleet.BundleDeployment) error {
-	depID := bundlecontent.DeploymentID(rr.contentID, opts)
+func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *placement, renders *reconcileRenders) error {
+	c, opts, rd, bd := p.cluster, p.opts, p.render, p.bd
+	depID := bundlecontent.DeploymentID(rd.contentID, opts)
 	paused := b.Spec.Paused || c.Spec.Paused
 	exists := bd != nil
 	if !exists {
-		bd = &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: b.Name}}
+		bd = &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: b.Name}}
 	}
 	want := bd.DeepCopy()
 	if want.Labels == nil {
@@ -244,24 +331,27 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, c *f
 			return fmt.Errorf("updating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
 		}
 	}
-	if paused && exists {
+	if p.keepsContent(b) {
 		return nil // the content of the deployment in force stays
 	}
-	return r.ensureContent(ctx, want, rr)
+	return r.ensureContent(ctx, want, rd, renders)
 }
 
 // ensureContent writes the content Secret when the metadata cache says it is
 // missing or holds other manifests.
-func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployment, rr *renderResult) error {
+func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployment, rr *render, renders *reconcileRenders) error {
 	key := client.ObjectKey{Namespace: bd.Namespace, Name: bundlecontent.SecretName(bd.Name)}
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err := r.Cache.Get(ctx, key, m)
-	if err == nil && m.Annotations[ManifestIDAnnotation] == rr.contentID {
-		return nil
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	current, err := r.contentCurrent(ctx, key.Namespace, bd.Name, rr.contentID)
+	if err != nil || current {
 		return err
+	}
+	if err := renders.ensureManifests(ctx, rr); err != nil {
+		return err
+	}
+	if rr.err != nil {
+		// Rendered before, fails now: the retry finds the failure in the
+		// cache and reports it on the Bundle.
+		return fmt.Errorf("rendering the content of %s/%s: %w", bd.Namespace, bd.Name, rr.err)
 	}
 	data, err := bundlecontent.Encode(rr.manifests)
 	if err != nil {
@@ -320,6 +410,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, b *fleet.Bundle) error
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	r.rendered.forget(client.ObjectKeyFromObject(b))
 	controllerutil.RemoveFinalizer(b, fleet.BundleFinalizer)
 	return client.IgnoreNotFound(r.Client.Update(ctx, b))
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 )
 
 var (
@@ -57,6 +58,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
 	level := zapcore.ErrorLevel
 	if os.Getenv("FLEET_TEST_LOG") == "debug" {
 		level = zapcore.DebugLevel

@@ -30,6 +30,24 @@ var (
 	})
 )
 
+// Bundle renders (render workers).
+var (
+	// BundleRenders counts Bundle renders by result: success, the Stalled
+	// reason of a Bundle that does not render, or error (no worker).
+	BundleRenders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_bundle_renders_total",
+		Help: "Bundle renders in render workers, by result (success, RenderFailed, BundleTooLarge, RemoteResourceRefused, RenderTimeout, RenderOutOfMemory, error).",
+	}, []string{"result"})
+
+	// BundleRenderDuration observes how long a render took, waiting for a
+	// free worker included.
+	BundleRenderDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fleet_bundle_render_duration_seconds",
+		Help:    "Time to render a Bundle in a render worker, waiting for a free worker included.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+	})
+)
+
 func init() {
-	crmetrics.Registry.MustRegister(RegistrationSteps, AgentDeploys, AgentDeployDuration)
+	crmetrics.Registry.MustRegister(RegistrationSteps, AgentDeploys, AgentDeployDuration, BundleRenders, BundleRenderDuration)
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 )
 
 // pickupTimeout is the credential pickup timeout of the controller under
@@ -70,6 +71,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
 	flag.Parse()
 	if controlplane.Fuzzing() {
 		os.Exit(m.Run())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -123,6 +124,24 @@ type Config struct {
 	// "team-*"). Empty: any key. Keys under fleet.cattle.io/ and
 	// management.cattle.io/ are dropped in any case.
 	AgentLabelKeys []string `json:"agentLabelKeys,omitempty"`
+
+	// Bundle rendering limits.
+
+	// BundleMaxSize bounds a Bundle's resources, all together, after base64
+	// and gzip decoding (default 32Mi).
+	BundleMaxSize *resource.Quantity `json:"bundleMaxSize,omitempty"`
+	// BundleMaxResourceSize bounds one decoded resource of a Bundle
+	// (default 16Mi).
+	BundleMaxResourceSize *resource.Quantity `json:"bundleMaxResourceSize,omitempty"`
+	// BundleRenderTimeout bounds the wall-clock time of one Bundle render
+	// (default 30s).
+	BundleRenderTimeout metav1.Duration `json:"bundleRenderTimeout,omitempty"`
+	// BundleRenderMemoryLimit bounds the memory of one render worker, the
+	// child process that renders a Bundle (default 256Mi).
+	BundleRenderMemoryLimit *resource.Quantity `json:"bundleRenderMemoryLimit,omitempty"`
+	// BundleRenderConcurrency bounds how many render workers run at once
+	// (default 2).
+	BundleRenderConcurrency int `json:"bundleRenderConcurrency,omitempty"`
 }
 
 // InsecureKubeconfig switches on kubeconfig features that let whoever
@@ -166,6 +185,8 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if err := strictyaml.Unmarshal(data, cfg); err != nil {
 		if ferr := durationFieldError(data); ferr != nil {
+			err = ferr
+		} else if ferr := quantityFieldError(data); ferr != nil {
 			err = ferr
 		}
 		return nil, fmt.Errorf("controller config: %w", err)
@@ -259,6 +280,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("agentLabelKeys: %w", err))
 		}
 	}
+	errs = append(errs, c.validateBundleRendering()...)
 	return errors.Join(errs...)
 }
 
@@ -434,6 +456,7 @@ func (c *Config) CAPISelects(namespace string, lbls map[string]string) bool {
 var durationFields = [][]string{
 	{"agentCheckinInterval"}, {"importTokenTTL"}, {"requestCredentialTTL"},
 	{"agentLeaderElection", "leaseDuration"}, {"agentLeaderElection", "renewDeadline"}, {"agentLeaderElection", "retryPeriod"},
+	{"bundleRenderTimeout"},
 }
 
 // durationFieldError names the duration field that does not parse: the JSON
@@ -469,4 +492,104 @@ func orDefault(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// Bundle rendering limits: defaults, getters and validation.
+
+const (
+	DefaultBundleMaxSize           = 32 << 20
+	DefaultBundleMaxResourceSize   = 16 << 20
+	DefaultBundleRenderTimeout     = 30 * time.Second
+	DefaultBundleRenderMemoryLimit = 256 << 20
+	DefaultBundleRenderConcurrency = 2
+
+	// minBundleRenderMemoryLimit leaves a render worker room for its own
+	// start (the binary's packages) before it reads a Bundle.
+	minBundleRenderMemoryLimit = 64 << 20
+	maxBundleRenderConcurrency = 64
+)
+
+// GetBundleMaxSize returns the limit of a Bundle's decoded resources, all
+// together, in bytes (default 32Mi).
+func (c *Config) GetBundleMaxSize() int64 {
+	return quantityOr(c.BundleMaxSize, DefaultBundleMaxSize)
+}
+
+// GetBundleMaxResourceSize returns the limit of one decoded resource, in
+// bytes (default 16Mi).
+func (c *Config) GetBundleMaxResourceSize() int64 {
+	return quantityOr(c.BundleMaxResourceSize, DefaultBundleMaxResourceSize)
+}
+
+// GetBundleRenderTimeout returns the time limit of one render (default 30s).
+func (c *Config) GetBundleRenderTimeout() time.Duration {
+	return orDefault(c.BundleRenderTimeout.Duration, DefaultBundleRenderTimeout)
+}
+
+// GetBundleRenderMemoryLimit returns the memory limit of one render worker,
+// in bytes (default 256Mi).
+func (c *Config) GetBundleRenderMemoryLimit() int64 {
+	return quantityOr(c.BundleRenderMemoryLimit, DefaultBundleRenderMemoryLimit)
+}
+
+// GetBundleRenderConcurrency returns how many renders may run at once
+// (default 2).
+func (c *Config) GetBundleRenderConcurrency() int {
+	if c.BundleRenderConcurrency == 0 {
+		return DefaultBundleRenderConcurrency
+	}
+	return c.BundleRenderConcurrency
+}
+
+func (c *Config) validateBundleRendering() []error {
+	var errs []error
+	for name, q := range map[string]*resource.Quantity{
+		"bundleMaxSize":           c.BundleMaxSize,
+		"bundleMaxResourceSize":   c.BundleMaxResourceSize,
+		"bundleRenderMemoryLimit": c.BundleRenderMemoryLimit,
+	} {
+		if q != nil && q.Sign() <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s must be positive", name, q))
+		}
+	}
+	if q := c.BundleRenderMemoryLimit; q != nil && q.Sign() > 0 && q.Value() < minBundleRenderMemoryLimit {
+		errs = append(errs, fmt.Errorf("bundleRenderMemoryLimit %s is below the 64Mi minimum a render worker needs to start", q))
+	}
+	if c.BundleRenderTimeout.Duration < 0 {
+		errs = append(errs, errors.New("bundleRenderTimeout must not be negative"))
+	}
+	if n := c.BundleRenderConcurrency; n < 0 || n > maxBundleRenderConcurrency {
+		errs = append(errs, fmt.Errorf("bundleRenderConcurrency %d must be between 1 and %d (0: the default, %d)", n, maxBundleRenderConcurrency, DefaultBundleRenderConcurrency))
+	}
+	return errs
+}
+
+// quantityFields are the config's resource.Quantity fields.
+var quantityFields = []string{"bundleMaxSize", "bundleMaxResourceSize", "bundleRenderMemoryLimit"}
+
+// quantityFieldError names the quantity field that does not parse: the
+// decoder's own error does not say which field it was.
+func quantityFieldError(data []byte) error {
+	var m map[string]any
+	if yaml.Unmarshal(data, &m) != nil {
+		return nil
+	}
+	for _, k := range quantityFields {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		s := fmt.Sprint(v)
+		if _, err := resource.ParseQuantity(s); err != nil {
+			return fmt.Errorf("%s %q is not a quantity such as 32Mi or 512Ki", k, s)
+		}
+	}
+	return nil
+}
+
+func quantityOr(q *resource.Quantity, def int64) int64 {
+	if q == nil || q.IsZero() {
+		return def
+	}
+	return q.Value()
 }

@@ -163,6 +163,40 @@ func TestAgentLabelKeys(t *testing.T) {
 	}
 }
 
+func TestParse_BundleRenderingLimits(t *testing.T) {
+	cfg, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GetBundleMaxSize() != 32<<20 || cfg.GetBundleMaxResourceSize() != 16<<20 || cfg.GetBundleRenderTimeout() != 30*time.Second ||
+		cfg.GetBundleRenderMemoryLimit() != 256<<20 || cfg.GetBundleRenderConcurrency() != 2 {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = Parse([]byte("bundleMaxSize: 64Mi\nbundleMaxResourceSize: 1048576\nbundleRenderTimeout: 2m\nbundleRenderMemoryLimit: 1Gi\nbundleRenderConcurrency: 8\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GetBundleMaxSize() != 64<<20 || cfg.GetBundleMaxResourceSize() != 1<<20 || cfg.GetBundleRenderTimeout() != 2*time.Minute ||
+		cfg.GetBundleRenderMemoryLimit() != 1<<30 || cfg.GetBundleRenderConcurrency() != 8 {
+		t.Errorf("set: %+v", cfg)
+	}
+	for in, want := range map[string]string{
+		`bundleMaxSize: 32MB`:             `bundleMaxSize "32MB" is not a quantity such as 32Mi or 512Ki`,
+		`bundleMaxResourceSize: 0`:        "bundleMaxResourceSize 0 must be positive",
+		`bundleRenderMemoryLimit: 16Mi`:   "bundleRenderMemoryLimit 16Mi is below the 64Mi minimum",
+		`bundleRenderTimeout: soon`:       `bundleRenderTimeout "soon" is not a Go duration`,
+		`bundleRenderTimeout: -1s`:        "bundleRenderTimeout must not be negative",
+		`bundleRenderConcurrency: -1`:     "bundleRenderConcurrency -1 must be between 1 and 64",
+		`bundleRenderConcurrencies: 1`:    `unknown field "bundleRenderConcurrencies"`,
+		`{bundleMaxSize: "-1Mi", x: 1}`:   "unknown field",
+		`bundleRenderMemoryLimit: "-1Gi"`: "bundleRenderMemoryLimit -1Gi must be positive",
+	} {
+		if _, err := Parse([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
 func TestOfflineAfter(t *testing.T) {
 	if got := (&Config{}).OfflineAfter(); got != 3*time.Minute {
 		t.Errorf("default OfflineAfter %s, want 3m", got)

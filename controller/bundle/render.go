@@ -1,0 +1,168 @@
+package bundle
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/metrics"
+	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/renderer"
+)
+
+// BundleRenderer renders a Bundle's resources with options already merged
+// with a target's. The controller's is a renderworker.Pool: the authors'
+// content never renders in the controller process.
+type BundleRenderer interface {
+	Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error)
+	// Limits are the limits renders run under now.
+	Limits() renderworker.Limits
+}
+
+// renderCache remembers, per Bundle, what rendering its current resources
+// gave for each set of options: the manifest ID, or the failure. Rendering
+// is a function of the Bundle's name, resources and options (and of the
+// limits, for failures), and a render costs a process, so reconciles caused
+// by status changes render nothing, and a Bundle that runs into a limit
+// does so once per change, not once per reconcile. The manifests themselves
+// are not kept: they are rendered again only when a content Secret needs
+// writing.
+type renderCache struct {
+	mu       sync.Mutex
+	byBundle map[types.NamespacedName]*bundleRenders
+}
+
+type bundleRenders struct {
+	inputs    string // hash of the name, the resources and the limits
+	byOptions map[string]renderOutcome
+}
+
+type renderOutcome struct {
+	contentID string
+	err       *renderworker.RenderError
+}
+
+func (c *renderCache) lookup(key types.NamespacedName, inputs, options string) (renderOutcome, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	br := c.byBundle[key]
+	if br == nil || br.inputs != inputs {
+		return renderOutcome{}, false
+	}
+	o, ok := br.byOptions[options]
+	return o, ok
+}
+
+func (c *renderCache) store(key types.NamespacedName, inputs, options string, o renderOutcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byBundle == nil {
+		c.byBundle = map[types.NamespacedName]*bundleRenders{}
+	}
+	br := c.byBundle[key]
+	if br == nil || br.inputs != inputs {
+		br = &bundleRenders{inputs: inputs, byOptions: map[string]renderOutcome{}}
+		c.byBundle[key] = br
+	}
+	br.byOptions[options] = o
+}
+
+func (c *renderCache) forget(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.byBundle, key)
+}
+
+// render is one set of options of a Bundle during one reconcile.
+type render struct {
+	opts      fleet.BundleDeploymentOptions
+	optsHash  string
+	contentID string
+	// rendered says whether this reconcile rendered it, and so has its
+	// manifests (empty for a Bundle that renders to nothing).
+	rendered  bool
+	manifests []byte
+	// err is the failure the Bundle's author has to fix.
+	err *renderworker.RenderError
+}
+
+// reconcileRenders renders one Bundle during one reconcile: at most once per
+// distinct set of options, and not at all when the cache knows the result.
+type reconcileRenders struct {
+	renderer BundleRenderer
+	cache    *renderCache
+	bundle   *fleet.Bundle
+	key      types.NamespacedName
+	inputs   string
+	byHash   map[string]*render
+	ordered  []*render
+}
+
+func newReconcileRenders(r BundleRenderer, cache *renderCache, b *fleet.Bundle) *reconcileRenders {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%+v", b.Name, resourcesHash(b.Spec.Resources), r.Limits())
+	return &reconcileRenders{
+		renderer: r, cache: cache, bundle: b,
+		key:    types.NamespacedName{Namespace: b.Namespace, Name: b.Name},
+		inputs: hex.EncodeToString(h.Sum(nil)),
+		byHash: map[string]*render{},
+	}
+}
+
+// get returns the render of the Bundle with opts. An error is the
+// controller's own trouble (a worker that could not start); the Bundle's
+// failures are in the render.
+func (rr *reconcileRenders) get(ctx context.Context, opts fleet.BundleDeploymentOptions) (*render, error) {
+	h := optionsHash(opts)
+	if rd, ok := rr.byHash[h]; ok {
+		return rd, nil
+	}
+	rd := &render{opts: opts, optsHash: h}
+	if o, ok := rr.cache.lookup(rr.key, rr.inputs, h); ok {
+		rd.contentID, rd.err = o.contentID, o.err
+	} else if err := rr.run(ctx, rd); err != nil {
+		return nil, err
+	}
+	rr.byHash[h] = rd
+	rr.ordered = append(rr.ordered, rd)
+	return rd, nil
+}
+
+// ensureManifests renders rd now if this reconcile has not yet. A Bundle
+// whose templates are not deterministic (random names, timestamps) gets a
+// new manifest ID here; its clusters all move to it.
+func (rr *reconcileRenders) ensureManifests(ctx context.Context, rd *render) error {
+	if rd.rendered || rd.err != nil {
+		return nil
+	}
+	return rr.run(ctx, rd)
+}
+
+func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
+	start := time.Now()
+	out, err := rr.renderer.Render(ctx, rr.bundle.Name, rr.bundle.Spec.Resources, rd.opts)
+	rd.rendered = err == nil || errors.As(err, new(*renderworker.RenderError))
+	metrics.BundleRenderDuration.Observe(time.Since(start).Seconds())
+	var re *renderworker.RenderError
+	switch {
+	case errors.As(err, &re):
+		metrics.BundleRenders.WithLabelValues(re.Reason).Inc()
+		rd.err, rd.manifests, rd.contentID = re, nil, ""
+	case err != nil:
+		metrics.BundleRenders.WithLabelValues("error").Inc()
+		return fmt.Errorf("rendering bundle %s: %w", rr.key, err)
+	default:
+		metrics.BundleRenders.WithLabelValues("success").Inc()
+		rd.err, rd.manifests, rd.contentID = nil, out.YAML, bundlecontent.ManifestID(out.YAML)
+	}
+	rr.cache.store(rr.key, rr.inputs, rd.optsHash, renderOutcome{contentID: rd.contentID, err: rd.err})
+	return nil
+}
