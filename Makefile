@@ -104,14 +104,11 @@ test: dev-deps node-bins helm images ## Run unit, envtest and e2e (real clusters
 e2e: dev-deps node-bins helm images ## Run only the e2e suite on real local clusters.
 	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
+.PHONY: fuzz
 FUZZTIME ?= 10s
 FUZZ_PKGS ?= ./...
-.PHONY: fuzz
-# Packages are those with a func Fuzz in a test file (so `go test -list` does
-# not start the control planes of every envtest package just to list
-# nothing); each target then runs on its own, as -fuzz needs.
 fuzz: ## Run every fuzz target (FUZZ_PKGS, default all) for FUZZTIME (default 10s) each.
-	@pkgs=$$(go list -f '{{.ImportPath}} {{.Dir}}' $(FUZZ_PKGS) | while read -r pkg dir; do 		if grep -qs '^func Fuzz' "$$dir"/*_test.go; then echo "$$pkg"; fi; done); 	if [ -z "$$pkgs" ]; then echo "no fuzz targets"; exit 0; fi; 	FLEET_BIN_DIR=$(BIN) go test -list '^Fuzz' $$pkgs | 		awk '/^Fuzz/ {names[++n] = $$1} /^ok/ {for (i = 1; i <= n; i++) print $$2, names[i]; n = 0}' | 	while read -r pkg target; do 		echo "fuzz: $$target in $$pkg for $(FUZZTIME)"; 		FLEET_BIN_DIR=$(BIN) go test -run '^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) "$$pkg"; 	done
+	FUZZTIME=$(FUZZTIME) FLEET_BIN_DIR=$(BIN) hack/fuzz.sh $(FUZZ_PKGS)
 
 BENCH_ARGS ?=
 .PHONY: bench
