@@ -285,3 +285,41 @@ func TestCluster_NamespaceMadeForAnotherClusterIsNeverShared(t *testing.T) {
 		t.Errorf("a BundleDeployment was written into another cluster's namespace: %d", len(list.Items))
 	}
 }
+
+// TestBundle_NeverReachesAnotherWorkspace: SPEC §6, a Bundle author deploys
+// to the clusters of the Bundle's own workspace only, whatever the targets
+// say: a selector that matches everything, and a Cluster of another
+// workspace named outright.
+func TestBundle_NeverReachesAnotherWorkspace(t *testing.T) {
+	mine := newNamespace(t, up, "fleet-mine-")
+	theirs := newNamespace(t, up, "fleet-theirs-")
+	newCluster(t, mine, "own", map[string]string{"env": "prod"})
+	newCluster(t, theirs, "other", map[string]string{"env": "prod"})
+	// A Bundle of their own reaches the other cluster: its namespace is
+	// there and usable.
+	own := webBundle(theirs)
+	own.Name = "theirs"
+	own.Spec.Targets = []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{}}}
+	if err := up.Create(t.Context(), own); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, theirs, own.Name, "other")
+	b := webBundle(mine)
+	b.Spec.Targets = []fleet.BundleTarget{
+		{ClusterName: "other"},
+		{ClusterSelector: &metav1.LabelSelector{}},
+	}
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, mine, b.Name, "own")
+	list := &fleet.BundleDeploymentList{}
+	if err := up.List(t.Context(), list, client.InNamespace(names.ClusterNamespace(theirs, "other"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, bd := range list.Items {
+		if bd.Labels[fleet.BundleNamespaceLabel] != theirs {
+			t.Errorf("a Bundle of %s reached a cluster of %s: BundleDeployment %s", bd.Labels[fleet.BundleNamespaceLabel], theirs, bd.Name)
+		}
+	}
+}

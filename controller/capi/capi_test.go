@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +58,7 @@ const (
 	nsDelete    = "capi-delete"
 	nsNotListed = "capi-not-listed"
 	nsRefused   = "capi-refused"
+	nsUnsafe    = "capi-unsafe"
 )
 
 func TestMain(m *testing.M) {
@@ -80,7 +84,7 @@ func TestMain(m *testing.M) {
 		// Nothing applies agent Bundles here; their pending state would
 		// hold Ready back.
 		ManageAgent:    ptr.To(false),
-		CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete, nsRefused},
+		CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete, nsRefused, nsUnsafe},
 	}
 	ctrl, err = controller.New(ctx, controller.Options{
 		RestConfig:       env.Upstream.Config,
@@ -644,5 +648,34 @@ func TestCAPI_CreateFailureIsReported(t *testing.T) {
 	})
 	if err := noFleetCluster(nsRefused, "refused")(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestCAPI_UnsafeKubeconfigIsRefusedLikeAnyOther: a Cluster API
+// <name>-kubeconfig Secret is held to the same kubeconfig policy as one
+// committed by hand: an exec plugin leaves the fleet Cluster Stalled naming
+// the field, and nothing is pushed.
+func TestCAPI_UnsafeKubeconfigIsRefusedLikeAnyOther(t *testing.T) {
+	installCAPI(t)
+	namespace(t, nsUnsafe)
+	raw, err := clientcmd.Load(env.Downstreams[1].Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range raw.AuthInfos {
+		u.Exec = &clientcmdapi.ExecConfig{APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/true", InteractiveMode: clientcmdapi.NeverExecInteractiveMode}
+	}
+	kc, err := clientcmd.Write(*raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createCAPICluster(t, nsUnsafe, "exec", nil)
+	kubeconfigSecret(t, nsUnsafe, "exec", kc)
+	got := waitCondition(t, nsUnsafe, "exec", fleet.StalledCondition, metav1.ConditionTrue, fleet.KubeConfigUnsafeReason)
+	if msg := condition(got, fleet.StalledCondition).Message; !strings.Contains(msg, ".exec") || !strings.Contains(msg, "insecureKubeconfig.exec") {
+		t.Errorf("the message must name the field and the opt-in: %s", msg)
+	}
+	if err := up.Get(t.Context(), client.ObjectKey{Namespace: nsUnsafe, Name: "import-token-exec"}, &fleet.ClusterRegistrationToken{}); !apierrors.IsNotFound(err) {
+		t.Errorf("an import token was made for a refused kubeconfig: %v", err)
 	}
 }
