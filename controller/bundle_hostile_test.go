@@ -1,10 +1,7 @@
 package controller_test
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -26,24 +23,8 @@ import (
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
-
-// gzipZeros is n bytes of zeros, gzipped and base64-encoded: a gzip bomb.
-func gzipZeros(t *testing.T, n int) string {
-	t.Helper()
-	var b bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
-	chunk := make([]byte, 1<<20)
-	for left := n; left > 0; left -= len(chunk) {
-		if _, err := w.Write(chunk[:min(left, len(chunk))]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(b.Bytes())
-}
 
 // memorySampler records the peak Go heap and resident memory of this process
 // (the controller runs in it; render workers are children).
@@ -179,8 +160,8 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 			{Name: "chart/templates/t.yaml", Content: template},
 		}
 	}
-	bomb := gzipZeros(t, 256<<20)     // 16 times the per-resource limit
-	twelveMiB := gzipZeros(t, 12<<20) // three of them: over the total only
+	bomb := renderertest.GzipBomb(t, 256<<20)     // 16 times the per-resource limit
+	twelveMiB := renderertest.GzipBomb(t, 12<<20) // three of them: over the total only
 
 	type hostile struct {
 		bundle          *fleet.Bundle

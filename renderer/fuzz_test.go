@@ -15,6 +15,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
 // FuzzBundleFiles decodes arbitrary resources: never a panic, and whatever
@@ -22,7 +23,7 @@ import (
 func FuzzBundleFiles(f *testing.F) {
 	f.Add("cm.yaml", []byte("apiVersion: v1\nkind: ConfigMap\n"), uint8(0))
 	f.Add("chart/templates/x.yaml", []byte("{{ .Values.x }}"), uint8(1))
-	f.Add("big.yaml", []byte(zeros(f, 1<<20)), uint8(3))
+	f.Add("big.yaml", []byte(renderertest.GzipBomb(f, 1<<20)), uint8(3))
 	f.Add("../etc/passwd", []byte("x"), uint8(0))
 	f.Add("a//b/../c", []byte("x"), uint8(2))
 	f.Add("x", []byte("\x1f\x8b\x08\x00\x00\x00\x00\x00"), uint8(2))

@@ -1,8 +1,6 @@
 package renderer_test
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"errors"
 	"runtime"
@@ -11,23 +9,8 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
-
-// zeros is n bytes of zeros, gzipped and base64-encoded: a gzip bomb.
-func zeros(t testing.TB, n int) string {
-	var b bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
-	chunk := make([]byte, 1<<20)
-	for left := n; left > 0; left -= len(chunk) {
-		if _, err := w.Write(chunk[:min(left, len(chunk))]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(b.Bytes())
-}
 
 func TestBundleFilesWithin_SizeLimits(t *testing.T) {
 	limits := renderer.SizeLimits{Resource: 1 << 20, Total: 3 << 20}
@@ -39,16 +22,16 @@ func TestBundleFilesWithin_SizeLimits(t *testing.T) {
 	}{
 		{"exactly at the limits", []fleet.BundleResource{
 			{Name: "a", Content: mib}, {Name: "b", Content: base64.StdEncoding.EncodeToString([]byte(mib)), Encoding: "base64"},
-			{Name: "c", Content: zeros(t, 1<<20), Encoding: "base64+gz"},
+			{Name: "c", Content: renderertest.GzipBomb(t, 1<<20), Encoding: "base64+gz"},
 		}, ""},
 		{"plain resource over the limit", []fleet.BundleResource{{Name: "a", Content: mib + "x"}},
 			"resources[0] (a) decodes to more than 1Mi, the limit per resource (bundleMaxResourceSize)"},
 		{"base64 resource over the limit", []fleet.BundleResource{{Name: "ok"}, {Name: "b", Content: base64.StdEncoding.EncodeToString([]byte(mib + "x")), Encoding: "base64"}},
 			"resources[1] (b) decodes to more than 1Mi"},
-		{"gzip bomb", []fleet.BundleResource{{Name: "bomb.yaml", Content: zeros(t, 64<<20), Encoding: "base64+gz"}},
+		{"gzip bomb", []fleet.BundleResource{{Name: "bomb.yaml", Content: renderertest.GzipBomb(t, 64<<20), Encoding: "base64+gz"}},
 			"resources[0] (bomb.yaml) decodes to more than 1Mi, the limit per resource (bundleMaxResourceSize); split it"},
 		{"all together over the total", []fleet.BundleResource{
-			{Name: "a", Content: mib}, {Name: "b", Content: mib}, {Name: "c", Content: mib}, {Name: "d", Content: zeros(t, 1), Encoding: "base64+gz"},
+			{Name: "a", Content: mib}, {Name: "b", Content: mib}, {Name: "c", Content: mib}, {Name: "d", Content: renderertest.GzipBomb(t, 1), Encoding: "base64+gz"},
 		}, "resources[3] (d): the Bundle's resources decode to more than 3Mi together, the limit (bundleMaxSize)"},
 	}
 	for _, tc := range cases {
@@ -70,7 +53,7 @@ func TestBundleFilesWithin_SizeLimits(t *testing.T) {
 
 // A gzip bomb costs about the limit in memory, not its decompressed size.
 func TestBundleFilesWithin_GzipBombAllocatesAboutTheLimit(t *testing.T) {
-	bomb := []fleet.BundleResource{{Name: "bomb.yaml", Content: zeros(t, 256<<20), Encoding: "base64+gz"}}
+	bomb := []fleet.BundleResource{{Name: "bomb.yaml", Content: renderertest.GzipBomb(t, 256<<20), Encoding: "base64+gz"}}
 	limits := renderer.SizeLimits{Resource: 4 << 20, Total: 4 << 20}
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -96,7 +79,7 @@ func TestBundleFilesWithin_BadContentIsNamed(t *testing.T) {
 	}{
 		{fleet.BundleResource{Name: "x", Content: "%%%", Encoding: "base64"}, "resources[0] (x): content is not base64"},
 		{fleet.BundleResource{Name: "x", Content: base64.StdEncoding.EncodeToString([]byte("plain")), Encoding: "base64+gz"}, "resources[0] (x): content is not gzip"},
-		{fleet.BundleResource{Name: "x", Content: zeros(t, 100)[:20], Encoding: "base64+gz"}, "resources[0] (x): content is not"},
+		{fleet.BundleResource{Name: "x", Content: renderertest.GzipBomb(t, 100)[:20], Encoding: "base64+gz"}, "resources[0] (x): content is not"},
 	} {
 		_, err := renderer.BundleFilesWithin([]fleet.BundleResource{tc.r}, renderer.DefaultSizeLimits())
 		if err == nil || !strings.Contains(err.Error(), tc.want) || renderer.ReasonOf(err) != fleet.RenderFailedReason {

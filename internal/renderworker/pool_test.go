@@ -2,9 +2,7 @@ package renderworker
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/base64"
 	"errors"
 	"net"
 	"os"
@@ -17,6 +15,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
 // TestMain lets this test binary be the render worker the pool starts.
@@ -132,24 +131,8 @@ func TestPool_RunawayTemplatesAreStoppedWithAClearError(t *testing.T) {
 	}
 }
 
-// gzipBomb is size bytes of zeros, gzipped and base64-encoded.
-func gzipBomb(t testing.TB, size int) string {
-	var b bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
-	chunk := make([]byte, 1<<20)
-	for n := 0; n < size; n += len(chunk) {
-		if _, err := w.Write(chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(b.Bytes())
-}
-
 func TestPool_GzipBombIsRefusedWithinTheLimit(t *testing.T) {
-	bomb := gzipBomb(t, 256<<20)
+	bomb := renderertest.GzipBomb(t, 256<<20)
 	t.Logf("256Mi of zeros as a %s resource", renderer.FormatBytes(int64(len(bomb))))
 	res := []fleet.BundleResource{
 		{Name: "ok.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n"},
