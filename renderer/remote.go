@@ -2,9 +2,11 @@ package renderer
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -93,7 +95,7 @@ func checkKustomization(file string, k *kustypes.Kustomization) error {
 			}
 		}
 	}
-	for _, key := range sortedKeys(k.OpenAPI) {
+	for _, key := range slices.Sorted(maps.Keys(k.OpenAPI)) {
 		if err := check("openapi."+key, k.OpenAPI[key]); err != nil {
 			return err
 		}
@@ -225,7 +227,7 @@ func walkPluginConfigs(file, fieldPrefix string, v any) error {
 				return err
 			}
 		}
-		for _, k := range sortedKeys(v) {
+		for _, k := range slices.Sorted(maps.Keys(v)) {
 			if err := walkPluginConfigs(file, fieldPrefix, v[k]); err != nil {
 				return err
 			}
@@ -254,7 +256,7 @@ func checkPluginPaths(file, field string, config map[string]any) error {
 		}
 		return nil
 	}
-	for _, k := range sortedKeys(config) {
+	for _, k := range slices.Sorted(maps.Keys(config)) {
 		switch lower := strings.ToLower(k); {
 		case pluginPathKeys[lower]:
 			if err := check(k, config[k]); err != nil {
@@ -264,7 +266,7 @@ func checkPluginPaths(file, field string, config map[string]any) error {
 			list, _ := config[k].([]any)
 			for i, r := range list {
 				m, _ := r.(map[string]any)
-				for _, rk := range sortedKeys(m) {
+				for _, rk := range slices.Sorted(maps.Keys(m)) {
 					if strings.EqualFold(rk, "path") {
 						if err := check(fmt.Sprintf("%s[%d].%s", k, i, rk), m[rk]); err != nil {
 							return err
@@ -320,13 +322,4 @@ func isRemote(s string) bool {
 		return true
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -3,6 +3,7 @@ package remote
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -47,12 +48,12 @@ func (e *UnsafeError) Error() string {
 // not allow. It looks at every cluster and user in the file, not only the
 // current context's: a kubeconfig should hold the one cluster it is for.
 func CheckKubeconfig(cfg *clientcmdapi.Config, allow config.InsecureKubeconfig) error {
-	for _, name := range sortedKeys(cfg.AuthInfos) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.AuthInfos)) {
 		if err := checkUser(name, cfg.AuthInfos[name], allow); err != nil {
 			return err
 		}
 	}
-	for _, name := range sortedKeys(cfg.Clusters) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Clusters)) {
 		if err := checkCluster(name, cfg.Clusters[name], allow); err != nil {
 			return err
 		}
@@ -122,13 +123,4 @@ func RESTConfig(kubeconfig []byte, allow config.InsecureKubeconfig) (*rest.Confi
 	cfg.QPS, cfg.Burst = 50, 100
 	cfg.UserAgent = "fleet-controller"
 	return cfg, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
