@@ -215,10 +215,11 @@ func workspaceUser(t *testing.T, ns string, rules ...rbacv1.PolicyRule) client.C
 // removes the agent but not that namespace or what else is in it.
 func TestImport_PreexistingDownstreamNamespaceIsNeverTakenOver(t *testing.T) {
 	ds := env.Downstreams[1]
-	agentNS := "preexisting-agent-ns"
-	if err := ds.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNS, Labels: map[string]string{"team": "platform"}}}); err != nil {
+	pre := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "preexisting-", Labels: map[string]string{"team": "platform"}}}
+	if err := ds.Client.Create(t.Context(), pre); err != nil {
 		t.Fatal(err)
 	}
+	agentNS := pre.Name
 	theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "theirs"}, Data: map[string]string{"a": "b"}}
 	if err := ds.Client.Create(t.Context(), theirs); err != nil {
 		t.Fatal(err)
