@@ -30,6 +30,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -101,7 +102,7 @@ func newToken(t *testing.T, ws, name string, spec fleet.ClusterRegistrationToken
 		t.Fatal(err)
 	}
 	var values []byte
-	controlplane.Eventually(t, 30*time.Second, "token values", func() error {
+	testenv.Eventually(t, 30*time.Second, "token values", func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
 			return err
 		}
@@ -195,7 +196,7 @@ func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, hook fun
 func waitRegistered(t *testing.T, a *runningAgent) (string, string) {
 	t.Helper()
 	var ns, name string
-	controlplane.Eventually(t, 30*time.Second, "agent registered", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent registered", func() error {
 		ns, name = a.Registered()
 		if name == "" {
 			return fmt.Errorf("not registered (ready check: %v)", a.ReadyCheck(nil))
@@ -217,7 +218,7 @@ func getCluster(t *testing.T, ns, name string) *fleet.Cluster {
 func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("Cluster %s/%s Ready=%s (%s)", ns, name, status, reason), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("Cluster %s/%s Ready=%s (%s)", ns, name, status, reason), func() error {
 		c = getCluster(t, ns, name)
 		r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
 		if r == nil || r.Status != status || (reason != "" && r.Reason != reason) {

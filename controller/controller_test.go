@@ -23,6 +23,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var (
@@ -111,7 +112,7 @@ func getCluster(t *testing.T, c *fleet.Cluster) *fleet.Cluster {
 func waitCondition(t *testing.T, c *fleet.Cluster, condType string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var got *fleet.Cluster
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("%s=%s reason %s", condType, status, reason), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%s=%s reason %s", condType, status, reason), func() error {
 		got = getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, condType)
 		if cond == nil || cond.Status != status || (reason != "" && cond.Reason != reason) {
@@ -125,7 +126,7 @@ func waitCondition(t *testing.T, c *fleet.Cluster, condType string, status metav
 func waitImported(t *testing.T, c *fleet.Cluster, generation int64) *fleet.Cluster {
 	t.Helper()
 	var got *fleet.Cluster
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("agent deployed at generation %d", generation), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("agent deployed at generation %d", generation), func() error {
 		got = getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, fleet.ImportedCondition)
 		if got.Status.AgentDeployedGeneration == nil || *got.Status.AgentDeployedGeneration != generation || cond == nil || cond.Status != metav1.ConditionTrue {
@@ -183,7 +184,7 @@ func snapshot(t *testing.T, ds *controlplane.ControlPlane, ns string) map[string
 func waitEvents(t *testing.T, c *fleet.Cluster, reason string, want int) int {
 	t.Helper()
 	n := 0
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("%d %s event(s)", want, reason), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d %s event(s)", want, reason), func() error {
 		if n = countEvents(t, c, reason); n < want {
 			return fmt.Errorf("%d %s events", n, reason)
 		}
@@ -309,7 +310,7 @@ func TestImport_RedeploysOnceWhenAnAgentSettingChanges(t *testing.T) {
 	updateCluster(t, c, func(cur *fleet.Cluster) {
 		cur.Spec.AgentEnvVars = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}}
 	})
-	controlplane.Eventually(t, 60*time.Second, "LOG_LEVEL in the agent", func() error {
+	testenv.Eventually(t, 60*time.Second, "LOG_LEVEL in the agent", func() error {
 		if v := envValue(agentDeployment(t, ds, c.Spec.AgentNamespace), "LOG_LEVEL"); v != "debug" {
 			return fmt.Errorf("LOG_LEVEL=%q", v)
 		}

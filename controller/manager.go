@@ -31,9 +31,19 @@ import (
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"
+)
+
+const (
+	// DefaultQPS and DefaultBurst bound the controller's requests to the
+	// upstream API server when Options set no other (client side; the
+	// server's priority and fairness still applies). client-go's default of
+	// 20 requests per second would cap registration at about one cluster
+	// per second.
+	DefaultQPS   = 500
+	DefaultBurst = 1000
 )
 
 // Options configure the controller process.
@@ -66,8 +76,7 @@ type Options struct {
 	Shard sharding.Shard
 
 	// QPS and Burst bound the controller's requests to the upstream API
-	// server (client side; the server's priority and fairness still
-	// applies). Zero: 500 and 1000.
+	// server. Zero: DefaultQPS and DefaultBurst.
 	QPS   float32
 	Burst int
 
@@ -104,9 +113,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	restCfg := rest.CopyConfig(opts.RestConfig)
 	restCfg.UserAgent = "fleet-controller"
-	// client-go's default of 20 requests per second would cap registration
-	// at about one cluster per second.
-	restCfg.QPS, restCfg.Burst = 500, 1000
+	restCfg.QPS, restCfg.Burst = DefaultQPS, DefaultBurst
 	if opts.QPS > 0 {
 		restCfg.QPS = opts.QPS
 	}
@@ -114,7 +121,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		restCfg.Burst = opts.Burst
 	}
 	mgrOpts := ctrl.Options{
-		Scheme: controlplane.Scheme,
+		Scheme: scheme.Scheme,
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are read on demand, never cached: the upstream may
 			// hold many, and most are none of our business.
@@ -179,7 +186,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Cache:     mgr.GetCache(),
 		APIReader: mgr.GetAPIReader(),
 		Renderer:  agentRenderer,
-		Remotes:   remote.NewCache(controlplane.Scheme),
+		Remotes:   remote.NewCache(scheme.Scheme),
 		Recorder:  events,
 	}).SetupWithManager(ctx, mgr, cluster.SetupOptions{MaxConcurrentReconciles: opts.Workers}); err != nil {
 		return nil, err

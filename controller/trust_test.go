@@ -21,6 +21,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // The tests of SPEC §6's first row: whoever commits a Cluster and its
@@ -236,7 +237,7 @@ func TestImport_PreexistingDownstreamNamespaceIsNeverTakenOver(t *testing.T) {
 	if err := up.Delete(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
 		err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: agentNS, Name: "fleet-agent"}, &appsv1.Deployment{})
 		if apierrors.IsNotFound(err) {
 			return nil

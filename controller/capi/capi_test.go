@@ -37,6 +37,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var (
@@ -217,7 +218,7 @@ func fleetCluster(t *testing.T, ns, name string) (*fleet.Cluster, error) {
 func waitFleetCluster(t *testing.T, ns, name string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("fleet Cluster %s/%s", ns, name), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("fleet Cluster %s/%s", ns, name), func() error {
 		var err error
 		c, err = fleetCluster(t, ns, name)
 		return err
@@ -227,7 +228,7 @@ func waitFleetCluster(t *testing.T, ns, name string) *fleet.Cluster {
 
 func waitFleetClusterGone(t *testing.T, ns, name string) {
 	t.Helper()
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("fleet Cluster %s/%s deleted", ns, name), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("fleet Cluster %s/%s deleted", ns, name), func() error {
 		c, err := fleetCluster(t, ns, name)
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -260,7 +261,7 @@ func condition(c *fleet.Cluster, t string) *metav1.Condition {
 func waitCondition(t *testing.T, ns, name, condType string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("%s/%s %s=%s (%s)", ns, name, condType, status, reason), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%s/%s %s=%s (%s)", ns, name, condType, status, reason), func() error {
 		var err error
 		if c, err = fleetCluster(t, ns, name); err != nil {
 			return err
@@ -278,7 +279,7 @@ func waitCondition(t *testing.T, ns, name, condType string, status metav1.Condit
 // ns/name: events are sent asynchronously, after the change they report.
 func waitCAPIEvent(t *testing.T, ns, name, reason string) {
 	t.Helper()
-	controlplane.Eventually(t, 30*time.Second, "a "+reason+" event on the CAPI cluster "+ns+"/"+name, func() error {
+	testenv.Eventually(t, 30*time.Second, "a "+reason+" event on the CAPI cluster "+ns+"/"+name, func() error {
 		if capiEvents(t, ns, name, reason) == 0 {
 			return fmt.Errorf("no %s event yet", reason)
 		}
@@ -340,7 +341,7 @@ func runAgent(t *testing.T, ds *controlplane.ControlPlane) (*agent.Agent, func()
 
 func waitRegistered(t *testing.T, a *agent.Agent, ns, name string) {
 	t.Helper()
-	controlplane.Eventually(t, 30*time.Second, "agent registered", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent registered", func() error {
 		gotNS, gotName := a.Registered()
 		if gotNS != ns || gotName != name {
 			return fmt.Errorf("registered as %q/%q (ready check: %v)", gotNS, gotName, a.ReadyCheck(nil))
@@ -351,7 +352,7 @@ func waitRegistered(t *testing.T, a *agent.Agent, ns, name string) {
 
 func bootstrapPushed(t *testing.T, ds *controlplane.ControlPlane) {
 	t.Helper()
-	controlplane.Eventually(t, 60*time.Second, "agent pushed to "+ds.Name, func() error {
+	testenv.Eventually(t, 60*time.Second, "agent pushed to "+ds.Name, func() error {
 		s := &corev1.Secret{}
 		return ds.Client.Get(t.Context(), client.ObjectKey{Namespace: agentSystem, Name: "fleet-agent-bootstrap"}, s)
 	})
@@ -415,7 +416,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		l["tier"] = "gold"
 		u.SetLabels(l)
 	})
-	controlplane.Eventually(t, 30*time.Second, "labels follow the CAPI cluster", func() error {
+	testenv.Eventually(t, 30*time.Second, "labels follow the CAPI cluster", func() error {
 		fc, err := fleetCluster(t, nsLifecycle, "prod-1")
 		if err != nil {
 			return err
@@ -438,7 +439,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	bootstrapPushed(t, ds2)
-	controlplane.Eventually(t, 30*time.Second, "status records the new server", func() error {
+	testenv.Eventually(t, 30*time.Second, "status records the new server", func() error {
 		fc, err := fleetCluster(t, nsLifecycle, "prod-1")
 		if err != nil {
 			return err
@@ -462,7 +463,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFleetClusterGone(t, nsLifecycle, "prod-1")
-	controlplane.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
 		d := &appsv1.Deployment{}
 		err := ds2.Client.Get(t.Context(), client.ObjectKey{Namespace: agentSystem, Name: "fleet-agent"}, d)
 		if apierrors.IsNotFound(err) {
@@ -470,7 +471,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		}
 		return fmt.Errorf("agent Deployment still there: %v", err)
 	})
-	controlplane.Eventually(t, 30*time.Second, "cluster namespace removed upstream", func() error {
+	testenv.Eventually(t, 30*time.Second, "cluster namespace removed upstream", func() error {
 		ns := &corev1.Namespace{}
 		err := up.Get(t.Context(), client.ObjectKey{Name: names.ClusterNamespace(nsLifecycle, "prod-1")}, ns)
 		if apierrors.IsNotFound(err) || (err == nil && !ns.DeletionTimestamp.IsZero()) {
@@ -535,7 +536,7 @@ func TestCAPI_HandMadeClusterIsNeverTakenOver(t *testing.T) {
 	}
 	c := createCAPICluster(t, nsHandMade, "edge", map[string]string{"env": "prod"})
 	kubeconfigSecret(t, nsHandMade, "edge", nil)
-	controlplane.Eventually(t, 30*time.Second, "a conflict event on the CAPI cluster", func() error {
+	testenv.Eventually(t, 30*time.Second, "a conflict event on the CAPI cluster", func() error {
 		if capiEvents(t, nsHandMade, "edge", capi.NameTakenReason) == 0 {
 			return fmt.Errorf("no %s event yet", capi.NameTakenReason)
 		}
@@ -554,7 +555,7 @@ func TestCAPI_HandMadeClusterIsNeverTakenOver(t *testing.T) {
 	if err := up.Delete(t.Context(), got); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 60*time.Second, "the CAPI cluster registers once the name is free", func() error {
+	testenv.Eventually(t, 60*time.Second, "the CAPI cluster registers once the name is free", func() error {
 		fc, err := fleetCluster(t, nsHandMade, "edge")
 		if err != nil {
 			return err
@@ -630,7 +631,7 @@ func TestCAPI_CreateFailureIsReported(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = up.Delete(context.Background(), o) })
 	}
-	controlplane.Eventually(t, 30*time.Second, "the policy in force", func() error {
+	testenv.Eventually(t, 30*time.Second, "the policy in force", func() error {
 		probe := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: nsRefused, Name: "probe"}}
 		if err := up.Create(t.Context(), probe, client.DryRunAll); err == nil || !apierrors.IsInvalid(err) {
 			return fmt.Errorf("a Cluster is still admitted: %v", err)
@@ -640,7 +641,7 @@ func TestCAPI_CreateFailureIsReported(t *testing.T) {
 
 	createCAPICluster(t, nsRefused, "refused", nil)
 	kubeconfigSecret(t, nsRefused, "refused", nil)
-	controlplane.Eventually(t, 30*time.Second, "a "+capi.NotCreatedReason+" event", func() error {
+	testenv.Eventually(t, 30*time.Second, "a "+capi.NotCreatedReason+" event", func() error {
 		if capiEvents(t, nsRefused, "refused", capi.NotCreatedReason) == 0 {
 			return fmt.Errorf("no event yet")
 		}

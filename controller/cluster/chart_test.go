@@ -33,6 +33,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -147,7 +148,7 @@ func (p *process) stop(t *testing.T) {
 func (p *process) settle(t *testing.T, c *fleet.Cluster) {
 	t.Helper()
 	poke(t, c)
-	controlplane.Eventually(t, 60*time.Second, "the reconciler to find nothing to deploy", func() error {
+	testenv.Eventually(t, 60*time.Second, "the reconciler to find nothing to deploy", func() error {
 		if !cluster.FoundNothingToDeploy(p.r, client.ObjectKeyFromObject(c)) {
 			return fmt.Errorf("status: %+v", getCluster(t, c).Status)
 		}
@@ -228,7 +229,7 @@ func TestChart_UpgradeWithAnotherChartRedeploysOnce(t *testing.T) {
 	old.stop(t)
 
 	upgraded := startProcess(t, upgradedRenderer(t))
-	controlplane.Eventually(t, 60*time.Second, "the agent redeployed with the upgraded chart", func() error {
+	testenv.Eventually(t, 60*time.Second, "the agent redeployed with the upgraded chart", func() error {
 		if n := countEvents(t, c, "AgentRedeployed"); n == 0 {
 			return fmt.Errorf("AgentRedeployed events: %d", n)
 		}
@@ -405,7 +406,7 @@ func getCluster(t *testing.T, c *fleet.Cluster) *fleet.Cluster {
 
 func waitImported(t *testing.T, c *fleet.Cluster) {
 	t.Helper()
-	controlplane.Eventually(t, 60*time.Second, "agent deployed", func() error {
+	testenv.Eventually(t, 60*time.Second, "agent deployed", func() error {
 		got := getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, fleet.ImportedCondition)
 		if got.Status.AgentDeployedGeneration == nil || cond == nil || cond.Status != metav1.ConditionTrue {

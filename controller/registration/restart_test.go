@@ -34,6 +34,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // restartPickupTimeout is the credential pickup timeout of the restart
@@ -306,7 +307,7 @@ func restartAt(t *testing.T, step string, reregister bool) {
 
 	// Once the pickup timeout passed, only the request identity of the
 	// final registration is left.
-	controlplane.Eventually(t, restartPickupTimeout+30*time.Second, "exactly one of everything and no leftovers", func() error {
+	testenv.Eventually(t, restartPickupTimeout+30*time.Second, "exactly one of everything and no leftovers", func() error {
 		return leftovers(t, ws, clientID, final.Name)
 	})
 	requestWorks()

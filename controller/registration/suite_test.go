@@ -32,6 +32,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // pickupTimeout is the credential pickup timeout of the controller under
@@ -73,7 +74,7 @@ var (
 func TestMain(m *testing.M) {
 	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
 	flag.Parse()
-	if controlplane.Fuzzing() {
+	if testenv.Fuzzing() {
 		os.Exit(m.Run())
 	}
 	os.Exit(run(m))
@@ -219,7 +220,7 @@ func tokenWith(t *testing.T, ws, name string, spec fleet.ClusterRegistrationToke
 		t.Fatal(err)
 	}
 	var bearer string
-	controlplane.Eventually(t, 30*time.Second, "values Secret of token "+ws+"/"+name, func() error {
+	testenv.Eventually(t, 30*time.Second, "values Secret of token "+ws+"/"+name, func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
 			return err
 		}
@@ -358,7 +359,7 @@ func getReg(t *testing.T, ws, name string) *fleet.ClusterRegistration {
 func waitCondition(t *testing.T, ws, name string, status metav1.ConditionStatus, reason string) *fleet.ClusterRegistration {
 	t.Helper()
 	reg := &fleet.ClusterRegistration{}
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("ClusterRegistration %s/%s Granted=%s reason %s", ws, name, status, reason), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("ClusterRegistration %s/%s Granted=%s reason %s", ws, name, status, reason), func() error {
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: name}, reg); err != nil {
 			return err
 		}
@@ -402,7 +403,7 @@ func countGenerated(t *testing.T, ws string) counts {
 // on the named registration.
 func waitEvent(t *testing.T, ws, name, reason, noteHas string) {
 	t.Helper()
-	controlplane.Eventually(t, 20*time.Second, fmt.Sprintf("event %s on ClusterRegistration %s/%s", reason, ws, name), func() error {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("event %s on ClusterRegistration %s/%s", reason, ws, name), func() error {
 		list := &eventsv1.EventList{}
 		if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
 			return err

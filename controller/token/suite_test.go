@@ -22,6 +22,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var (
@@ -40,7 +41,7 @@ func initialConfig() *config.Config {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if controlplane.Fuzzing() {
+	if testenv.Fuzzing() {
 		os.Exit(m.Run())
 	}
 	os.Exit(run(m))
