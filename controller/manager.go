@@ -14,8 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -26,6 +24,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/clustergroup"
 	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/controller/manageroptions"
 	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/sharding"
@@ -120,29 +119,14 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	if opts.Burst > 0 {
 		restCfg.Burst = opts.Burst
 	}
-	mgrOpts := ctrl.Options{
-		Scheme: scheme.Scheme,
-		Client: client.Options{Cache: &client.CacheOptions{
-			// Secrets are read on demand, never cached: the upstream may
-			// hold many, and most are none of our business.
-			DisableFor: []client.Object{&corev1.Secret{}},
-		}},
-		Cache: cache.Options{
-			DefaultTransform: cache.TransformStripManagedFields(),
-			// The controller's own ConfigMap is the only one it reads (and
-			// the only namespace where its Role lets it).
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-			},
-		},
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
-		HealthProbeBindAddress:        opts.ProbeAddress,
-		PprofBindAddress:              opts.PprofAddress,
-		LeaderElection:                opts.LeaderElect,
-		LeaderElectionID:              opts.Shard.LeaseName("fleet-controller-lock"),
-		LeaderElectionNamespace:       opts.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-	}
+	mgrOpts := manageroptions.New(opts.Namespace)
+	mgrOpts.Metrics = metricsserver.Options{BindAddress: opts.MetricsAddress}
+	mgrOpts.HealthProbeBindAddress = opts.ProbeAddress
+	mgrOpts.PprofBindAddress = opts.PprofAddress
+	mgrOpts.LeaderElection = opts.LeaderElect
+	mgrOpts.LeaderElectionID = opts.Shard.LeaseName("fleet-controller-lock")
+	mgrOpts.LeaderElectionNamespace = opts.Namespace
+	mgrOpts.LeaderElectionReleaseOnCancel = true
 	if opts.LeaseDuration > 0 {
 		mgrOpts.LeaseDuration, mgrOpts.RenewDeadline, mgrOpts.RetryPeriod = &opts.LeaseDuration, &opts.RenewDeadline, &opts.RetryPeriod
 	}
