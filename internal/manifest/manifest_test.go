@@ -38,7 +38,7 @@ spec: {replicas: 3}
 
 func TestDecode_NamesTheBadDocument(t *testing.T) {
 	for in, want := range map[string]string{
-		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nkind: [\n":   "document 2 of the rendered manifests is not valid YAML",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nkind: [\n":  "document 2 of the rendered manifests is not valid YAML",
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n- a\n- b\n": "document 2 of the rendered manifests is not a Kubernetes object",
 	} {
 		if _, err := Decode([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
