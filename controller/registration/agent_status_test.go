@@ -24,7 +24,7 @@ import (
 // cluster's namespace, or kube-system) and of agentDeployedGeneration: the
 // API server itself must refuse both, whatever verb is used.
 func TestAgentStatus_RequestIdentityWritesOnlyItsHeartbeat(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	_, secret := a.register(t, randomID("status-"), nil)
 	clusterName := string(secret.Data[registration.KeyClusterName])

@@ -3,11 +3,12 @@ package registration_test
 import (
 	"errors"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gitops-fleet/fleet/internal/testenv"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +38,7 @@ func countRBAC(t *testing.T, sel client.MatchingLabels) (roles, bindings int) {
 }
 
 func TestGrant_NewClusterRegistersWithAgentLabelsMinusReservedOnes(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("kube-system-uid-")
 	start := time.Now()
@@ -112,7 +113,7 @@ func TestGrant_NewClusterRegistersWithAgentLabelsMinusReservedOnes(t *testing.T)
 }
 
 func TestGrant_MatchesPredefinedClusterByClientID(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	clientID := randomID("predefined-")
 	pre := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "edge-1", Labels: map[string]string{"owner": "admin"}}, Spec: fleet.ClusterSpec{ClientID: clientID}}
 	if err := up.Create(t.Context(), pre); err != nil {
@@ -172,7 +173,7 @@ func refusedLeavesNothing(t *testing.T, reg *fleet.ClusterRegistration) {
 }
 
 func TestGrant_TokenBoundToClientIDRefusesOtherClientIDs(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	bound := randomID("bound-")
 	a := newAgent(t, ws, "import-token-edge", importToken(t, ws, "import-token-edge", bound))
 
@@ -193,7 +194,7 @@ func TestGrant_TokenBoundToClientIDRefusesOtherClientIDs(t *testing.T) {
 }
 
 func TestGrant_MissingTokenRefusesWithTokenNotFound(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	// The import identity of a deleted token is gone with it (its
 	// ServiceAccount is owned by the token), so a registration that names a
 	// missing token is one made before the token went, or by hand.
@@ -214,7 +215,7 @@ func TestGrant_MissingTokenRefusesWithTokenNotFound(t *testing.T) {
 }
 
 func TestGrant_RequestIdentityReachesOnlyItsOwnCluster(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	regA, secretA := a.register(t, randomID("a-"), nil)
 	_, secretB := a.register(t, randomID("b-"), nil)
@@ -317,7 +318,7 @@ func TestGrant_RequestIdentityReachesOnlyItsOwnCluster(t *testing.T) {
 }
 
 func TestGrant_CredentialReadableOnlyByTheImportIdentityThatAsked(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok-a", importToken(t, ws, "tok-a", ""))
 	b := newAgent(t, ws, "tok-b", importToken(t, ws, "tok-b", ""))
 	reg, secret := a.register(t, randomID("cid-"), nil)
@@ -349,7 +350,7 @@ func TestGrant_CredentialReadableOnlyByTheImportIdentityThatAsked(t *testing.T) 
 }
 
 func TestGrant_DeletingTheClusterRevokesTheRequestTokenAndRemovesRegistrations(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("cid-")
 	reg, secret := a.register(t, clientID, nil)
@@ -401,7 +402,7 @@ func TestGrant_DeletingTheClusterRevokesTheRequestTokenAndRemovesRegistrations(t
 }
 
 func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("cid-")
 
@@ -469,7 +470,7 @@ func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
 }
 
 func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg, secret := a.register(t, randomID("cid-"), nil)
 	got := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
@@ -517,7 +518,7 @@ func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
 }
 
 func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	name := randomID("admin-")[:20]
 	// Something in the way of the last RBAC step stops every pass there,
 	// with the Cluster, namespace, ServiceAccount and cluster-namespace
@@ -611,7 +612,7 @@ func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
 }
 
 func TestGrant_GrantedRegistrationIsNeverGrantedAgain(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg, secret := a.register(t, randomID("cid-"), nil)
 	waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
@@ -659,7 +660,7 @@ func TestGrant_GrantedRegistrationIsNeverGrantedAgain(t *testing.T) {
 }
 
 func TestGrant_HashCollisionRefusedWithClearCondition(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	clientID := randomID("cid-")
 	squatter := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: names.AutoClusterName(clientID)}, Spec: fleet.ClusterSpec{ClientID: "someone-else"}}
 	if err := up.Create(t.Context(), squatter); err != nil {

@@ -208,7 +208,7 @@ func nothingMadeFor(t *testing.T, a *agent, reg *fleet.ClusterRegistration) {
 }
 
 func TestTrust_ImportIdentityCannotPreApproveOrRegisterWithoutItsToken(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	imp := as(t, tokenWith(t, ws, "manual", fleet.ClusterRegistrationTokenSpec{Approval: fleet.ApprovalManual}))
 	ctx := t.Context()
 
@@ -250,7 +250,7 @@ func TestTrust_ImportIdentityCannotPreApproveOrRegisterWithoutItsToken(t *testin
 }
 
 func TestTrust_RegistrationWithoutTokenNeedsTheRegisterVerb(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	// Someone allowed to create registrations, but not to register without
 	// a token: the API server refuses.
@@ -329,7 +329,7 @@ func tableCell(t *testing.T, ws, name, column string) (string, error) {
 }
 
 func TestApproval_ManualRegistrationWaitsForAnApprover(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	a := newAgent(t, ws, "manual", tokenWith(t, ws, "manual", fleet.ClusterRegistrationTokenSpec{Approval: fleet.ApprovalManual}))
 	reg := a.create(t, randomID("edge-"), map[string]string{"env": "edge"})
@@ -386,7 +386,7 @@ func TestApproval_ManualRegistrationWaitsForAnApprover(t *testing.T) {
 }
 
 func TestTakeover_UnboundTokenCannotTakeOverALiveCluster(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	clientID := randomID("victim-")
 	owner := newAgent(t, ws, "open", tokenWith(t, ws, "open", fleet.ClusterRegistrationTokenSpec{}))
@@ -453,7 +453,7 @@ func TestLabels_AgentLabelKeysRestrictWhatAgentsSet(t *testing.T) {
 	shared.Config.Set(cfg)
 	t.Cleanup(func() { shared.Config.Set(controllerConfig()) })
 
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", tokenWith(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{}))
 	reg, secret := a.register(t, randomID("cid-"), map[string]string{
 		"env":                      "prod",
@@ -481,7 +481,7 @@ func TestLabels_AgentLabelKeysRestrictWhatAgentsSet(t *testing.T) {
 }
 
 func TestLimit_TokenRegistersAtMostMaxClusters(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	a := newAgent(t, ws, "two", tokenWith(t, ws, "two", fleet.ClusterRegistrationTokenSpec{MaxClusters: ptr.To[int32](2)}))
 	idA, idB, idC := randomID("a-"), randomID("b-"), randomID("c-")
@@ -583,7 +583,7 @@ func TestAdmissionPolicies_MissingOrChangedGrantNothingUntilRestored(t *testing.
 	if err := up.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", tokenWith(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{}))
 
 	t.Cleanup(func() {
@@ -645,7 +645,7 @@ func TestAdmissionPolicies_MissingOrChangedGrantNothingUntilRestored(t *testing.
 // tell whether they are in force: it reports them as missing (so the grant
 // waits) instead of waiting silently.
 func TestAdmissionPolicies_UnreadableCountAsMissing(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	// An identity that may read nothing cluster-wide.
