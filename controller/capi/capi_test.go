@@ -22,11 +22,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/fluxcd/pkg/ssa"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -36,7 +33,6 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
-	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
@@ -44,7 +40,7 @@ var (
 	env         *controlplane.Env
 	ctrl        *controller.Controller
 	up          client.Client
-	ctrlDone    = make(chan error, 1)
+	ctrlRun     *testenv.Runner
 	crdOnce     sync.Once
 	crdErr      error
 	baseConfig  *config.Config
@@ -63,48 +59,33 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
-	level := zapcore.ErrorLevel
-	if os.Getenv("FLEET_TEST_LOG") == "debug" {
-		level = zapcore.DebugLevel
-	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	ctx, cancel := context.WithCancel(context.Background())
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 2})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	baseConfig = &config.Config{
-		APIServerURL:                 env.Upstream.Config.Host,
-		APIServerCA:                  env.Upstream.Config.CAData,
-		AgentCheckinInterval:         metav1.Duration{Duration: time.Second},
-		OfflineAfterMissedHeartbeats: 5,
-		RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
-		// Nothing applies agent Bundles here; their pending state would
-		// hold Ready back.
-		ManageAgent:    ptr.To(false),
-		CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete, nsRefused, nsUnsafe},
-	}
-	ctrl, err = controller.New(ctx, controller.Options{
-		RestConfig:       env.Upstream.Config,
-		InitialConfig:    baseConfig,
-		MetricsAddress:   "0",
-		ProbeAddress:     "0",
-		CAPIPollInterval: 300 * time.Millisecond,
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
+		env, up = s.Env, s.Env.Upstream.Client
+		baseConfig = &config.Config{
+			APIServerURL:                 env.Upstream.Config.Host,
+			APIServerCA:                  env.Upstream.Config.CAData,
+			AgentCheckinInterval:         metav1.Duration{Duration: time.Second},
+			OfflineAfterMissedHeartbeats: 5,
+			RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
+			// Nothing applies agent Bundles here; their pending state would
+			// hold Ready back.
+			ManageAgent:    ptr.To(false),
+			CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete, nsRefused, nsUnsafe},
+		}
+		var err error
+		ctrl, err = controller.New(s.Context(), controller.Options{
+			RestConfig:       env.Upstream.Config,
+			InitialConfig:    baseConfig,
+			MetricsAddress:   "0",
+			ProbeAddress:     "0",
+			CAPIPollInterval: 300 * time.Millisecond,
+		})
+		if err != nil {
+			return err
+		}
+		ctrlRun = s.Go("controller", ctrl.Start)
+		return nil
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	go func() { ctrlDone <- ctrl.Start(ctx) }()
-	up = env.Upstream.Client
-	code := m.Run()
-	cancel()
-	<-ctrlDone
-	_ = env.Stop()
-	os.Exit(code)
 }
 
 // installCAPI installs the minimal Cluster API CRD once, while the
@@ -116,8 +97,8 @@ func installCAPI(t *testing.T) {
 		// Give the watcher a few polls of a cluster without the CRD.
 		time.Sleep(time.Second)
 		select {
-		case err := <-ctrlDone:
-			crdErr = fmt.Errorf("the controller stopped while the Cluster API was not installed: %v", err)
+		case <-ctrlRun.Done():
+			crdErr = fmt.Errorf("the controller stopped while the Cluster API was not installed: %v", ctrlRun.Err())
 			return
 		default:
 		}
@@ -135,18 +116,6 @@ func installCAPI(t *testing.T) {
 	})
 	if crdErr != nil {
 		t.Fatal(crdErr)
-	}
-}
-
-// consistently checks cond every 100ms for d.
-func consistently(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if err := cond(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -371,7 +340,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 	})
 
 	// No kubeconfig Secret yet (the control plane is not up): nothing.
-	consistently(t, 2*time.Second, "no fleet Cluster before the kubeconfig Secret exists", noFleetCluster(nsLifecycle, "prod-1"))
+	testenv.Consistently(t, 2*time.Second, "no fleet Cluster before the kubeconfig Secret exists", noFleetCluster(nsLifecycle, "prod-1"))
 
 	kubeconfigSecret(t, nsLifecycle, "prod-1", ds1.Kubeconfig)
 	fc := waitFleetCluster(t, nsLifecycle, "prod-1")
@@ -498,7 +467,7 @@ func TestCAPI_OnlyOptedInClustersRegister(t *testing.T) {
 	kubeconfigSecret(t, nsNotListed, "labelled", nil)
 
 	waitFleetCluster(t, nsOptIn, "a")
-	consistently(t, 2*time.Second, "a namespace not opted in is ignored", func() error {
+	testenv.Consistently(t, 2*time.Second, "a namespace not opted in is ignored", func() error {
 		if err := noFleetCluster(nsNotListed, "a")(); err != nil {
 			return err
 		}
@@ -511,7 +480,7 @@ func TestCAPI_OnlyOptedInClustersRegister(t *testing.T) {
 	byLabel.CAPIClusterSelector = optInLabel + "=yes"
 	ctrl.Config.Set(&byLabel)
 	waitFleetCluster(t, nsNotListed, "labelled")
-	consistently(t, time.Second, "an unlabelled cluster is ignored", noFleetCluster(nsNotListed, "a"))
+	testenv.Consistently(t, time.Second, "an unlabelled cluster is ignored", noFleetCluster(nsNotListed, "a"))
 	updateCAPICluster(t, outside, func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{optInLabel: "yes"}) })
 	waitFleetCluster(t, nsNotListed, "a")
 

@@ -69,3 +69,16 @@ func Fuzzing() bool {
 	}
 	return false
 }
+
+// Consistently checks cond every PollInterval for d and fails the test at
+// the first error: what must not happen within d did not.
+func Consistently(t testing.TB, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := cond(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(PollInterval)
+	}
+}

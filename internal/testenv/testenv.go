@@ -101,24 +101,27 @@ func run(m *testing.M, opts Options, setup func(*Suite) error) int {
 			}
 		}()
 	}
-	// Deferred after the control planes' Stop, so it runs before it.
-	defer s.stop()
-	if setup != nil {
-		if err := setup(s); err != nil {
-			fmt.Fprintln(os.Stderr, "setting up the suite:", err)
-			return 1
-		}
+	code := 1
+	if err := setupSuite(s, setup); err != nil {
+		fmt.Fprintln(os.Stderr, "setting up the suite:", err)
+	} else {
+		code = m.Run()
 	}
-	return m.Run()
-}
-
-// stop stops what the suite started, last first, each within stopTimeout.
-func (s *Suite) stop() {
+	// What the suite started ends before the control planes do.
+	cancel()
 	for _, r := range slices.Backward(s.runners) {
 		if err := r.Stop(stopTimeout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
+	return code
+}
+
+func setupSuite(s *Suite, setup func(*Suite) error) error {
+	if setup == nil {
+		return nil
+	}
+	return setup(s)
 }
 
 // Runner is something running in the background (a manager, a controller,
