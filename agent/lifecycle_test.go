@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {

@@ -151,7 +151,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 	}()
 	addr := lis.Addr().String()
 
-	ws := newNamespace(t, up, "fleet-hostile-")
+	ws := testenv.Namespace(t, up, "fleet-hostile-")
 	newCluster(t, ws, "c1", map[string]string{"env": "prod"})
 	toC1 := []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}}
 	chart := func(template string) []fleet.BundleResource {
@@ -329,7 +329,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 // run (their BundleDeployment and content stay as they were) until it
 // renders again.
 func TestBundle_ChangeThatDoesNotRenderKeepsTheLastDeployment(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-broken-change-")
+	ws := testenv.Namespace(t, up, "fleet-broken-change-")
 	newCluster(t, ws, "c1", map[string]string{"env": "prod"})
 	b := webBundle(ws)
 	if err := up.Create(t.Context(), b); err != nil {

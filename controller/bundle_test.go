@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 	"sort"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -118,7 +118,7 @@ func content(t *testing.T, ws, cluster, bundle string) string {
 }
 
 func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-bundles-")
+	ws := testenv.Namespace(t, up, "fleet-bundles-")
 	newCluster(t, ws, "prod-1", map[string]string{"env": "prod"})
 	newCluster(t, ws, "dev-1", map[string]string{"env": "dev"})
 	gold := newCluster(t, ws, "gold-1", map[string]string{"env": "dev", "tier": "gold"})
@@ -193,7 +193,7 @@ func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
 }
 
 func TestBundle_PausedStagesChangesWithoutDeploying(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-paused-")
+	ws := testenv.Namespace(t, up, "fleet-paused-")
 	newCluster(t, ws, "prod-1", map[string]string{"env": "prod"})
 	b := webBundle(ws)
 	if err := up.Create(t.Context(), b); err != nil {
@@ -235,7 +235,7 @@ func TestBundle_PausedStagesChangesWithoutDeploying(t *testing.T) {
 }
 
 func TestBundle_InvalidTargetIsStalled(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-badtarget-")
+	ws := testenv.Namespace(t, up, "fleet-badtarget-")
 	newCluster(t, ws, "c", map[string]string{"env": "prod"})
 	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "bad"}, Spec: fleet.BundleSpec{
 		Resources: []fleet.BundleResource{{Name: "cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"}},

@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func setControllerConfig(t *testing.T, ctx context.Context, doc string) {

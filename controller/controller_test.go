@@ -1,9 +1,7 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
-	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
@@ -33,48 +28,25 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	ctx, cancel := context.WithCancel(context.Background())
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 2})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// The controller runs with exactly the rights charts/fleet gives it.
-	identity, err := env.Upstream.FleetControllerIdentity(ctx, config.DefaultSystemNamespace)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctrl, err = controller.New(ctx, controller.Options{
-		RestConfig:     identity,
-		InitialConfig:  &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
-		MetricsAddress: "0",
-		ProbeAddress:   "0",
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
+		env, up = s.Env, s.Env.Upstream.Client
+		// The controller runs with exactly the rights charts/fleet gives it.
+		identity, err := env.Upstream.FleetControllerIdentity(s.Context(), config.DefaultSystemNamespace)
+		if err != nil {
+			return err
+		}
+		ctrl, err = controller.New(s.Context(), controller.Options{
+			RestConfig:     identity,
+			InitialConfig:  &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
+			MetricsAddress: "0",
+			ProbeAddress:   "0",
+		})
+		if err != nil {
+			return err
+		}
+		s.Go("controller", ctrl.Start)
+		return nil
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Start(ctx) }()
-	up = env.Upstream.Client
-	code := m.Run()
-	cancel()
-	<-done
-	_ = env.Stop()
-	os.Exit(code)
-}
-
-func newNamespace(t *testing.T, c client.Client, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
 }
 
 // managerCluster commits a Cluster and its kubeconfig Secret for a
@@ -82,7 +54,7 @@ func newNamespace(t *testing.T, c client.Client, prefix string) string {
 // downstream do not meet.
 func managerCluster(t *testing.T, ds *controlplane.ControlPlane, mutate func(*fleet.Cluster)) *fleet.Cluster {
 	t.Helper()
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	secret := ds.KubeconfigSecret(ws, "kc")
 	if err := up.Create(t.Context(), secret); err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ func TestImport_BadInputGivesItsConditionAndRecovers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := newNamespace(t, up, "fleet-bad-")
+			ws := testenv.Namespace(t, up, "fleet-bad-")
 			agentNS := "agent-" + ws
 			secretData := tc.fx.secret
 			var fix func()

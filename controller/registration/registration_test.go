@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gitops-fleet/fleet/internal/testenv"
-
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -23,6 +21,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func countRBAC(t *testing.T, sel client.MatchingLabels) (roles, bindings int) {
