@@ -72,7 +72,7 @@ func bundleStatus(t *testing.T, ws, name string) *fleet.Bundle {
 // reaches exactly the selected clusters through their agents, follows label
 // changes, prunes what leaves it, and reports and corrects drift.
 func TestBundle_EndToEnd(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-e2e-")
+	ws := testenv.Namespace(t, up, "fleet-e2e-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	type member struct {
 		ds      *controlplane.ControlPlane

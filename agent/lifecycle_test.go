@@ -19,7 +19,7 @@ import (
 
 func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {
 	ds := env.Downstreams[0]
-	ns := newNamespace(t, ds.Client, "agent-empty-")
+	ns := testenv.Namespace(t, ds.Client, "agent-empty-")
 	a := startAgent(t, ds, ns, nil)
 	testenv.Eventually(t, 20*time.Second, "stuck state reported", func() error {
 		err := a.ReadyCheck(nil)
@@ -44,7 +44,7 @@ func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {
 
 func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "short", fleet.ClusterRegistrationTokenSpec{})
 	// The token goes (as at expiry) before the agent uses it.
 	if err := up.Delete(t.Context(), &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "short"}}); err != nil {
@@ -71,7 +71,7 @@ func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
 
 func TestAgent_RenewsItsCredentialWithoutRegisteringAgain(t *testing.T) {
 	ds := env.Downstreams[1]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	clientID := "renew-" + ws
@@ -114,7 +114,7 @@ func TestAgent_RenewsItsCredentialWithoutRegisteringAgain(t *testing.T) {
 
 func TestAgent_DeletingTheClusterRevokesTheAgentWithinSeconds(t *testing.T) {
 	ds := env.Downstreams[1]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "revoke-" + ws})
@@ -135,7 +135,7 @@ func TestAgent_DeletingTheClusterRevokesTheAgentWithinSeconds(t *testing.T) {
 
 func TestOffline_ClusterTurnsOfflineAndBack(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "offline-" + ws})
@@ -160,7 +160,7 @@ func TestAgent_RestartAtAnyHandshakeStepConverges(t *testing.T) {
 	for _, step := range []string{"registration-created", "credential-received", "credential-stored", "bootstrap-deleted"} {
 		t.Run(step, func(t *testing.T) {
 			ds := env.Downstreams[1]
-			ws := newNamespace(t, up, "fleet-ws-")
+			ws := testenv.Namespace(t, up, "fleet-ws-")
 			values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 			agentNS := "agent-" + ws
 			clientID := "restart-" + ws
@@ -209,7 +209,7 @@ func TestAgent_RestartAtAnyHandshakeStepConverges(t *testing.T) {
 // nothing runs pods in these control planes) registers and reports in.
 func TestManagerInitiated_AgentPushedByTheControllerRegisters(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	agentNS := "agent-" + ws
 	if err := up.Create(t.Context(), ds.KubeconfigSecret(ws, "kc")); err != nil {
 		t.Fatal(err)

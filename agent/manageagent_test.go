@@ -75,7 +75,7 @@ func envGeneration(d *appsv1.Deployment) string {
 func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 	withManageAgent(t)
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	agentNS := "agent-" + ws
 	if err := up.Create(t.Context(), ds.KubeconfigSecret(ws, "kc")); err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 func TestManageAgent_AgentInitiatedClusterFollowsGenerationBump(t *testing.T) {
 	withManageAgent(t)
 	ds := env.Downstreams[1]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "ai-" + ws})

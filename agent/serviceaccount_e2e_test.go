@@ -23,7 +23,7 @@ import (
 // applies it as that ServiceAccount: what its RBAC allows lands, what it
 // does not is refused and the refusal reaches the Bundle's status.
 func TestBundle_TargetServiceAccountBoundsWhatTheAgentApplies(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-sa-")
+	ws := testenv.Namespace(t, up, "fleet-sa-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	ds := envDownstream(0)
 	agentNS := "agent-" + ws
