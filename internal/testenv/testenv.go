@@ -196,3 +196,22 @@ func (r *Runner) Stop(timeout time.Duration) error {
 	r.cancel()
 	return r.Wait(timeout)
 }
+
+// StartControlPlanes starts control planes for one test (within 3 minutes)
+// and stops them when the test ends, after the test's defers and the
+// Cleanups registered after it.
+func StartControlPlanes(t testing.TB, opts controlplane.Options) *controlplane.Env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	env, err := controlplane.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return env
+}
