@@ -296,16 +296,13 @@ func runAgent(t *testing.T, ds *controlplane.ControlPlane) (*agent.Agent, func()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = a.Run(ctx)
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return a, stop
+	run := testenv.Start(t, "agent", a.Run)
+	return a, func() {
+		t.Helper()
+		if err := run.Stop(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 func waitRegistered(t *testing.T, a *agent.Agent, ns, name string) {

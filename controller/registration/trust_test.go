@@ -665,8 +665,8 @@ func TestAdmissionPolicies_UnreadableCountAsMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = c.Start(ctx) }()
-	go func() { _ = checker.Start(ctx) }()
+	testenv.Start(t, "cache", c.Start)
+	testenv.Start(t, "admission checker", checker.Start)
 	testenv.Eventually(t, 20*time.Second, "the checker to report that it cannot read the policies", func() error {
 		if !checker.Checked() {
 			return errors.New("not reported yet")
