@@ -69,13 +69,14 @@ func New(opts Options) (*Agent, error) {
 // runDeployer applies the cluster's BundleDeployments (its own agent Bundle
 // among them) for the life of the session.
 func (a *Agent) runDeployer(ctx context.Context, s *session) error {
+	cred := s.current()
 	d, err := deployer.New(deployer.Options{
 		Upstream:         s.config,
-		Namespace:        s.cred.DeploymentNamespace,
+		Namespace:        cred.DeploymentNamespace,
 		Local:            a.opts.Local,
 		AgentNamespace:   a.opts.Namespace,
-		ClusterName:      s.cred.ClusterName,
-		ClusterNamespace: s.cred.ClusterNamespace,
+		ClusterName:      cred.ClusterName,
+		ClusterNamespace: cred.ClusterNamespace,
 		ResyncInterval:   a.opts.ResyncInterval,
 	})
 	if err != nil {
@@ -145,7 +146,8 @@ func (a *Agent) Registered() (namespace, name string) {
 	if a.session == nil {
 		return "", ""
 	}
-	return a.session.cred.ClusterNamespace, a.session.cred.ClusterName
+	c := a.session.current()
+	return c.ClusterNamespace, c.ClusterName
 }
 
 // run connects (using the stored credential or registering), works until

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -142,5 +141,3 @@ func readBootstrap(ctx context.Context, local client.Client, ns string) (*bootst
 	}
 	return b, nil
 }
-
-var errNoCredential = errors.New("no working credential")
