@@ -108,6 +108,10 @@ test: dev-deps node-bins helm images ## Run unit, envtest and e2e (real clusters
 e2e: dev-deps node-bins helm images ## Run only the e2e suite on real local clusters.
 	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
+.PHONY: race
+race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (not e2e); needs cgo and gcc.
+	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
+
 .PHONY: fuzz
 FUZZTIME ?= 10s
 FUZZ_PKGS ?= ./...
