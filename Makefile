@@ -89,8 +89,12 @@ lint: vet $(BIN)/helm ## Run go vet, check gofmt, helm lint the charts.
 golden: ## Rewrite the renderer's golden files after an intended change to the agent chart.
 	go test ./renderer -run TestAgentRender_Golden -update
 
+.PHONY: layering
+layering: ## Check the import rules: the agent links no Helm or kustomize, no test code in production packages, controller/agent/renderer import no test or dev-environment package.
+	hack/check-layering.sh
+
 .PHONY: verify
-verify: generate lint ## Fail when generated files are stale or code is not formatted.
+verify: generate lint layering ## Fail when generated files are stale, code is not formatted or an import rule is broken.
 	go mod tidy
 	@if [ -n "$$(git status --porcelain -- api kustomize charts go.mod go.sum)" ]; then \
 		echo "generated files or go.mod are stale: run 'make generate' and 'go mod tidy', then commit"; \
@@ -103,6 +107,10 @@ test: dev-deps node-bins helm images ## Run unit, envtest and e2e (real clusters
 .PHONY: e2e
 e2e: dev-deps node-bins helm images ## Run only the e2e suite on real local clusters.
 	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
+
+.PHONY: race
+race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (not e2e); needs cgo and gcc.
+	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
 
 .PHONY: fuzz
 FUZZTIME ?= 10s

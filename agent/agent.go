@@ -21,8 +21,8 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent/deployer"
 	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
-	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // Agent is one running agent.
@@ -69,13 +69,14 @@ func New(opts Options) (*Agent, error) {
 // runDeployer applies the cluster's BundleDeployments (its own agent Bundle
 // among them) for the life of the session.
 func (a *Agent) runDeployer(ctx context.Context, s *session) error {
+	cred := s.current()
 	d, err := deployer.New(deployer.Options{
 		Upstream:         s.config,
-		Namespace:        s.cred.DeploymentNamespace,
+		Namespace:        cred.DeploymentNamespace,
 		Local:            a.opts.Local,
 		AgentNamespace:   a.opts.Namespace,
-		ClusterName:      s.cred.ClusterName,
-		ClusterNamespace: s.cred.ClusterNamespace,
+		ClusterName:      cred.ClusterName,
+		ClusterNamespace: cred.ClusterNamespace,
 		ResyncInterval:   a.opts.ResyncInterval,
 	})
 	if err != nil {
@@ -145,7 +146,8 @@ func (a *Agent) Registered() (namespace, name string) {
 	if a.session == nil {
 		return "", ""
 	}
-	return a.session.cred.ClusterNamespace, a.session.cred.ClusterName
+	c := a.session.current()
+	return c.ClusterNamespace, c.ClusterName
 }
 
 // run connects (using the stored credential or registering), works until
@@ -193,7 +195,7 @@ func (a *Agent) connect(ctx context.Context) (*credential, error) {
 		case err == nil:
 			// A bootstrap Secret beside a working credential is left over
 			// from a registration interrupted after it stored the credential.
-			boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: renderer.BootstrapSecretName}}
+			boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
 			if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
 				a.log.Info("could not delete the leftover bootstrap Secret", "error", err.Error())
 			}

@@ -3,8 +3,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,12 +14,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
 	"github.com/fluxcd/pkg/ssa"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -29,7 +24,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
-	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -42,55 +37,30 @@ var (
 const heartbeat = time.Second
 
 func TestMain(m *testing.M) {
-	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
-	level := zapcore.ErrorLevel
-	if os.Getenv("FLEET_TEST_LOG") == "debug" {
-		level = zapcore.DebugLevel
-	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	ctx, cancel := context.WithCancel(context.Background())
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 2})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctrl, err = controller.New(ctx, controller.Options{
-		RestConfig: env.Upstream.Config,
-		InitialConfig: &config.Config{
-			APIServerURL:                 env.Upstream.Config.Host,
-			APIServerCA:                  env.Upstream.Config.CAData,
-			AgentCheckinInterval:         metav1.Duration{Duration: heartbeat},
-			OfflineAfterMissedHeartbeats: 3,
-			RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
-			// Registration tests: no agent Bundles (nothing applies them
-			// here, and their pending state would hold Ready back).
-			ManageAgent: ptr.To(false),
-		},
-		MetricsAddress: "0",
-		ProbeAddress:   "0",
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
+		env, up = s.Env, s.Env.Upstream.Client
+		var err error
+		ctrl, err = controller.New(s.Context(), controller.Options{
+			RestConfig: env.Upstream.Config,
+			InitialConfig: &config.Config{
+				APIServerURL:                 env.Upstream.Config.Host,
+				APIServerCA:                  env.Upstream.Config.CAData,
+				AgentCheckinInterval:         metav1.Duration{Duration: heartbeat},
+				OfflineAfterMissedHeartbeats: 3,
+				RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
+				// Registration tests: no agent Bundles (nothing applies them
+				// here, and their pending state would hold Ready back).
+				ManageAgent: ptr.To(false),
+			},
+			MetricsAddress: "0",
+			ProbeAddress:   "0",
+		})
+		if err != nil {
+			return err
+		}
+		s.Go("controller", ctrl.Start)
+		return nil
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Start(ctx) }()
-	up = env.Upstream.Client
-	code := m.Run()
-	cancel()
-	<-done
-	_ = env.Stop()
-	os.Exit(code)
-}
-
-func newNamespace(t *testing.T, c client.Client, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
 }
 
 // newToken makes a ClusterRegistrationToken and returns its values file.
@@ -101,7 +71,7 @@ func newToken(t *testing.T, ws, name string, spec fleet.ClusterRegistrationToken
 		t.Fatal(err)
 	}
 	var values []byte
-	controlplane.Eventually(t, 30*time.Second, "token values", func() error {
+	testenv.Eventually(t, 30*time.Second, "token values", func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
 			return err
 		}
@@ -159,13 +129,18 @@ func helmInstall(t *testing.T, ds *controlplane.ControlPlane, ns string, values 
 
 type runningAgent struct {
 	*agent.Agent
+	t      *testing.T
 	cancel context.CancelFunc
-	done   chan struct{}
+	run    *testenv.Runner
 }
 
+// stop ends the agent and waits for it.
 func (r *runningAgent) stop() {
+	r.t.Helper()
 	r.cancel()
-	<-r.done
+	if err := r.run.Wait(30 * time.Second); err != nil {
+		r.t.Error(err)
+	}
 }
 
 func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, hook func(a *agent.Agent, cancel context.CancelFunc)) *runningAgent {
@@ -182,20 +157,15 @@ func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, hook fun
 	if hook != nil {
 		hook(a, cancel)
 	}
-	r := &runningAgent{Agent: a, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		_ = a.Run(ctx)
-	}()
-	var once sync.Once
-	t.Cleanup(func() { once.Do(r.stop) })
+	r := &runningAgent{Agent: a, t: t, cancel: cancel, run: testenv.Go(ctx, "agent", a.Run)}
+	t.Cleanup(r.stop)
 	return r
 }
 
 func waitRegistered(t *testing.T, a *runningAgent) (string, string) {
 	t.Helper()
 	var ns, name string
-	controlplane.Eventually(t, 30*time.Second, "agent registered", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent registered", func() error {
 		ns, name = a.Registered()
 		if name == "" {
 			return fmt.Errorf("not registered (ready check: %v)", a.ReadyCheck(nil))
@@ -217,7 +187,7 @@ func getCluster(t *testing.T, ns, name string) *fleet.Cluster {
 func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("Cluster %s/%s Ready=%s (%s)", ns, name, status, reason), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("Cluster %s/%s Ready=%s (%s)", ns, name, status, reason), func() error {
 		c = getCluster(t, ns, name)
 		r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
 		if r == nil || r.Status != status || (reason != "" && r.Reason != reason) {
@@ -252,7 +222,7 @@ func localSecret(t *testing.T, ds *controlplane.ControlPlane, ns, name string) (
 
 func TestAgentInitiated_NewClusterRegistersWithLabelsAndReportsIn(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{
@@ -285,7 +255,7 @@ func TestAgentInitiated_NewClusterRegistersWithLabelsAndReportsIn(t *testing.T) 
 
 func TestAgentInitiated_PredefinedClusterIsMatchedByClientID(t *testing.T) {
 	ds := env.Downstreams[1]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	pre := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "my-cluster", Labels: map[string]string{"team": "a"}},
 		Spec: fleet.ClusterSpec{ClientID: "predefined-" + ws}}
 	if err := up.Create(t.Context(), pre); err != nil {

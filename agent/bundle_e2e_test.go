@@ -14,6 +14,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 const appChart = `apiVersion: v2
@@ -71,7 +72,7 @@ func bundleStatus(t *testing.T, ws, name string) *fleet.Bundle {
 // reaches exactly the selected clusters through their agents, follows label
 // changes, prunes what leaves it, and reports and corrects drift.
 func TestBundle_EndToEnd(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-e2e-")
+	ws := testenv.Namespace(t, up, "fleet-e2e-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	type member struct {
 		ds      *controlplane.ControlPlane
@@ -109,7 +110,7 @@ func TestBundle_EndToEnd(t *testing.T) {
 	if err := up.Create(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 60*time.Second, "app on the prod cluster", func() error {
+	testenv.Eventually(t, 60*time.Second, "app on the prod cluster", func() error {
 		cm, err := configMap(t, prod.ds, appNS, "app-config")
 		if err != nil {
 			return err
@@ -122,7 +123,7 @@ func TestBundle_EndToEnd(t *testing.T) {
 	if _, err := configMap(t, dev.ds, appNS, "app-config"); !apierrors.IsNotFound(err) {
 		t.Errorf("app on the dev cluster, which no target selects: %v", err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "bundle Ready 1/1", func() error {
+	testenv.Eventually(t, 30*time.Second, "bundle Ready 1/1", func() error {
 		if got := bundleStatus(t, ws, "app"); got.Status.Display.ReadyClusters != "1/1" {
 			return fmt.Errorf("readyClusters %q", got.Status.Display.ReadyClusters)
 		}
@@ -133,7 +134,7 @@ func TestBundle_EndToEnd(t *testing.T) {
 	updateBundle(t, ws, "app", func(b *fleet.Bundle) {
 		b.Spec.Resources[1].Content = strings.SplitN(appTemplates, "---", 2)[0]
 	})
-	controlplane.Eventually(t, 30*time.Second, "app-extra pruned", func() error {
+	testenv.Eventually(t, 30*time.Second, "app-extra pruned", func() error {
 		if _, err := configMap(t, prod.ds, appNS, "app-extra"); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: %v", err)
 		}
@@ -146,7 +147,7 @@ func TestBundle_EndToEnd(t *testing.T) {
 	if err := prod.ds.Client.Update(t.Context(), cm); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "drift reported on the Bundle", func() error {
+	testenv.Eventually(t, 30*time.Second, "drift reported on the Bundle", func() error {
 		got := bundleStatus(t, ws, "app")
 		if got.Status.Summary.Modified != 1 || len(got.Status.Summary.NonReadyResources) == 0 ||
 			len(got.Status.Summary.NonReadyResources[0].ModifiedStatus) == 0 || got.Status.Summary.NonReadyResources[0].ModifiedStatus[0].Name != "app-config" {
@@ -155,7 +156,7 @@ func TestBundle_EndToEnd(t *testing.T) {
 		return nil
 	})
 	updateBundle(t, ws, "app", func(b *fleet.Bundle) { b.Spec.CorrectDrift = &fleet.CorrectDrift{Enabled: true} })
-	controlplane.Eventually(t, 30*time.Second, "drift corrected", func() error {
+	testenv.Eventually(t, 30*time.Second, "drift corrected", func() error {
 		cm, err := configMap(t, prod.ds, appNS, "app-config")
 		if err != nil || cm.Data["color"] != "blue" {
 			return fmt.Errorf("color %v (%v)", cm.Data, err)
@@ -166,7 +167,7 @@ func TestBundle_EndToEnd(t *testing.T) {
 	// Labels change: the app moves from prod to dev.
 	updateCluster(t, ws, prod.name, func(c *fleet.Cluster) { c.Labels["env"] = "staging" })
 	updateCluster(t, ws, dev.name, func(c *fleet.Cluster) { c.Labels["env"] = "prod" })
-	controlplane.Eventually(t, 60*time.Second, "app moved to the other cluster", func() error {
+	testenv.Eventually(t, 60*time.Second, "app moved to the other cluster", func() error {
 		if _, err := configMap(t, dev.ds, appNS, "app-config"); err != nil {
 			return fmt.Errorf("not on dev: %v", err)
 		}

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // Names of the agent's local objects.
@@ -131,7 +129,7 @@ func writeCredential(ctx context.Context, local client.Client, ns string, c *cre
 // readBootstrap reads the local fleet-agent-bootstrap Secret; nil if none.
 func readBootstrap(ctx context.Context, local client.Client, ns string) (*bootstrap, error) {
 	s := &corev1.Secret{}
-	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: renderer.BootstrapSecretName}, s); err != nil {
+	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: registration.BootstrapSecretName}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -139,9 +137,7 @@ func readBootstrap(ctx context.Context, local client.Client, ns string) (*bootst
 	}
 	b, err := registration.ParseBootstrap(s.Data)
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: %w: reinstall the agent with a ClusterRegistrationToken's values file", ns, renderer.BootstrapSecretName, err)
+		return nil, fmt.Errorf("Secret %s/%s: %w: reinstall the agent with a ClusterRegistrationToken's values file", ns, registration.BootstrapSecretName, err)
 	}
 	return b, nil
 }
-
-var errNoCredential = errors.New("no working credential")

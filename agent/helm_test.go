@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func helmBinary(t *testing.T) string {
@@ -32,7 +33,7 @@ func helmBinary(t *testing.T) string {
 // registers under that clientID with those labels.
 func TestHelmInstall_AgentInitiatedAsDocumented(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "helm-tok", fleet.ClusterRegistrationTokenSpec{})
 	dir := t.TempDir()
 	valuesFile := filepath.Join(dir, "values.yaml")

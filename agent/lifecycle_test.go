@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"strings"
 	"testing"
 	"time"
@@ -15,20 +14,21 @@ import (
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {
 	ds := env.Downstreams[0]
-	ns := newNamespace(t, ds.Client, "agent-empty-")
+	ns := testenv.Namespace(t, ds.Client, "agent-empty-")
 	a := startAgent(t, ds, ns, nil)
-	controlplane.Eventually(t, 20*time.Second, "stuck state reported", func() error {
+	testenv.Eventually(t, 20*time.Second, "stuck state reported", func() error {
 		err := a.ReadyCheck(nil)
 		if err == nil || !strings.Contains(err.Error(), "no fleet-agent-bootstrap Secret") || !strings.Contains(err.Error(), "helm upgrade --install fleet-agent") {
 			return fmt.Errorf("ready check: %v", err)
 		}
 		return nil
 	})
-	controlplane.Eventually(t, 10*time.Second, "a NoBootstrapCredential event", func() error {
+	testenv.Eventually(t, 10*time.Second, "a NoBootstrapCredential event", func() error {
 		evs := &corev1.EventList{}
 		if err := ds.Client.List(t.Context(), evs, client.InNamespace(ns)); err != nil {
 			return err
@@ -44,7 +44,7 @@ func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {
 
 func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "short", fleet.ClusterRegistrationTokenSpec{})
 	// The token goes (as at expiry) before the agent uses it.
 	if err := up.Delete(t.Context(), &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "short"}}); err != nil {
@@ -52,7 +52,7 @@ func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
 	}
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, nil)
-	controlplane.Eventually(t, 30*time.Second, "import ServiceAccount gone", func() error {
+	testenv.Eventually(t, 30*time.Second, "import ServiceAccount gone", func() error {
 		sa := &corev1.ServiceAccount{}
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "import-short"}, sa); err == nil {
 			return fmt.Errorf("still there")
@@ -60,7 +60,7 @@ func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
 		return nil
 	})
 	a := startAgent(t, ds, agentNS, nil)
-	controlplane.Eventually(t, 20*time.Second, "refusal reported", func() error {
+	testenv.Eventually(t, 20*time.Second, "refusal reported", func() error {
 		err := a.ReadyCheck(nil)
 		if err == nil || !strings.Contains(err.Error(), "refused the import token") {
 			return fmt.Errorf("ready check: %v", err)
@@ -71,7 +71,7 @@ func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
 
 func TestAgent_RenewsItsCredentialWithoutRegisteringAgain(t *testing.T) {
 	ds := env.Downstreams[1]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	clientID := "renew-" + ws
@@ -93,7 +93,7 @@ func TestAgent_RenewsItsCredentialWithoutRegisteringAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	a2 := startAgent(t, ds, agentNS, nil)
-	controlplane.Eventually(t, 30*time.Second, "credential renewed", func() error {
+	testenv.Eventually(t, 30*time.Second, "credential renewed", func() error {
 		s, err := localSecret(t, ds, agentNS, "fleet-agent")
 		if err != nil {
 			return err
@@ -114,7 +114,7 @@ func TestAgent_RenewsItsCredentialWithoutRegisteringAgain(t *testing.T) {
 
 func TestAgent_DeletingTheClusterRevokesTheAgentWithinSeconds(t *testing.T) {
 	ds := env.Downstreams[1]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "revoke-" + ws})
@@ -124,7 +124,7 @@ func TestAgent_DeletingTheClusterRevokesTheAgentWithinSeconds(t *testing.T) {
 	if err := up.Delete(t.Context(), &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}}); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 20*time.Second, "agent cut off", func() error {
+	testenv.Eventually(t, 20*time.Second, "agent cut off", func() error {
 		if err := a.ReadyCheck(nil); err == nil || !strings.Contains(err.Error(), "no working credential") {
 			return fmt.Errorf("ready check: %v", err)
 		}
@@ -135,7 +135,7 @@ func TestAgent_DeletingTheClusterRevokesTheAgentWithinSeconds(t *testing.T) {
 
 func TestOffline_ClusterTurnsOfflineAndBack(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "offline-" + ws})
@@ -160,7 +160,7 @@ func TestAgent_RestartAtAnyHandshakeStepConverges(t *testing.T) {
 	for _, step := range []string{"registration-created", "credential-received", "credential-stored", "bootstrap-deleted"} {
 		t.Run(step, func(t *testing.T) {
 			ds := env.Downstreams[1]
-			ws := newNamespace(t, up, "fleet-ws-")
+			ws := testenv.Namespace(t, up, "fleet-ws-")
 			values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 			agentNS := "agent-" + ws
 			clientID := "restart-" + ws
@@ -183,7 +183,7 @@ func TestAgent_RestartAtAnyHandshakeStepConverges(t *testing.T) {
 			second := startAgent(t, ds, agentNS, nil)
 			_, name := waitRegistered(t, second)
 			waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
-			controlplane.Eventually(t, 30*time.Second, "one Cluster and one registration", func() error {
+			testenv.Eventually(t, 30*time.Second, "one Cluster and one registration", func() error {
 				list := &fleet.ClusterList{}
 				if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
 					return err
@@ -209,7 +209,7 @@ func TestAgent_RestartAtAnyHandshakeStepConverges(t *testing.T) {
 // nothing runs pods in these control planes) registers and reports in.
 func TestManagerInitiated_AgentPushedByTheControllerRegisters(t *testing.T) {
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	agentNS := "agent-" + ws
 	if err := up.Create(t.Context(), ds.KubeconfigSecret(ws, "kc")); err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestManagerInitiated_AgentPushedByTheControllerRegisters(t *testing.T) {
 	if err := up.Create(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "bootstrap Secret pushed downstream", func() error {
+	testenv.Eventually(t, 30*time.Second, "bootstrap Secret pushed downstream", func() error {
 		_, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap")
 		return err
 	})
@@ -238,7 +238,7 @@ func TestManagerInitiated_AgentPushedByTheControllerRegisters(t *testing.T) {
 	updateCluster(t, ws, name, func(cur *fleet.Cluster) {
 		cur.Spec.RedeployAgentGeneration = 1
 	})
-	controlplane.Eventually(t, 30*time.Second, "registered again after the redeploy", func() error {
+	testenv.Eventually(t, 30*time.Second, "registered again after the redeploy", func() error {
 		regs := &fleet.ClusterRegistrationList{}
 		if err := up.List(t.Context(), regs, client.InNamespace(ws)); err != nil {
 			return err

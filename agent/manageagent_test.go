@@ -14,6 +14,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // withManageAgent turns manageagent on for one test.
@@ -45,7 +46,7 @@ func podTemplate(d *appsv1.Deployment) string {
 func waitAgentBundleApplied(t *testing.T, ws, cluster string) *fleet.BundleDeployment {
 	t.Helper()
 	bd := &fleet.BundleDeployment{}
-	controlplane.Eventually(t, 60*time.Second, "agent Bundle applied by the agent", func() error {
+	testenv.Eventually(t, 60*time.Second, "agent Bundle applied by the agent", func() error {
 		key := client.ObjectKey{Namespace: names.ClusterNamespace(ws, cluster), Name: names.AgentBundle(cluster)}
 		if err := up.Get(t.Context(), key, bd); err != nil {
 			return err
@@ -74,7 +75,7 @@ func envGeneration(d *appsv1.Deployment) string {
 func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 	withManageAgent(t)
 	ds := env.Downstreams[0]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	agentNS := "agent-" + ws
 	if err := up.Create(t.Context(), ds.KubeconfigSecret(ws, "kc")); err != nil {
 		t.Fatal(err)
@@ -85,7 +86,7 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 	}
 	// The push applies the bootstrap Secret before the Deployment: wait for
 	// both.
-	controlplane.Eventually(t, 30*time.Second, "agent pushed", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent pushed", func() error {
 		if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); err != nil {
 			return err
 		}
@@ -115,7 +116,7 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 		cur.Spec.RedeployAgentGeneration = 1
 	})
 	waitRegistered(t, a)
-	controlplane.Eventually(t, 60*time.Second, "GENERATION=1 applied", func() error {
+	testenv.Eventually(t, 60*time.Second, "GENERATION=1 applied", func() error {
 		if g := envGeneration(agentDeployment(t, ds, agentNS)); g != "1" {
 			return fmt.Errorf("GENERATION=%q", g)
 		}
@@ -134,7 +135,7 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 func TestManageAgent_AgentInitiatedClusterFollowsGenerationBump(t *testing.T) {
 	withManageAgent(t)
 	ds := env.Downstreams[1]
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "ai-" + ws})
@@ -146,7 +147,7 @@ func TestManageAgent_AgentInitiatedClusterFollowsGenerationBump(t *testing.T) {
 	updateCluster(t, ws, name, func(cur *fleet.Cluster) {
 		cur.Spec.RedeployAgentGeneration = 5
 	})
-	controlplane.Eventually(t, 60*time.Second, "GENERATION=5 applied by the agent", func() error {
+	testenv.Eventually(t, 60*time.Second, "GENERATION=5 applied by the agent", func() error {
 		if g := envGeneration(agentDeployment(t, ds, agentNS)); g != "5" {
 			b := &fleet.Bundle{}
 			_ = up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: names.AgentBundle(name)}, b)

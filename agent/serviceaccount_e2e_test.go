@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // TestBundle_TargetServiceAccountBoundsWhatTheAgentApplies: a Bundle whose
@@ -23,7 +23,7 @@ import (
 // applies it as that ServiceAccount: what its RBAC allows lands, what it
 // does not is refused and the refusal reaches the Bundle's status.
 func TestBundle_TargetServiceAccountBoundsWhatTheAgentApplies(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-sa-")
+	ws := testenv.Namespace(t, up, "fleet-sa-")
 	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 	ds := envDownstream(0)
 	agentNS := "agent-" + ws
@@ -70,7 +70,7 @@ func TestBundle_TargetServiceAccountBoundsWhatTheAgentApplies(t *testing.T) {
 	if err := up.Create(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 60*time.Second, "configmap applied as the ServiceAccount", func() error {
+	testenv.Eventually(t, 60*time.Second, "configmap applied as the ServiceAccount", func() error {
 		cm, err := configMap(t, ds, appNS, "settings")
 		if err != nil {
 			return err
@@ -98,7 +98,7 @@ func TestBundle_TargetServiceAccountBoundsWhatTheAgentApplies(t *testing.T) {
 		}
 	})
 	want := "serviceaccount " + agentNS + "/bounded may not patch clusterroles.rbac.authorization.k8s.io at cluster scope (ClusterRole " + ws + "-reader)"
-	controlplane.Eventually(t, 60*time.Second, "refusal on the Bundle's status", func() error {
+	testenv.Eventually(t, 60*time.Second, "refusal on the Bundle's status", func() error {
 		s := bundleStatus(t, ws, "app").Status.Summary
 		if s.ErrApplied != 1 || len(s.NonReadyResources) != 1 || !strings.Contains(s.NonReadyResources[0].Message, want) {
 			return fmt.Errorf("summary %+v", s)

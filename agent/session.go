@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/config"
+	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -20,16 +20,29 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/version"
 )
 
 // session is the agent's connection upstream under one credential.
 type session struct {
 	agent  *Agent
-	cred   *credential
 	tokens *tokenSource
 	config *rest.Config // upstream, as the request identity (token rotates)
 	up     client.WithWatch
+
+	// mu guards cred: the renewal replaces it while the heartbeat, the
+	// deployer and Agent.Registered read it.
+	mu   sync.Mutex
+	cred *credential
+}
+
+// current returns the session's credential. The credential is never
+// modified (a renewal replaces it), so the caller may keep it.
+func (s *session) current() *credential {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cred
 }
 
 var (
@@ -59,7 +72,8 @@ func (a *Agent) newSession(ctx context.Context, cred *credential) (*session, err
 // check asks the upstream whether the credential still works: a read of the
 // agent's own Cluster, the cheapest request it is allowed.
 func (s *session) check(ctx context.Context) error {
-	return s.up.Get(ctx, client.ObjectKey{Namespace: s.cred.ClusterNamespace, Name: s.cred.ClusterName}, &fleet.Cluster{})
+	c := s.current()
+	return s.up.Get(ctx, client.ObjectKey{Namespace: c.ClusterNamespace, Name: c.ClusterName}, &fleet.Cluster{})
 }
 
 // work runs the session's loops until one ends it.
@@ -157,7 +171,8 @@ func (s *session) heartbeat(ctx context.Context, kubeVersion string) error {
 	if err != nil {
 		return err
 	}
-	cluster := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.cred.ClusterNamespace, Name: s.cred.ClusterName}}
+	c := s.current()
+	cluster := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.ClusterNamespace, Name: c.ClusterName}}
 	return s.up.Status().Patch(ctx, cluster, client.RawPatch(types.MergePatchType, patch))
 }
 
@@ -165,39 +180,36 @@ func (s *session) heartbeat(ctx context.Context, kubeVersion string) error {
 // once two thirds of its lifetime have passed, using the token itself.
 func (s *session) renewLoop(ctx context.Context) error {
 	for {
-		c := s.cred
+		c := s.current()
 		lifetime := c.Expires.Sub(c.Issued)
 		if c.Expires.IsZero() || c.Issued.IsZero() || lifetime <= 0 {
 			<-ctx.Done()
 			return ctx.Err()
 		}
 		renewAt := c.Issued.Add(lifetime * 2 / 3)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Until(renewAt)):
+		if err := sleep(ctx, time.Until(renewAt)); err != nil {
+			return err
 		}
 		if err := s.renew(ctx, lifetime); err != nil {
 			if isRejected(err) {
 				return fmt.Errorf("%w: renewing the token: %v", errCredentialRejected, err)
 			}
 			s.agent.log.Info("renewing the credential failed; retrying in a minute", "error", err.Error())
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Minute):
+			if err := sleep(ctx, time.Minute); err != nil {
+				return err
 			}
 		}
 	}
 }
 
 func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: s.cred.DeploymentNamespace, Name: s.cred.ServiceAccount}}
+	cur := s.current()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: cur.DeploymentNamespace, Name: cur.ServiceAccount}}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(lifetime / time.Second))}}
 	if err := s.up.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return err
 	}
-	next := *s.cred
+	next := *cur
 	next.Token = tr.Status.Token
 	next.Issued = time.Now()
 	next.Expires = tr.Status.ExpirationTimestamp.Time
@@ -205,7 +217,9 @@ func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
 		return fmt.Errorf("storing the renewed credential: %w", err)
 	}
 	s.tokens.set(next.Token)
+	s.mu.Lock()
 	s.cred = &next
+	s.mu.Unlock()
 	s.agent.log.Info("credential renewed", "expires", next.Expires.UTC().Format(time.RFC3339))
 	return nil
 }
@@ -219,10 +233,9 @@ func (s *session) watchCredential(ctx context.Context) error {
 	for {
 		list := &corev1.SecretList{}
 		if err := a.local.List(ctx, list, client.InNamespace(a.opts.Namespace), sel); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if err := sleep(ctx, time.Second); err != nil {
+				return err
 			}
-			time.Sleep(time.Second)
 			continue
 		}
 		if len(list.Items) == 0 {
@@ -230,10 +243,9 @@ func (s *session) watchCredential(ctx context.Context) error {
 		}
 		w, err := a.local.Watch(ctx, &corev1.SecretList{ListMeta: metav1.ListMeta{ResourceVersion: list.ResourceVersion}}, client.InNamespace(a.opts.Namespace), sel)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if err := sleep(ctx, time.Second); err != nil {
+				return err
 			}
-			time.Sleep(time.Second)
 			continue
 		}
 		for ev := range w.ResultChan() {
@@ -249,5 +261,17 @@ func (s *session) watchCredential(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+	}
+}
+
+// sleep waits for d, or returns ctx's error as soon as ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }

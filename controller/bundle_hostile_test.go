@@ -20,8 +20,8 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
@@ -118,14 +118,14 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 		"bundleRenderTimeout": "10s", "bundleRenderMemoryLimit": "192Mi", "bundleRenderConcurrency": 3}`)
 	t.Cleanup(func() {
 		setControllerConfig(t, context.Background(), original)
-		controlplane.Eventually(t, 30*time.Second, "original config back", func() error {
+		testenv.Eventually(t, 30*time.Second, "original config back", func() error {
 			if got := ctrl.Config.Get().GetBundleRenderTimeout(); got != 30*time.Second {
 				return fmt.Errorf("bundleRenderTimeout %s", got)
 			}
 			return nil
 		})
 	})
-	controlplane.Eventually(t, 30*time.Second, "render limits in force", func() error {
+	testenv.Eventually(t, 30*time.Second, "render limits in force", func() error {
 		if got := ctrl.Config.Get().GetBundleRenderTimeout(); got != 10*time.Second {
 			return fmt.Errorf("bundleRenderTimeout %s", got)
 		}
@@ -151,7 +151,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 	}()
 	addr := lis.Addr().String()
 
-	ws := newNamespace(t, up, "fleet-hostile-")
+	ws := testenv.Namespace(t, up, "fleet-hostile-")
 	newCluster(t, ws, "c1", map[string]string{"env": "prod"})
 	toC1 := []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}}
 	chart := func(template string) []fleet.BundleResource {
@@ -235,7 +235,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 
 	// The normal Bundle deploys while the hostile ones take their turns: in
 	// the worst case it renders after all of them, three at a time.
-	controlplane.Eventually(t, 2*time.Minute, "web deployed to c1", func() error {
+	testenv.Eventually(t, 2*time.Minute, "web deployed to c1", func() error {
 		if got := deployedTo(t, ws, "web"); len(got) != 1 || got[0] != "c1" {
 			return fmt.Errorf("deployed to %v", got)
 		}
@@ -247,7 +247,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 	webDeployed := time.Since(start)
 
 	stalledAt := map[string]time.Duration{}
-	controlplane.Eventually(t, 3*time.Minute, fmt.Sprintf("%d hostile Bundles Stalled with their reasons", len(hostiles)), func() error {
+	testenv.Eventually(t, 3*time.Minute, fmt.Sprintf("%d hostile Bundles Stalled with their reasons", len(hostiles)), func() error {
 		var waiting []string
 		for _, h := range hostiles {
 			if _, ok := stalledAt[h.bundle.Name]; ok {
@@ -282,7 +282,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 	renders := metricSum(t, "fleet_bundle_renders_total", nil)
 	reconciles := metricSum(t, "controller_runtime_reconcile_total", map[string]string{"controller": "bundle"})
 	updateCluster(t, &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "c1"}}, func(c *fleet.Cluster) { c.Labels["touched"] = "yes" })
-	controlplane.Eventually(t, time.Minute, "every Bundle of the workspace reconciled again", func() error {
+	testenv.Eventually(t, time.Minute, "every Bundle of the workspace reconciled again", func() error {
 		done := metricSum(t, "controller_runtime_reconcile_total", map[string]string{"controller": "bundle"}) - reconciles
 		if depth := metricSum(t, "workqueue_depth", map[string]string{"name": "bundle"}); done < float64(len(hostiles)+1) || depth > 0 {
 			return fmt.Errorf("%v reconciles, %v queued", done, depth)
@@ -329,7 +329,7 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 // run (their BundleDeployment and content stay as they were) until it
 // renders again.
 func TestBundle_ChangeThatDoesNotRenderKeepsTheLastDeployment(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-broken-change-")
+	ws := testenv.Namespace(t, up, "fleet-broken-change-")
 	newCluster(t, ws, "c1", map[string]string{"env": "prod"})
 	b := webBundle(ws)
 	if err := up.Create(t.Context(), b); err != nil {
@@ -348,7 +348,7 @@ func TestBundle_ChangeThatDoesNotRenderKeepsTheLastDeployment(t *testing.T) {
 		b.Spec.Targets[0].Helm.Values.Data["replicas"] = 9 // c1's target
 		b.Spec.Resources[3].Content = "resources:\n- https://example.com/extra.yaml\n"
 	})
-	controlplane.Eventually(t, time.Minute, "Stalled RemoteResourceRefused", func() error {
+	testenv.Eventually(t, time.Minute, "Stalled RemoteResourceRefused", func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}
@@ -366,7 +366,7 @@ func TestBundle_ChangeThatDoesNotRenderKeepsTheLastDeployment(t *testing.T) {
 	}
 
 	updateBundle(t, b, func(b *fleet.Bundle) { b.Spec.Resources[3].Content = "labels:\n- pairs:\n    team: web\n" })
-	controlplane.Eventually(t, time.Minute, "the fixed Bundle deployed", func() error {
+	testenv.Eventually(t, time.Minute, "the fixed Bundle deployed", func() error {
 		if got := content(t, ws, "c1", "web"); !strings.Contains(got, `replicas: "9"`) {
 			return fmt.Errorf("content:\n%s", got)
 		}

@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"sort"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -88,7 +88,7 @@ func deployedTo(t *testing.T, ws, bundle string) []string {
 func waitDeployedTo(t *testing.T, ws, bundle string, want ...string) {
 	t.Helper()
 	sort.Strings(want)
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("bundle %s deployed to exactly %v", bundle, want), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("bundle %s deployed to exactly %v", bundle, want), func() error {
 		if got := deployedTo(t, ws, bundle); strings.Join(got, ",") != strings.Join(want, ",") {
 			return fmt.Errorf("deployed to %v", got)
 		}
@@ -102,7 +102,7 @@ func content(t *testing.T, ws, cluster, bundle string) string {
 	ns := names.ClusterNamespace(ws, cluster)
 	bd := &fleet.BundleDeployment{}
 	var manifests []byte
-	controlplane.Eventually(t, 30*time.Second, "content of "+ns+"/"+bundle, func() error {
+	testenv.Eventually(t, 30*time.Second, "content of "+ns+"/"+bundle, func() error {
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: bundle}, bd); err != nil {
 			return err
 		}
@@ -118,7 +118,7 @@ func content(t *testing.T, ws, cluster, bundle string) string {
 }
 
 func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-bundles-")
+	ws := testenv.Namespace(t, up, "fleet-bundles-")
 	newCluster(t, ws, "prod-1", map[string]string{"env": "prod"})
 	newCluster(t, ws, "dev-1", map[string]string{"env": "dev"})
 	gold := newCluster(t, ws, "gold-1", map[string]string{"env": "dev", "tier": "gold"})
@@ -154,7 +154,7 @@ func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
 	waitDeployedTo(t, ws, "web", "prod-1", "dev-1")
 
 	// The bundle reports every cluster waiting for its agent to apply.
-	controlplane.Eventually(t, 30*time.Second, "bundle status", func() error {
+	testenv.Eventually(t, 30*time.Second, "bundle status", func() error {
 		b := &fleet.Bundle{}
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "web"}, b); err != nil {
 			return err
@@ -167,7 +167,7 @@ func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
 	})
 	// prod-1's agent never checked in here, so its own agent Bundle
 	// (manageagent) waits for the agent to say where it runs.
-	controlplane.Eventually(t, 30*time.Second, "cluster BUNDLES-READY", func() error {
+	testenv.Eventually(t, 30*time.Second, "cluster BUNDLES-READY", func() error {
 		c := &fleet.Cluster{}
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "prod-1"}, c); err != nil {
 			return err
@@ -183,7 +183,7 @@ func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDeployedTo(t, ws, "web")
-	controlplane.Eventually(t, 30*time.Second, "content garbage-collected", func() error {
+	testenv.Eventually(t, 30*time.Second, "content garbage-collected", func() error {
 		err := up.Get(t.Context(), client.ObjectKey{Namespace: names.ClusterNamespace(ws, "prod-1"), Name: "web"}, &corev1.Secret{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -193,7 +193,7 @@ func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
 }
 
 func TestBundle_PausedStagesChangesWithoutDeploying(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-paused-")
+	ws := testenv.Namespace(t, up, "fleet-paused-")
 	newCluster(t, ws, "prod-1", map[string]string{"env": "prod"})
 	b := webBundle(ws)
 	if err := up.Create(t.Context(), b); err != nil {
@@ -213,7 +213,7 @@ func TestBundle_PausedStagesChangesWithoutDeploying(t *testing.T) {
 		b.Spec.Helm.Values.Data["replicas"] = 7
 		b.Spec.Targets[0].Helm = nil
 	})
-	controlplane.Eventually(t, 30*time.Second, "change staged", func() error {
+	testenv.Eventually(t, 30*time.Second, "change staged", func() error {
 		if err := up.Get(t.Context(), key, bd); err != nil {
 			return err
 		}
@@ -226,7 +226,7 @@ func TestBundle_PausedStagesChangesWithoutDeploying(t *testing.T) {
 		t.Error("a paused bundle changed the content in force")
 	}
 	updateBundle(t, b, func(b *fleet.Bundle) { b.Spec.Paused = false })
-	controlplane.Eventually(t, 30*time.Second, "unpaused change deployed", func() error {
+	testenv.Eventually(t, 30*time.Second, "unpaused change deployed", func() error {
 		if !strings.Contains(content(t, ws, "prod-1", "web"), `replicas: "7"`) {
 			return fmt.Errorf("not yet")
 		}
@@ -235,7 +235,7 @@ func TestBundle_PausedStagesChangesWithoutDeploying(t *testing.T) {
 }
 
 func TestBundle_InvalidTargetIsStalled(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-badtarget-")
+	ws := testenv.Namespace(t, up, "fleet-badtarget-")
 	newCluster(t, ws, "c", map[string]string{"env": "prod"})
 	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "bad"}, Spec: fleet.BundleSpec{
 		Resources: []fleet.BundleResource{{Name: "cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"}},
@@ -245,7 +245,7 @@ func TestBundle_InvalidTargetIsStalled(t *testing.T) {
 	if err := up.Create(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "Stalled TargetsInvalid", func() error {
+	testenv.Eventually(t, 30*time.Second, "Stalled TargetsInvalid", func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func setControllerConfig(t *testing.T, ctx context.Context, doc string) {
@@ -45,7 +46,7 @@ func TestConfig_HotReloadRedeploysOnceAndRejectsInvalidConfig(t *testing.T) {
 	const original = `{"apiServerURL": "https://upstream.example.com:6443", "apiServerCA": "dXBzdHJlYW0tY2E="}`
 	t.Cleanup(func() {
 		setControllerConfig(t, context.Background(), original)
-		controlplane.Eventually(t, 30*time.Second, "original config back", func() error {
+		testenv.Eventually(t, 30*time.Second, "original config back", func() error {
 			if got := ctrl.Config.Get().APIServerURL; got != "https://upstream.example.com:6443" {
 				return fmt.Errorf("apiServerURL %q", got)
 			}
@@ -54,7 +55,7 @@ func TestConfig_HotReloadRedeploysOnceAndRejectsInvalidConfig(t *testing.T) {
 	})
 
 	setControllerConfig(t, t.Context(), `{"apiServerURL": "https://upstream-moved.example.com:6443", "apiServerCA": "dXBzdHJlYW0tY2E="}`)
-	controlplane.Eventually(t, 60*time.Second, "agent redeployed with the new upstream URL", func() error {
+	testenv.Eventually(t, 60*time.Second, "agent redeployed with the new upstream URL", func() error {
 		boot := &corev1.Secret{}
 		if err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: c.Spec.AgentNamespace, Name: "fleet-agent-bootstrap"}, boot); err != nil {
 			return err
@@ -72,7 +73,7 @@ func TestConfig_HotReloadRedeploysOnceAndRejectsInvalidConfig(t *testing.T) {
 	}
 
 	setControllerConfig(t, t.Context(), `{"apiServerURL": "https://other.example.com", "agentTLSMode": "lax"}`)
-	controlplane.Eventually(t, 30*time.Second, "invalid config reported on /readyz", func() error {
+	testenv.Eventually(t, 30*time.Second, "invalid config reported on /readyz", func() error {
 		if err := ctrl.Config.ReadyCheck(nil); err == nil || !strings.Contains(err.Error(), `agentTLSMode "lax"`) {
 			return fmt.Errorf("ready check: %v", err)
 		}
@@ -85,7 +86,7 @@ func TestConfig_HotReloadRedeploysOnceAndRejectsInvalidConfig(t *testing.T) {
 	if n := countEvents(t, c, "AgentRedeployed"); n != 1 {
 		t.Errorf("an invalid config redeployed the agent: %d redeploys", n)
 	}
-	controlplane.Eventually(t, 30*time.Second, "a ConfigInvalid event on the ConfigMap", func() error {
+	testenv.Eventually(t, 30*time.Second, "a ConfigInvalid event on the ConfigMap", func() error {
 		evs := &corev1.EventList{}
 		if err := up.List(t.Context(), evs, client.InNamespace("cattle-fleet-system")); err != nil {
 			return err

@@ -1,9 +1,7 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
-	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var (
@@ -32,48 +28,25 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	ctx, cancel := context.WithCancel(context.Background())
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 2})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// The controller runs with exactly the rights charts/fleet gives it.
-	identity, err := env.Upstream.FleetControllerIdentity(ctx, config.DefaultSystemNamespace)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctrl, err = controller.New(ctx, controller.Options{
-		RestConfig:     identity,
-		InitialConfig:  &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
-		MetricsAddress: "0",
-		ProbeAddress:   "0",
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
+		env, up = s.Env, s.Env.Upstream.Client
+		// The controller runs with exactly the rights charts/fleet gives it.
+		identity, err := env.Upstream.FleetControllerIdentity(s.Context(), config.DefaultSystemNamespace)
+		if err != nil {
+			return err
+		}
+		ctrl, err = controller.New(s.Context(), controller.Options{
+			RestConfig:     identity,
+			InitialConfig:  &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
+			MetricsAddress: "0",
+			ProbeAddress:   "0",
+		})
+		if err != nil {
+			return err
+		}
+		s.Go("controller", ctrl.Start)
+		return nil
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Start(ctx) }()
-	up = env.Upstream.Client
-	code := m.Run()
-	cancel()
-	<-done
-	_ = env.Stop()
-	os.Exit(code)
-}
-
-func newNamespace(t *testing.T, c client.Client, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
 }
 
 // managerCluster commits a Cluster and its kubeconfig Secret for a
@@ -81,7 +54,7 @@ func newNamespace(t *testing.T, c client.Client, prefix string) string {
 // downstream do not meet.
 func managerCluster(t *testing.T, ds *controlplane.ControlPlane, mutate func(*fleet.Cluster)) *fleet.Cluster {
 	t.Helper()
-	ws := newNamespace(t, up, "fleet-ws-")
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	secret := ds.KubeconfigSecret(ws, "kc")
 	if err := up.Create(t.Context(), secret); err != nil {
 		t.Fatal(err)
@@ -111,7 +84,7 @@ func getCluster(t *testing.T, c *fleet.Cluster) *fleet.Cluster {
 func waitCondition(t *testing.T, c *fleet.Cluster, condType string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var got *fleet.Cluster
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("%s=%s reason %s", condType, status, reason), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%s=%s reason %s", condType, status, reason), func() error {
 		got = getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, condType)
 		if cond == nil || cond.Status != status || (reason != "" && cond.Reason != reason) {
@@ -125,7 +98,7 @@ func waitCondition(t *testing.T, c *fleet.Cluster, condType string, status metav
 func waitImported(t *testing.T, c *fleet.Cluster, generation int64) *fleet.Cluster {
 	t.Helper()
 	var got *fleet.Cluster
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("agent deployed at generation %d", generation), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("agent deployed at generation %d", generation), func() error {
 		got = getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, fleet.ImportedCondition)
 		if got.Status.AgentDeployedGeneration == nil || *got.Status.AgentDeployedGeneration != generation || cond == nil || cond.Status != metav1.ConditionTrue {
@@ -183,7 +156,7 @@ func snapshot(t *testing.T, ds *controlplane.ControlPlane, ns string) map[string
 func waitEvents(t *testing.T, c *fleet.Cluster, reason string, want int) int {
 	t.Helper()
 	n := 0
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("%d %s event(s)", want, reason), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d %s event(s)", want, reason), func() error {
 		if n = countEvents(t, c, reason); n < want {
 			return fmt.Errorf("%d %s events", n, reason)
 		}
@@ -309,7 +282,7 @@ func TestImport_RedeploysOnceWhenAnAgentSettingChanges(t *testing.T) {
 	updateCluster(t, c, func(cur *fleet.Cluster) {
 		cur.Spec.AgentEnvVars = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}}
 	})
-	controlplane.Eventually(t, 60*time.Second, "LOG_LEVEL in the agent", func() error {
+	testenv.Eventually(t, 60*time.Second, "LOG_LEVEL in the agent", func() error {
 		if v := envValue(agentDeployment(t, ds, c.Spec.AgentNamespace), "LOG_LEVEL"); v != "debug" {
 			return fmt.Errorf("LOG_LEVEL=%q", v)
 		}

@@ -17,6 +17,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func kubeconfigWith(t *testing.T, mutate func(cfg *rest.Config)) []byte {
@@ -84,7 +85,7 @@ func TestImport_BadInputGivesItsConditionAndRecovers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := newNamespace(t, up, "fleet-bad-")
+			ws := testenv.Namespace(t, up, "fleet-bad-")
 			agentNS := "agent-" + ws
 			secretData := tc.fx.secret
 			var fix func()
@@ -199,7 +200,7 @@ func TestCluster_DeletionRemovesEverythingUpstreamAndTheAgentDownstream(t *testi
 	if err := up.Delete(t.Context(), got); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "Cluster gone", func() error {
+	testenv.Eventually(t, 30*time.Second, "Cluster gone", func() error {
 		err := up.Get(t.Context(), client.ObjectKeyFromObject(c), &fleet.Cluster{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -216,7 +217,7 @@ func TestCluster_DeletionRemovesEverythingUpstreamAndTheAgentDownstream(t *testi
 		}
 		return fmt.Errorf("%T %s still exists (%v)", o, o.GetName(), err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "everything made for the cluster removed", func() error {
+	testenv.Eventually(t, 30*time.Second, "everything made for the cluster removed", func() error {
 		for _, o := range []client.Object{
 			&fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "fleet-agent-c1"}},
 			&fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "import-token-c1"}},

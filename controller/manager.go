@@ -14,8 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -26,14 +24,25 @@ import (
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/clustergroup"
 	"github.com/gitops-fleet/fleet/controller/configstore"
+	"github.com/gitops-fleet/fleet/controller/manageroptions"
 	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"
+)
+
+const (
+	// DefaultQPS and DefaultBurst bound the controller's requests to the
+	// upstream API server when Options set no other (client side; the
+	// server's priority and fairness still applies). client-go's default of
+	// 20 requests per second would cap registration at about one cluster
+	// per second.
+	DefaultQPS   = 500
+	DefaultBurst = 1000
 )
 
 // Options configure the controller process.
@@ -66,8 +75,7 @@ type Options struct {
 	Shard sharding.Shard
 
 	// QPS and Burst bound the controller's requests to the upstream API
-	// server (client side; the server's priority and fairness still
-	// applies). Zero: 500 and 1000.
+	// server. Zero: DefaultQPS and DefaultBurst.
 	QPS   float32
 	Burst int
 
@@ -104,38 +112,21 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	restCfg := rest.CopyConfig(opts.RestConfig)
 	restCfg.UserAgent = "fleet-controller"
-	// client-go's default of 20 requests per second would cap registration
-	// at about one cluster per second.
-	restCfg.QPS, restCfg.Burst = 500, 1000
+	restCfg.QPS, restCfg.Burst = DefaultQPS, DefaultBurst
 	if opts.QPS > 0 {
 		restCfg.QPS = opts.QPS
 	}
 	if opts.Burst > 0 {
 		restCfg.Burst = opts.Burst
 	}
-	mgrOpts := ctrl.Options{
-		Scheme: controlplane.Scheme,
-		Client: client.Options{Cache: &client.CacheOptions{
-			// Secrets are read on demand, never cached: the upstream may
-			// hold many, and most are none of our business.
-			DisableFor: []client.Object{&corev1.Secret{}},
-		}},
-		Cache: cache.Options{
-			DefaultTransform: cache.TransformStripManagedFields(),
-			// The controller's own ConfigMap is the only one it reads (and
-			// the only namespace where its Role lets it).
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-			},
-		},
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
-		HealthProbeBindAddress:        opts.ProbeAddress,
-		PprofBindAddress:              opts.PprofAddress,
-		LeaderElection:                opts.LeaderElect,
-		LeaderElectionID:              opts.Shard.LeaseName("fleet-controller-lock"),
-		LeaderElectionNamespace:       opts.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-	}
+	mgrOpts := manageroptions.New(opts.Namespace)
+	mgrOpts.Metrics = metricsserver.Options{BindAddress: opts.MetricsAddress}
+	mgrOpts.HealthProbeBindAddress = opts.ProbeAddress
+	mgrOpts.PprofBindAddress = opts.PprofAddress
+	mgrOpts.LeaderElection = opts.LeaderElect
+	mgrOpts.LeaderElectionID = opts.Shard.LeaseName("fleet-controller-lock")
+	mgrOpts.LeaderElectionNamespace = opts.Namespace
+	mgrOpts.LeaderElectionReleaseOnCancel = true
 	if opts.LeaseDuration > 0 {
 		mgrOpts.LeaseDuration, mgrOpts.RenewDeadline, mgrOpts.RetryPeriod = &opts.LeaseDuration, &opts.RenewDeadline, &opts.RetryPeriod
 	}
@@ -179,7 +170,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Cache:     mgr.GetCache(),
 		APIReader: mgr.GetAPIReader(),
 		Renderer:  agentRenderer,
-		Remotes:   remote.NewCache(controlplane.Scheme),
+		Remotes:   remote.NewCache(scheme.Scheme),
 		Recorder:  events,
 	}).SetupWithManager(ctx, mgr, cluster.SetupOptions{MaxConcurrentReconciles: opts.Workers}); err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // The tests of SPEC §6's first row: whoever commits a Cluster and its
@@ -97,7 +98,7 @@ func TestImport_KubeconfigMayNotMakeTheControllerUseItsOwnCredentials(t *testing
 	var stalledClusters []*fleet.Cluster
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := newNamespace(t, up, "fleet-unsafe-")
+			ws := testenv.Namespace(t, up, "fleet-unsafe-")
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "kc"},
 				Data: map[string][]byte{"value": unsafeKubeconfig(t, ds, tc.mutate)}}
 			if err := up.Create(t.Context(), secret); err != nil {
@@ -147,11 +148,11 @@ func TestImport_KubeconfigMayNotMakeTheControllerUseItsOwnCredentials(t *testing
 // controller refuses everyone until its configuration lists the namespace.
 func TestCluster_KubeconfigOfAnotherWorkspaceIsNotReachable(t *testing.T) {
 	ds := env.Downstreams[0]
-	victim := newNamespace(t, up, "fleet-victim-")
+	victim := testenv.Namespace(t, up, "fleet-victim-")
 	if err := up.Create(t.Context(), ds.KubeconfigSecret(victim, "kc")); err != nil {
 		t.Fatal(err)
 	}
-	attacker := newNamespace(t, up, "fleet-attacker-")
+	attacker := testenv.Namespace(t, up, "fleet-attacker-")
 
 	// A workspace user: may manage Clusters in their workspace, nothing else.
 	user := workspaceUser(t, attacker, rbacv1.PolicyRule{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"clusters"}, Verbs: []string{"*"}})
@@ -237,7 +238,7 @@ func TestImport_PreexistingDownstreamNamespaceIsNeverTakenOver(t *testing.T) {
 	if err := up.Delete(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
 		err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: agentNS, Name: "fleet-agent"}, &appsv1.Deployment{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -258,7 +259,7 @@ func TestImport_PreexistingDownstreamNamespaceIsNeverTakenOver(t *testing.T) {
 // Cluster's namespace name: that is a conflict, and nothing is deployed
 // into the other cluster's namespace.
 func TestCluster_NamespaceMadeForAnotherClusterIsNeverShared(t *testing.T) {
-	ws := newNamespace(t, up, "fleet-nsclash-")
+	ws := testenv.Namespace(t, up, "fleet-nsclash-")
 	ns := names.NewClusterNamespace("another-workspace", "another-cluster")
 	ns.Name = names.ClusterNamespace(ws, "clash")
 	if err := up.Create(t.Context(), ns); err != nil {
@@ -292,8 +293,8 @@ func TestCluster_NamespaceMadeForAnotherClusterIsNeverShared(t *testing.T) {
 // say: a selector that matches everything, and a Cluster of another
 // workspace named outright.
 func TestBundle_NeverReachesAnotherWorkspace(t *testing.T) {
-	mine := newNamespace(t, up, "fleet-mine-")
-	theirs := newNamespace(t, up, "fleet-theirs-")
+	mine := testenv.Namespace(t, up, "fleet-mine-")
+	theirs := testenv.Namespace(t, up, "fleet-theirs-")
 	newCluster(t, mine, "own", map[string]string{"env": "prod"})
 	newCluster(t, theirs, "other", map[string]string{"env": "prod"})
 	// A Bundle of their own reaches the other cluster: its namespace is

@@ -21,6 +21,7 @@ import (
 	"github.com/gitops-fleet/fleet/charts"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 const (
@@ -28,7 +29,7 @@ const (
 	AgentReleaseName = "fleet-agent"
 	// BootstrapSecretName is the downstream Secret holding the import
 	// credential.
-	BootstrapSecretName = "fleet-agent-bootstrap"
+	BootstrapSecretName = registration.BootstrapSecretName
 
 	// TokenPlaceholder stands for the import token wherever the real token
 	// must not appear: Bundles, `fleet render` output, logs. The controller

@@ -1,11 +1,8 @@
 package renderer
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"sort"
 	"strings"
@@ -14,11 +11,12 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitops-fleet/fleet/internal/manifest"
 )
 
 // Input is what to render.
@@ -196,28 +194,10 @@ func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err er
 }
 
 // DecodeObjects splits multi-document YAML into objects, in order, skipping
-// empty documents. Numbers keep their integer type.
+// empty documents. Numbers keep their integer type. It is manifest.Decode,
+// which the agent uses without linking Helm or kustomize.
 func DecodeObjects(manifests []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
-	var objs []*unstructured.Unstructured
-	for i := 1; ; i++ {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, fmt.Errorf("document %d of the rendered manifests is not valid YAML: %w", i, err)
-		}
-		if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) || bytes.Equal(t, []byte("{}")) {
-			continue
-		}
-		obj := &unstructured.Unstructured{}
-		if err := obj.UnmarshalJSON(raw); err != nil {
-			return nil, fmt.Errorf("document %d of the rendered manifests is not a Kubernetes object: %w", i, err)
-		}
-		objs = append(objs, obj)
-	}
-	return objs, nil
+	return manifest.Decode(manifests)
 }
 
 // SortObjects orders objects the way they must be applied: namespaces and

@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,49 +19,22 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var env *controlplane.Env
 
 func TestMain(m *testing.M) {
-	level := zapcore.ErrorLevel
-	switch os.Getenv("FLEET_TEST_LOG") {
-	case "debug":
-		level = zapcore.DebugLevel
-	case "info":
-		level = zapcore.InfoLevel
-	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	// Fuzzing (go test -run '^$' -fuzz FuzzX) needs no control planes, and
-	// every fuzz worker process runs TestMain: start none.
-	flag.Parse()
-	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
-		os.Exit(m.Run())
-	}
-	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
-		os.Exit(m.Run())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 1})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 1}}, func(s *testenv.Suite) error {
+		env = s.Env
+		return nil
+	})
 }
 
 // fixture is one test's world: a cluster namespace upstream with a request
@@ -82,9 +52,8 @@ type fixture struct {
 	identity *rest.Config
 	opts     Options
 
-	d      *Deployer
-	cancel context.CancelFunc
-	done   chan error
+	d   *Deployer
+	run *testenv.Runner
 }
 
 func newFixture(t *testing.T, mutate ...func(*Options)) *fixture {
@@ -93,8 +62,8 @@ func newFixture(t *testing.T, mutate ...func(*Options)) *fixture {
 		t.Skip("no control planes while fuzzing")
 	}
 	f := &fixture{t: t, up: env.Upstream.Client, down: env.Downstreams[0].Client}
-	f.ns = createNamespace(t, f.up, "cluster-")
-	f.agentNS = createNamespace(t, f.down, "agent-")
+	f.ns = testenv.Namespace(t, f.up, "cluster-")
+	f.agentNS = testenv.Namespace(t, f.down, "agent-")
 	f.suffix = strings.TrimPrefix(f.ns, "cluster-")
 	f.cluster, f.ws = f.suffix, "ws-"+f.suffix
 	f.identity = requestIdentity(t, f.ns)
@@ -122,34 +91,17 @@ func (f *fixture) start() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f.d, f.cancel, f.done = d, cancel, make(chan error, 1)
-	go func() { f.done <- d.Run(ctx) }()
+	f.d, f.run = d, testenv.Go(context.Background(), "deployer", d.Run)
 }
 
 func (f *fixture) stop() {
-	if f.cancel == nil {
+	if f.run == nil {
 		return
 	}
-	f.cancel()
-	select {
-	case err := <-f.done:
-		if err != nil {
-			f.t.Errorf("deployer ended with an error: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		f.t.Error("deployer did not stop within 30s")
+	if err := f.run.Stop(30 * time.Second); err != nil {
+		f.t.Error(err)
 	}
-	f.cancel = nil
-}
-
-func createNamespace(t *testing.T, c client.Client, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
+	f.run = nil
 }
 
 // requestIdentity is a ServiceAccount token with exactly the upstream
@@ -260,37 +212,27 @@ func (f *fixture) getBD(name string) *fleet.BundleDeployment {
 // how long it took.
 func (f *fixture) waitBD(name string, timeout time.Duration, what string, cond func(*fleet.BundleDeployment) bool) (*fleet.BundleDeployment, time.Duration) {
 	f.t.Helper()
-	start := time.Now()
-	var last *fleet.BundleDeployment
-	for time.Since(start) < timeout {
+	var got *fleet.BundleDeployment
+	took := testenv.Eventually(f.t, timeout, "bundledeployment "+name+": "+what, func() error {
 		bd := &fleet.BundleDeployment{}
-		if err := f.up.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, bd); err == nil {
-			last = bd
-			if cond(bd) {
-				return bd, time.Since(start)
-			}
+		if err := f.up.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, bd); err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	st, _ := json.MarshalIndent(last, "", "  ")
-	f.t.Fatalf("timed out after %s waiting for bundledeployment %s: %s\nlast: %s", timeout, name, what, st)
-	return nil, 0
+		got = bd
+		if !cond(bd) {
+			return lastBD{bd}
+		}
+		return nil
+	})
+	return got, took
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var lastErr error
-	for time.Since(start) < timeout {
-		ok, err := cond()
-		if ok {
-			return time.Since(start)
-		}
-		lastErr = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
-	return 0
+// lastBD is the state a waitBD saw last, printed only when the wait fails.
+type lastBD struct{ bd *fleet.BundleDeployment }
+
+func (l lastBD) Error() string {
+	st, _ := json.MarshalIndent(l.bd, "", "  ")
+	return fmt.Sprintf("last: %s", st)
 }
 
 func readyFor(id string) func(*fleet.BundleDeployment) bool {
@@ -416,7 +358,7 @@ func TestDeployer_PrunesWhatLeftTheBundle(t *testing.T) {
 
 	id = f.deploy("app", configMapYAML("stays", "1"), opts)
 	bd, _ := f.waitBD("app", 30*time.Second, "second deployment Ready", readyFor(id))
-	took := eventually(t, 10*time.Second, "configmap goes pruned", func() (bool, error) { return !f.exists(cm(appNS, "goes")), nil })
+	took := testenv.Eventually(t, 10*time.Second, "configmap goes pruned", func() (bool, error) { return !f.exists(cm(appNS, "goes")), nil })
 	t.Logf("pruned %s after Ready", took)
 	if !f.exists(cm(appNS, "stays")) {
 		t.Error("configmap stays was deleted")
@@ -519,7 +461,7 @@ func TestDeployer_DriftIsReportedAndCorrected(t *testing.T) {
 	if err := f.down.Update(t.Context(), edited); err != nil {
 		t.Fatal(err)
 	}
-	took = eventually(t, 15*time.Second, "edit reverted", func() (bool, error) {
+	took = testenv.Eventually(t, 15*time.Second, "edit reverted", func() (bool, error) {
 		c := cm(appNS, "edited")
 		f.exists(c)
 		return c.Data["key"] == "original", nil
@@ -542,7 +484,7 @@ func TestDeployer_DeletedBundleDeploymentIsPruned(t *testing.T) {
 	if err := f.up.Delete(t.Context(), f.getBD("one")); err != nil {
 		t.Fatal(err)
 	}
-	took := eventually(t, 15*time.Second, "objects of the deleted BundleDeployment pruned", func() (bool, error) {
+	took := testenv.Eventually(t, 15*time.Second, "objects of the deleted BundleDeployment pruned", func() (bool, error) {
 		return !f.exists(cm(appNS, "one")) && !f.exists(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}}) &&
 			!f.exists(cm(f.agentNS, InventoryName("one"))), nil
 	})
@@ -561,7 +503,7 @@ func TestDeployer_DeletedBundleDeploymentIsPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.start()
-	took = eventually(t, 30*time.Second, "objects pruned by the restarted deployer", func() (bool, error) {
+	took = testenv.Eventually(t, 30*time.Second, "objects pruned by the restarted deployer", func() (bool, error) {
 		return !f.exists(cm(appNS, "two")) && !f.exists(cm(f.agentNS, InventoryName("two"))), nil
 	})
 	t.Logf("pruned %s after the restart", took)
@@ -573,7 +515,7 @@ func TestDeployer_DeletedBundleDeploymentIsPruned(t *testing.T) {
 	if err := f.up.Delete(t.Context(), f.getBD("three")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "inventory of three removed", func() (bool, error) {
+	testenv.Eventually(t, 15*time.Second, "inventory of three removed", func() (bool, error) {
 		return !f.exists(cm(f.agentNS, InventoryName("three"))), nil
 	})
 	if !f.exists(cm(appNS, "three")) {
@@ -629,7 +571,7 @@ spec:
 	if err := f.up.Delete(t.Context(), bd); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "CRD pruned", func() (bool, error) {
+	testenv.Eventually(t, 30*time.Second, "CRD pruned", func() (bool, error) {
 		crd := &unstructured.Unstructured{}
 		crd.SetAPIVersion("apiextensions.k8s.io/v1")
 		crd.SetKind("CustomResourceDefinition")

@@ -22,7 +22,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/internal/manifest"
 )
 
 const (
@@ -156,7 +156,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	}
 
 	// Objects.
-	objs, err := renderer.DecodeObjects(manifests)
+	objs, err := manifest.Decode(manifests)
 	if err != nil {
 		return fail(fleet.ApplyFailedReason, reconcile.TerminalError(&inputError{err: err}))
 	}

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // Tests of the deployer's trust boundaries (shared/SPEC.md §6): a Bundle
@@ -196,7 +196,7 @@ func TestDeployer_ServiceAccountBoundsWhatABundleMayDo(t *testing.T) {
 	// Allowed to delete: pruned at a following resync, as the ServiceAccount.
 	f.allowConfigMaps("deployer", appNS, "get", "list", "watch", "create", "update", "patch", "delete")
 	f.waitBD("app", 30*time.Second, "Ready once allowed to prune", readyFor(id))
-	controlplane.Eventually(t, 10*time.Second, "configmap one pruned", func() error {
+	testenv.Eventually(t, 10*time.Second, "configmap one pruned", func() error {
 		if f.exists(cm(appNS, "one")) {
 			return fmt.Errorf("still there")
 		}
@@ -218,7 +218,7 @@ func TestDeployer_ServiceAccountBoundsWhatABundleMayDo(t *testing.T) {
 		t.Fatal("objects of the deleted BundleDeployment were pruned by someone the ServiceAccount's RBAC does not allow")
 	}
 	f.allowConfigMaps("deployer", appNS, "get", "delete")
-	controlplane.Eventually(t, 60*time.Second, "objects of the deleted BundleDeployment pruned", func() error {
+	testenv.Eventually(t, 60*time.Second, "objects of the deleted BundleDeployment pruned", func() error {
 		if f.exists(cm(appNS, "two")) || f.exists(cm(f.agentNS, InventoryName("app"))) {
 			return fmt.Errorf("configmap two or the inventory still there")
 		}
@@ -234,7 +234,7 @@ func (f *fixture) waitRefused(sa, ns string) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	controlplane.Eventually(f.t, 10*time.Second, "delete refused to "+sa, func() error {
+	testenv.Eventually(f.t, 10*time.Second, "delete refused to "+sa, func() error {
 		err := id.c.Delete(f.t.Context(), cm(ns, "no-such-configmap"))
 		if apierrors.IsForbidden(err) {
 			return nil

@@ -52,8 +52,8 @@ func newControllerCommand() *cobra.Command {
 	f.IntVar(&opts.Workers, "workers", 10, "concurrent Cluster reconciles")
 	f.IntVar(&opts.Shard.Index, "shard-index", 0, "this replica's shard, in [0, --shard-count)")
 	f.IntVar(&opts.Shard.Count, "shard-count", 1, "number of shards splitting the clusters between controller replicas")
-	f.Float32Var(&opts.QPS, "kube-api-qps", 500, "requests per second to the upstream API server (client-side limit)")
-	f.IntVar(&opts.Burst, "kube-api-burst", 1000, "request burst to the upstream API server")
+	f.Float32Var(&opts.QPS, "kube-api-qps", controller.DefaultQPS, "requests per second to the upstream API server (client-side limit)")
+	f.IntVar(&opts.Burst, "kube-api-burst", controller.DefaultBurst, "request burst to the upstream API server")
 	f.DurationVar(&opts.CAPIPollInterval, "capi-poll-interval", 30*time.Second, "while Cluster API auto-registration is on, how often to look for the cluster.x-k8s.io API until it is served")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd

@@ -38,6 +38,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -413,13 +414,10 @@ func TestGitopsExample_ClustersRenderWithFleetRenderAgent(t *testing.T) {
 // every object: the agent is pushed to dev-1, the token gets its values,
 // the group counts dev-1, and dev-1 gets the hello Bundle's manifests.
 func TestGitopsExample_AppliedToARealUpstream(t *testing.T) {
+	env := testenv.StartControlPlanes(t, controlplane.Options{Downstreams: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err := controlplane.Start(ctx, controlplane.Options{Downstreams: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
+	deadline, _ := ctx.Deadline()
 	up, down := env.Upstream.Client, env.Downstreams[0].Client
 
 	cfgData, err := os.ReadFile(gitopsConfig)
@@ -439,9 +437,13 @@ func TestGitopsExample_AppliedToARealUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Start(ctrlCtx) }()
-	defer func() { stopCtrl(); <-done }()
+	ctrlRun := testenv.Go(ctrlCtx, "controller", c.Start)
+	defer func() {
+		stopCtrl()
+		if err := ctrlRun.Wait(time.Minute); err != nil {
+			t.Error(err)
+		}
+	}()
 
 	var objs []*unstructured.Unstructured
 	for _, o := range buildGitops(t) {
@@ -464,14 +466,7 @@ func TestGitopsExample_AppliedToARealUpstream(t *testing.T) {
 
 	wait := func(what string, cond func() error) {
 		t.Helper()
-		var err error
-		for ctx.Err() == nil {
-			if err = cond(); err == nil {
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatalf("timed out waiting for %s: %v", what, err)
+		testenv.Eventually(t, time.Until(deadline), what, cond)
 	}
 	key := client.ObjectKey{Namespace: "fleet-default", Name: "dev-1"}
 	wait("dev-1 imported (agent pushed at generation 1)", func() error {

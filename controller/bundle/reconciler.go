@@ -84,11 +84,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, stepErr
 }
 
-// targetError is a problem with the Bundle the user must fix.
-type targetError struct{ reason, msg string }
-
-func (e *targetError) Error() string { return e.msg }
-
 // placement is one selected cluster and what it gets.
 type placement struct {
 	cluster *fleet.Cluster

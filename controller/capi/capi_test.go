@@ -22,11 +22,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/fluxcd/pkg/ssa"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -36,14 +33,14 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
-	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var (
 	env         *controlplane.Env
 	ctrl        *controller.Controller
 	up          client.Client
-	ctrlDone    = make(chan error, 1)
+	ctrlRun     *testenv.Runner
 	crdOnce     sync.Once
 	crdErr      error
 	baseConfig  *config.Config
@@ -62,48 +59,33 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
-	level := zapcore.ErrorLevel
-	if os.Getenv("FLEET_TEST_LOG") == "debug" {
-		level = zapcore.DebugLevel
-	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	ctx, cancel := context.WithCancel(context.Background())
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 2})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	baseConfig = &config.Config{
-		APIServerURL:                 env.Upstream.Config.Host,
-		APIServerCA:                  env.Upstream.Config.CAData,
-		AgentCheckinInterval:         metav1.Duration{Duration: time.Second},
-		OfflineAfterMissedHeartbeats: 5,
-		RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
-		// Nothing applies agent Bundles here; their pending state would
-		// hold Ready back.
-		ManageAgent:    ptr.To(false),
-		CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete, nsRefused, nsUnsafe},
-	}
-	ctrl, err = controller.New(ctx, controller.Options{
-		RestConfig:       env.Upstream.Config,
-		InitialConfig:    baseConfig,
-		MetricsAddress:   "0",
-		ProbeAddress:     "0",
-		CAPIPollInterval: 300 * time.Millisecond,
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
+		env, up = s.Env, s.Env.Upstream.Client
+		baseConfig = &config.Config{
+			APIServerURL:                 env.Upstream.Config.Host,
+			APIServerCA:                  env.Upstream.Config.CAData,
+			AgentCheckinInterval:         metav1.Duration{Duration: time.Second},
+			OfflineAfterMissedHeartbeats: 5,
+			RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
+			// Nothing applies agent Bundles here; their pending state would
+			// hold Ready back.
+			ManageAgent:    ptr.To(false),
+			CAPINamespaces: []string{nsLifecycle, nsOptIn, nsHandMade, nsDelete, nsRefused, nsUnsafe},
+		}
+		var err error
+		ctrl, err = controller.New(s.Context(), controller.Options{
+			RestConfig:       env.Upstream.Config,
+			InitialConfig:    baseConfig,
+			MetricsAddress:   "0",
+			ProbeAddress:     "0",
+			CAPIPollInterval: 300 * time.Millisecond,
+		})
+		if err != nil {
+			return err
+		}
+		ctrlRun = s.Go("controller", ctrl.Start)
+		return nil
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	go func() { ctrlDone <- ctrl.Start(ctx) }()
-	up = env.Upstream.Client
-	code := m.Run()
-	cancel()
-	<-ctrlDone
-	_ = env.Stop()
-	os.Exit(code)
 }
 
 // installCAPI installs the minimal Cluster API CRD once, while the
@@ -115,8 +97,8 @@ func installCAPI(t *testing.T) {
 		// Give the watcher a few polls of a cluster without the CRD.
 		time.Sleep(time.Second)
 		select {
-		case err := <-ctrlDone:
-			crdErr = fmt.Errorf("the controller stopped while the Cluster API was not installed: %v", err)
+		case <-ctrlRun.Done():
+			crdErr = fmt.Errorf("the controller stopped while the Cluster API was not installed: %v", ctrlRun.Err())
 			return
 		default:
 		}
@@ -134,18 +116,6 @@ func installCAPI(t *testing.T) {
 	})
 	if crdErr != nil {
 		t.Fatal(crdErr)
-	}
-}
-
-// consistently checks cond every 100ms for d.
-func consistently(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if err := cond(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -217,7 +187,7 @@ func fleetCluster(t *testing.T, ns, name string) (*fleet.Cluster, error) {
 func waitFleetCluster(t *testing.T, ns, name string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("fleet Cluster %s/%s", ns, name), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("fleet Cluster %s/%s", ns, name), func() error {
 		var err error
 		c, err = fleetCluster(t, ns, name)
 		return err
@@ -227,7 +197,7 @@ func waitFleetCluster(t *testing.T, ns, name string) *fleet.Cluster {
 
 func waitFleetClusterGone(t *testing.T, ns, name string) {
 	t.Helper()
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("fleet Cluster %s/%s deleted", ns, name), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("fleet Cluster %s/%s deleted", ns, name), func() error {
 		c, err := fleetCluster(t, ns, name)
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -260,7 +230,7 @@ func condition(c *fleet.Cluster, t string) *metav1.Condition {
 func waitCondition(t *testing.T, ns, name, condType string, status metav1.ConditionStatus, reason string) *fleet.Cluster {
 	t.Helper()
 	var c *fleet.Cluster
-	controlplane.Eventually(t, 60*time.Second, fmt.Sprintf("%s/%s %s=%s (%s)", ns, name, condType, status, reason), func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%s/%s %s=%s (%s)", ns, name, condType, status, reason), func() error {
 		var err error
 		if c, err = fleetCluster(t, ns, name); err != nil {
 			return err
@@ -278,7 +248,7 @@ func waitCondition(t *testing.T, ns, name, condType string, status metav1.Condit
 // ns/name: events are sent asynchronously, after the change they report.
 func waitCAPIEvent(t *testing.T, ns, name, reason string) {
 	t.Helper()
-	controlplane.Eventually(t, 30*time.Second, "a "+reason+" event on the CAPI cluster "+ns+"/"+name, func() error {
+	testenv.Eventually(t, 30*time.Second, "a "+reason+" event on the CAPI cluster "+ns+"/"+name, func() error {
 		if capiEvents(t, ns, name, reason) == 0 {
 			return fmt.Errorf("no %s event yet", reason)
 		}
@@ -326,21 +296,18 @@ func runAgent(t *testing.T, ds *controlplane.ControlPlane) (*agent.Agent, func()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = a.Run(ctx)
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return a, stop
+	run := testenv.Start(t, "agent", a.Run)
+	return a, func() {
+		t.Helper()
+		if err := run.Stop(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 func waitRegistered(t *testing.T, a *agent.Agent, ns, name string) {
 	t.Helper()
-	controlplane.Eventually(t, 30*time.Second, "agent registered", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent registered", func() error {
 		gotNS, gotName := a.Registered()
 		if gotNS != ns || gotName != name {
 			return fmt.Errorf("registered as %q/%q (ready check: %v)", gotNS, gotName, a.ReadyCheck(nil))
@@ -351,7 +318,7 @@ func waitRegistered(t *testing.T, a *agent.Agent, ns, name string) {
 
 func bootstrapPushed(t *testing.T, ds *controlplane.ControlPlane) {
 	t.Helper()
-	controlplane.Eventually(t, 60*time.Second, "agent pushed to "+ds.Name, func() error {
+	testenv.Eventually(t, 60*time.Second, "agent pushed to "+ds.Name, func() error {
 		s := &corev1.Secret{}
 		return ds.Client.Get(t.Context(), client.ObjectKey{Namespace: agentSystem, Name: "fleet-agent-bootstrap"}, s)
 	})
@@ -370,7 +337,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 	})
 
 	// No kubeconfig Secret yet (the control plane is not up): nothing.
-	consistently(t, 2*time.Second, "no fleet Cluster before the kubeconfig Secret exists", noFleetCluster(nsLifecycle, "prod-1"))
+	testenv.Consistently(t, 2*time.Second, "no fleet Cluster before the kubeconfig Secret exists", noFleetCluster(nsLifecycle, "prod-1"))
 
 	kubeconfigSecret(t, nsLifecycle, "prod-1", ds1.Kubeconfig)
 	fc := waitFleetCluster(t, nsLifecycle, "prod-1")
@@ -415,7 +382,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		l["tier"] = "gold"
 		u.SetLabels(l)
 	})
-	controlplane.Eventually(t, 30*time.Second, "labels follow the CAPI cluster", func() error {
+	testenv.Eventually(t, 30*time.Second, "labels follow the CAPI cluster", func() error {
 		fc, err := fleetCluster(t, nsLifecycle, "prod-1")
 		if err != nil {
 			return err
@@ -438,7 +405,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	bootstrapPushed(t, ds2)
-	controlplane.Eventually(t, 30*time.Second, "status records the new server", func() error {
+	testenv.Eventually(t, 30*time.Second, "status records the new server", func() error {
 		fc, err := fleetCluster(t, nsLifecycle, "prod-1")
 		if err != nil {
 			return err
@@ -462,7 +429,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFleetClusterGone(t, nsLifecycle, "prod-1")
-	controlplane.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
+	testenv.Eventually(t, 30*time.Second, "agent removed downstream", func() error {
 		d := &appsv1.Deployment{}
 		err := ds2.Client.Get(t.Context(), client.ObjectKey{Namespace: agentSystem, Name: "fleet-agent"}, d)
 		if apierrors.IsNotFound(err) {
@@ -470,7 +437,7 @@ func TestCAPI_Lifecycle(t *testing.T) {
 		}
 		return fmt.Errorf("agent Deployment still there: %v", err)
 	})
-	controlplane.Eventually(t, 30*time.Second, "cluster namespace removed upstream", func() error {
+	testenv.Eventually(t, 30*time.Second, "cluster namespace removed upstream", func() error {
 		ns := &corev1.Namespace{}
 		err := up.Get(t.Context(), client.ObjectKey{Name: names.ClusterNamespace(nsLifecycle, "prod-1")}, ns)
 		if apierrors.IsNotFound(err) || (err == nil && !ns.DeletionTimestamp.IsZero()) {
@@ -497,7 +464,7 @@ func TestCAPI_OnlyOptedInClustersRegister(t *testing.T) {
 	kubeconfigSecret(t, nsNotListed, "labelled", nil)
 
 	waitFleetCluster(t, nsOptIn, "a")
-	consistently(t, 2*time.Second, "a namespace not opted in is ignored", func() error {
+	testenv.Consistently(t, 2*time.Second, "a namespace not opted in is ignored", func() error {
 		if err := noFleetCluster(nsNotListed, "a")(); err != nil {
 			return err
 		}
@@ -510,7 +477,7 @@ func TestCAPI_OnlyOptedInClustersRegister(t *testing.T) {
 	byLabel.CAPIClusterSelector = optInLabel + "=yes"
 	ctrl.Config.Set(&byLabel)
 	waitFleetCluster(t, nsNotListed, "labelled")
-	consistently(t, time.Second, "an unlabelled cluster is ignored", noFleetCluster(nsNotListed, "a"))
+	testenv.Consistently(t, time.Second, "an unlabelled cluster is ignored", noFleetCluster(nsNotListed, "a"))
 	updateCAPICluster(t, outside, func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{optInLabel: "yes"}) })
 	waitFleetCluster(t, nsNotListed, "a")
 
@@ -535,7 +502,7 @@ func TestCAPI_HandMadeClusterIsNeverTakenOver(t *testing.T) {
 	}
 	c := createCAPICluster(t, nsHandMade, "edge", map[string]string{"env": "prod"})
 	kubeconfigSecret(t, nsHandMade, "edge", nil)
-	controlplane.Eventually(t, 30*time.Second, "a conflict event on the CAPI cluster", func() error {
+	testenv.Eventually(t, 30*time.Second, "a conflict event on the CAPI cluster", func() error {
 		if capiEvents(t, nsHandMade, "edge", capi.NameTakenReason) == 0 {
 			return fmt.Errorf("no %s event yet", capi.NameTakenReason)
 		}
@@ -554,7 +521,7 @@ func TestCAPI_HandMadeClusterIsNeverTakenOver(t *testing.T) {
 	if err := up.Delete(t.Context(), got); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 60*time.Second, "the CAPI cluster registers once the name is free", func() error {
+	testenv.Eventually(t, 60*time.Second, "the CAPI cluster registers once the name is free", func() error {
 		fc, err := fleetCluster(t, nsHandMade, "edge")
 		if err != nil {
 			return err
@@ -630,7 +597,7 @@ func TestCAPI_CreateFailureIsReported(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = up.Delete(context.Background(), o) })
 	}
-	controlplane.Eventually(t, 30*time.Second, "the policy in force", func() error {
+	testenv.Eventually(t, 30*time.Second, "the policy in force", func() error {
 		probe := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: nsRefused, Name: "probe"}}
 		if err := up.Create(t.Context(), probe, client.DryRunAll); err == nil || !apierrors.IsInvalid(err) {
 			return fmt.Errorf("a Cluster is still admitted: %v", err)
@@ -640,7 +607,7 @@ func TestCAPI_CreateFailureIsReported(t *testing.T) {
 
 	createCAPICluster(t, nsRefused, "refused", nil)
 	kubeconfigSecret(t, nsRefused, "refused", nil)
-	controlplane.Eventually(t, 30*time.Second, "a "+capi.NotCreatedReason+" event", func() error {
+	testenv.Eventually(t, 30*time.Second, "a "+capi.NotCreatedReason+" event", func() error {
 		if capiEvents(t, nsRefused, "refused", capi.NotCreatedReason) == 0 {
 			return fmt.Errorf("no event yet")
 		}

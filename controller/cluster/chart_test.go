@@ -3,36 +3,30 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"github.com/gitops-fleet/fleet/charts/chartstest"
 	"io/fs"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/charts/chartstest"
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -48,28 +42,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	level := zapcore.ErrorLevel
-	if os.Getenv("FLEET_TEST_LOG") == "debug" {
-		level = zapcore.DebugLevel
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
 	// No kube-controller-manager: nothing here needs garbage collection or
 	// namespace deletion, and the machine may be busy.
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 1, NoControllerManager: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	up = env.Upstream.Client
-	return m.Run()
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 1, NoControllerManager: true}}, func(s *testenv.Suite) error {
+		env, up = s.Env, s.Env.Upstream.Client
+		return nil
+	})
 }
 
 func controllerConfig() *config.Config {
@@ -82,24 +60,17 @@ func controllerConfig() *config.Config {
 type process struct {
 	r      *cluster.Reconciler
 	cancel context.CancelFunc
-	done   chan error
+	run    *testenv.Runner
 }
 
 func startProcess(t *testing.T, ar *renderer.AgentRenderer) *process {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Upstream.Config, ctrl.Options{
-		Scheme: controlplane.Scheme,
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Cache:  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
-		// The same controllers are set up again by every process.
-		Controller: crconfig.Controller{SkipNameValidation: ptr.To(true)},
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-	})
+	mgr, err := ctrl.NewManager(env.Upstream.Config, testenv.ManagerOptions(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &process{cancel: cancel, done: make(chan error, 1)}
+	p := &process{cancel: cancel}
 	store := configstore.New(config.DefaultSystemNamespace, config.ConfigMapName, controllerConfig())
 	events := mgr.GetEventRecorder("fleet-controller")
 	p.r = &cluster.Reconciler{
@@ -119,7 +90,7 @@ func startProcess(t *testing.T, ar *renderer.AgentRenderer) *process {
 		cancel()
 		t.Fatal(err)
 	}
-	go func() { p.done <- mgr.Start(ctx) }()
+	p.run = testenv.Go(ctx, "controller process", mgr.Start)
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
@@ -127,19 +98,10 @@ func startProcess(t *testing.T, ar *renderer.AgentRenderer) *process {
 // stop ends the process and waits for it.
 func (p *process) stop(t *testing.T) {
 	t.Helper()
-	if p.done == nil {
-		return
-	}
 	p.cancel()
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Errorf("controller manager: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("controller manager did not stop within 60s")
+	if err := p.run.Wait(60 * time.Second); err != nil {
+		t.Fatal(err)
 	}
-	p.done = nil
 }
 
 // settle makes the process reconcile the Cluster (an annotation change) and
@@ -147,7 +109,7 @@ func (p *process) stop(t *testing.T) {
 func (p *process) settle(t *testing.T, c *fleet.Cluster) {
 	t.Helper()
 	poke(t, c)
-	controlplane.Eventually(t, 60*time.Second, "the reconciler to find nothing to deploy", func() error {
+	testenv.Eventually(t, 60*time.Second, "the reconciler to find nothing to deploy", func() error {
 		if !cluster.FoundNothingToDeploy(p.r, client.ObjectKeyFromObject(c)) {
 			return fmt.Errorf("status: %+v", getCluster(t, c).Status)
 		}
@@ -228,7 +190,7 @@ func TestChart_UpgradeWithAnotherChartRedeploysOnce(t *testing.T) {
 	old.stop(t)
 
 	upgraded := startProcess(t, upgradedRenderer(t))
-	controlplane.Eventually(t, 60*time.Second, "the agent redeployed with the upgraded chart", func() error {
+	testenv.Eventually(t, 60*time.Second, "the agent redeployed with the upgraded chart", func() error {
 		if n := countEvents(t, c, "AgentRedeployed"); n == 0 {
 			return fmt.Errorf("AgentRedeployed events: %d", n)
 		}
@@ -347,16 +309,13 @@ func (o observation) mustEqual(t *testing.T, after observation) {
 // downstream, with an agent namespace of its own.
 func managerCluster(t *testing.T, ds *controlplane.ControlPlane) *fleet.Cluster {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fleet-ws-"}}
-	if err := up.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	if err := up.Create(t.Context(), ds.KubeconfigSecret(ns.Name, "kc")); err != nil {
+	ns := testenv.Namespace(t, up, "fleet-ws-")
+	if err := up.Create(t.Context(), ds.KubeconfigSecret(ns, "kc")); err != nil {
 		t.Fatal(err)
 	}
 	c := &fleet.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1"},
-		Spec:       fleet.ClusterSpec{KubeConfigSecret: "kc", AgentNamespace: "agent-" + ns.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"},
+		Spec:       fleet.ClusterSpec{KubeConfigSecret: "kc", AgentNamespace: "agent-" + ns},
 	}
 	if err := up.Create(t.Context(), c); err != nil {
 		t.Fatal(err)
@@ -405,7 +364,7 @@ func getCluster(t *testing.T, c *fleet.Cluster) *fleet.Cluster {
 
 func waitImported(t *testing.T, c *fleet.Cluster) {
 	t.Helper()
-	controlplane.Eventually(t, 60*time.Second, "agent deployed", func() error {
+	testenv.Eventually(t, 60*time.Second, "agent deployed", func() error {
 		got := getCluster(t, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, fleet.ImportedCondition)
 		if got.Status.AgentDeployedGeneration == nil || cond == nil || cond.Status != metav1.ConditionTrue {

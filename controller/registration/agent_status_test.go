@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // TestAgentStatus_RequestIdentityWritesOnlyItsHeartbeat: SPEC §6, an agent
@@ -24,7 +24,7 @@ import (
 // cluster's namespace, or kube-system) and of agentDeployedGeneration: the
 // API server itself must refuse both, whatever verb is used.
 func TestAgentStatus_RequestIdentityWritesOnlyItsHeartbeat(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	_, secret := a.register(t, randomID("status-"), nil)
 	clusterName := string(secret.Data[registration.KeyClusterName])
@@ -32,7 +32,7 @@ func TestAgentStatus_RequestIdentityWritesOnlyItsHeartbeat(t *testing.T) {
 	ctx := t.Context()
 	key := client.ObjectKey{Namespace: ws, Name: clusterName}
 	// The Cluster reconciler writes its part of the status first.
-	controlplane.Eventually(t, 30*time.Second, "the controller's status on the Cluster", func() error {
+	testenv.Eventually(t, 30*time.Second, "the controller's status on the Cluster", func() error {
 		c := &fleet.Cluster{}
 		if err := up.Get(ctx, key, c); err != nil {
 			return err

@@ -3,7 +3,6 @@ package registration_test
 import (
 	"errors"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"maps"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func countRBAC(t *testing.T, sel client.MatchingLabels) (roles, bindings int) {
@@ -37,7 +37,7 @@ func countRBAC(t *testing.T, sel client.MatchingLabels) (roles, bindings int) {
 }
 
 func TestGrant_NewClusterRegistersWithAgentLabelsMinusReservedOnes(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("kube-system-uid-")
 	start := time.Now()
@@ -112,7 +112,7 @@ func TestGrant_NewClusterRegistersWithAgentLabelsMinusReservedOnes(t *testing.T)
 }
 
 func TestGrant_MatchesPredefinedClusterByClientID(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	clientID := randomID("predefined-")
 	pre := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "edge-1", Labels: map[string]string{"owner": "admin"}}, Spec: fleet.ClusterSpec{ClientID: clientID}}
 	if err := up.Create(t.Context(), pre); err != nil {
@@ -172,7 +172,7 @@ func refusedLeavesNothing(t *testing.T, reg *fleet.ClusterRegistration) {
 }
 
 func TestGrant_TokenBoundToClientIDRefusesOtherClientIDs(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	bound := randomID("bound-")
 	a := newAgent(t, ws, "import-token-edge", importToken(t, ws, "import-token-edge", bound))
 
@@ -193,7 +193,7 @@ func TestGrant_TokenBoundToClientIDRefusesOtherClientIDs(t *testing.T) {
 }
 
 func TestGrant_MissingTokenRefusesWithTokenNotFound(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	// The import identity of a deleted token is gone with it (its
 	// ServiceAccount is owned by the token), so a registration that names a
 	// missing token is one made before the token went, or by hand.
@@ -214,7 +214,7 @@ func TestGrant_MissingTokenRefusesWithTokenNotFound(t *testing.T) {
 }
 
 func TestGrant_RequestIdentityReachesOnlyItsOwnCluster(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	regA, secretA := a.register(t, randomID("a-"), nil)
 	_, secretB := a.register(t, randomID("b-"), nil)
@@ -317,7 +317,7 @@ func TestGrant_RequestIdentityReachesOnlyItsOwnCluster(t *testing.T) {
 }
 
 func TestGrant_CredentialReadableOnlyByTheImportIdentityThatAsked(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok-a", importToken(t, ws, "tok-a", ""))
 	b := newAgent(t, ws, "tok-b", importToken(t, ws, "tok-b", ""))
 	reg, secret := a.register(t, randomID("cid-"), nil)
@@ -349,7 +349,7 @@ func TestGrant_CredentialReadableOnlyByTheImportIdentityThatAsked(t *testing.T) 
 }
 
 func TestGrant_DeletingTheClusterRevokesTheRequestTokenAndRemovesRegistrations(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("cid-")
 	reg, secret := a.register(t, clientID, nil)
@@ -365,7 +365,7 @@ func TestGrant_DeletingTheClusterRevokesTheRequestTokenAndRemovesRegistrations(t
 		t.Fatal(err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: nsC, Name: string(secret.Data[registration.KeyServiceAccount])}}
-	controlplane.Eventually(t, 10*time.Second, "the request ServiceAccount to be deleted", func() error {
+	testenv.Eventually(t, 10*time.Second, "the request ServiceAccount to be deleted", func() error {
 		err := up.Get(t.Context(), client.ObjectKeyFromObject(sa), &corev1.ServiceAccount{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -376,7 +376,7 @@ func TestGrant_DeletingTheClusterRevokesTheRequestTokenAndRemovesRegistrations(t
 	// The kube-apiserver caches successful token authentications for 10s
 	// (its TokenSuccessCacheTTL), so a token of a deleted
 	// ServiceAccount may work up to 10s longer.
-	controlplane.Eventually(t, 20*time.Second, "the request token to stop authenticating", func() error {
+	testenv.Eventually(t, 20*time.Second, "the request token to stop authenticating", func() error {
 		err := req.List(t.Context(), &fleet.BundleDeploymentList{}, client.InNamespace(nsC))
 		if apierrors.IsUnauthorized(err) {
 			return nil
@@ -384,14 +384,14 @@ func TestGrant_DeletingTheClusterRevokesTheRequestTokenAndRemovesRegistrations(t
 		return fmt.Errorf("got %v, want Unauthorized", err)
 	})
 	t.Logf("request token rejected (401) %s after deleting the Cluster", time.Since(start).Round(time.Millisecond))
-	controlplane.Eventually(t, 30*time.Second, "the registration to be removed", func() error {
+	testenv.Eventually(t, 30*time.Second, "the registration to be removed", func() error {
 		err := up.Get(t.Context(), client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("registration: %v", err)
 	})
-	controlplane.Eventually(t, 30*time.Second, "everything made for the registration to be removed", func() error {
+	testenv.Eventually(t, 30*time.Second, "everything made for the registration to be removed", func() error {
 		if c := countGenerated(t, ws); c != (counts{}) {
 			return fmt.Errorf("left: %+v", c)
 		}
@@ -401,7 +401,7 @@ func TestGrant_DeletingTheClusterRevokesTheRequestTokenAndRemovesRegistrations(t
 }
 
 func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("cid-")
 
@@ -430,7 +430,7 @@ func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	var c counts
-	controlplane.Eventually(t, 30*time.Second, "one registration and one set of objects", func() error {
+	testenv.Eventually(t, 30*time.Second, "one registration and one set of objects", func() error {
 		c = countGenerated(t, ws)
 		// Request Role and RoleBinding in the cluster namespace and the
 		// workspace, plus the credential Role and RoleBinding until the
@@ -469,14 +469,14 @@ func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
 }
 
 func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg, secret := a.register(t, randomID("cid-"), nil)
 	got := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
 	grantedAt := got.Status.Conditions[0].LastTransitionTime.Time
 	key := client.ObjectKeyFromObject(secret)
 
-	controlplane.Eventually(t, pickupTimeout+10*time.Second, "the credential Secret to be removed", func() error {
+	testenv.Eventually(t, pickupTimeout+10*time.Second, "the credential Secret to be removed", func() error {
 		err := up.Get(t.Context(), key, &corev1.Secret{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -488,7 +488,7 @@ func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
 	if after < pickupTimeout-time.Second {
 		t.Errorf("removed after %s, before the pickup timeout %s", after, pickupTimeout)
 	}
-	controlplane.Eventually(t, 10*time.Second, "the credential Role and RoleBinding to be removed", func() error {
+	testenv.Eventually(t, 10*time.Second, "the credential Role and RoleBinding to be removed", func() error {
 		sel := client.MatchingLabels{registration.RegistrationLabel: reg.Name, registration.RegistrationNamespaceLabel: ws}
 		rl := &rbacv1.RoleList{}
 		if err := up.List(t.Context(), rl, sel, client.InNamespace(config.DefaultSystemRegistrationNS)); err != nil {
@@ -517,7 +517,7 @@ func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
 }
 
 func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	name := randomID("admin-")[:20]
 	// Something in the way of the last RBAC step stops every pass there,
 	// with the Cluster, namespace, ServiceAccount and cluster-namespace
@@ -555,7 +555,7 @@ func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	newSA := &corev1.ServiceAccount{}
-	controlplane.Eventually(t, 20*time.Second, "the request ServiceAccount to be made again", func() error {
+	testenv.Eventually(t, 20*time.Second, "the request ServiceAccount to be made again", func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(sa), newSA); err != nil {
 			return err
 		}
@@ -573,7 +573,7 @@ func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	poke := 0
-	controlplane.Eventually(t, 30*time.Second, "the grant", func() error {
+	testenv.Eventually(t, 30*time.Second, "the grant", func() error {
 		r := getReg(t, ws, name)
 		if r.Status.Granted {
 			return nil
@@ -602,7 +602,7 @@ func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
 	if err := up.Delete(t.Context(), reg); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 20*time.Second, "the registration and its objects to be removed", func() error {
+	testenv.Eventually(t, 20*time.Second, "the registration and its objects to be removed", func() error {
 		if c := countGenerated(t, ws); c != (counts{}) {
 			return fmt.Errorf("left: %+v", c)
 		}
@@ -611,7 +611,7 @@ func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
 }
 
 func TestGrant_GrantedRegistrationIsNeverGrantedAgain(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg, secret := a.register(t, randomID("cid-"), nil)
 	waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
@@ -649,7 +649,7 @@ func TestGrant_GrantedRegistrationIsNeverGrantedAgain(t *testing.T) {
 	if err := as(t, string(secret2.Data[registration.KeyToken])).List(t.Context(), &fleet.BundleDeploymentList{}, client.InNamespace(sa.Namespace)); err != nil {
 		t.Errorf("credential of the new registration: %v", err)
 	}
-	controlplane.Eventually(t, 20*time.Second, "the old registration to be superseded", func() error {
+	testenv.Eventually(t, 20*time.Second, "the old registration to be superseded", func() error {
 		err := up.Get(t.Context(), client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -659,7 +659,7 @@ func TestGrant_GrantedRegistrationIsNeverGrantedAgain(t *testing.T) {
 }
 
 func TestGrant_HashCollisionRefusedWithClearCondition(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	clientID := randomID("cid-")
 	squatter := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: names.AutoClusterName(clientID)}, Spec: fleet.ClusterSpec{ClientID: "someone-else"}}
 	if err := up.Create(t.Context(), squatter); err != nil {

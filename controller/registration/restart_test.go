@@ -19,12 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/admission"
@@ -32,8 +28,8 @@ import (
 	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // restartPickupTimeout is the credential pickup timeout of the restart
@@ -42,30 +38,10 @@ import (
 // gone).
 const restartPickupTimeout = 3 * time.Second
 
-// managerOptions are the controller's manager options (Secrets are never
-// cached), for managers that are started more than once in one process.
-// With base set, the reconcilers' contexts derive from it, so cancelling it
-// ends a pass in flight at once.
-func managerOptions(base context.Context) ctrl.Options {
-	opts := ctrl.Options{
-		Scheme: controlplane.Scheme,
-		Client: client.Options{Cache: &client.CacheOptions{
-			DisableFor: []client.Object{&corev1.Secret{}},
-		}},
-		Cache:      cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: crconfig.Controller{SkipNameValidation: ptr.To(true)},
-	}
-	if base != nil {
-		opts.BaseContext = func() context.Context { return base }
-	}
-	return opts
-}
-
 // newTokenManager is the background manager of an isolated run: the
 // ClusterRegistrationToken controller alone, so tests get import tokens.
 func newTokenManager() (ctrl.Manager, error) {
-	mgr, err := ctrl.NewManager(env.Upstream.Config, managerOptions(nil))
+	mgr, err := ctrl.NewManager(env.Upstream.Config, testenv.ManagerOptions(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +59,7 @@ func newTokenManager() (ctrl.Manager, error) {
 // shared with any earlier one).
 type grantController struct {
 	cancel context.CancelFunc
-	done   chan error
+	run    *testenv.Runner
 	// killed is closed when the kill step was reached.
 	killed chan struct{}
 
@@ -98,8 +74,8 @@ type grantController struct {
 func startGrantController(t *testing.T, killAt string) *grantController {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &grantController{cancel: cancel, done: make(chan error, 1), killed: make(chan struct{})}
-	mgr, err := ctrl.NewManager(env.Upstream.Config, managerOptions(ctx))
+	g := &grantController{cancel: cancel, killed: make(chan struct{})}
+	mgr, err := ctrl.NewManager(env.Upstream.Config, testenv.ManagerOptions(ctx))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -137,7 +113,7 @@ func startGrantController(t *testing.T, killAt string) *grantController {
 		cancel()
 		t.Fatal(err)
 	}
-	go func() { g.done <- mgr.Start(ctx) }()
+	g.run = testenv.Go(ctx, "registration controller", mgr.Start)
 	t.Cleanup(func() { g.stop(t) })
 	return g
 }
@@ -151,17 +127,8 @@ func (g *grantController) stop(t *testing.T) {
 
 func (g *grantController) wait(t *testing.T) {
 	t.Helper()
-	if g.done == nil {
-		return
-	}
-	select {
-	case err := <-g.done:
-		g.done = nil
-		if err != nil {
-			t.Errorf("controller manager: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("controller manager did not stop within 60s")
+	if err := g.run.Wait(60 * time.Second); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -171,9 +138,8 @@ func (g *grantController) waitKilled(t *testing.T, step string) {
 	t.Helper()
 	select {
 	case <-g.killed:
-	case err := <-g.done:
-		g.done = nil
-		t.Fatalf("controller manager returned before step %s: %v", step, err)
+	case <-g.run.Done():
+		t.Fatalf("controller manager returned before step %s: %v", step, g.run.Err())
 	case <-time.After(60 * time.Second):
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -214,7 +180,7 @@ func TestGrant_ControllerRestartAtEveryStepConverges(t *testing.T) {
 
 func restartAt(t *testing.T, step string, reregister bool) {
 	begin := time.Now()
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("cid-")
 	labels := map[string]string{"env": "restart"}
@@ -306,7 +272,7 @@ func restartAt(t *testing.T, step string, reregister bool) {
 
 	// Once the pickup timeout passed, only the request identity of the
 	// final registration is left.
-	controlplane.Eventually(t, restartPickupTimeout+30*time.Second, "exactly one of everything and no leftovers", func() error {
+	testenv.Eventually(t, restartPickupTimeout+30*time.Second, "exactly one of everything and no leftovers", func() error {
 		return leftovers(t, ws, clientID, final.Name)
 	})
 	requestWorks()

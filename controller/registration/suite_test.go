@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -31,7 +28,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // pickupTimeout is the credential pickup timeout of the controller under
@@ -62,7 +59,7 @@ var (
 	probeAddress string
 	// logs holds everything the controller logged, so tests can prove no
 	// bearer token reaches a log.
-	logs syncBuffer
+	logs *testenv.Logs
 	// bearers collects every bearer token the tests saw.
 	bearers struct {
 		sync.Mutex
@@ -71,83 +68,43 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	renderworker.ServeIfWorker() // the controller renders Bundles in workers started from this binary
-	flag.Parse()
-	if controlplane.Fuzzing() {
-		os.Exit(m.Run())
-	}
-	os.Exit(run(m))
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{}, CaptureLogs: true}, setup)
 }
 
-func run(m *testing.M) int {
-	echo := os.Getenv("FLEET_TEST_LOG") != ""
-	ctrl.SetLogger(funcr.New(func(prefix, args string) {
-		line := prefix + " " + args
-		logs.Write(line)
-		if echo {
-			fmt.Fprintln(os.Stderr, line)
-		}
-	}, funcr.Options{Verbosity: 1}))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	up = env.Upstream.Client
-
-	var start func(context.Context) error
+// setup starts the controller the tests share, or, in an isolated run, the
+// ClusterRegistrationToken controller alone.
+func setup(s *testenv.Suite) error {
+	env, up, logs = s.Env, s.Env.Upstream.Client, s.Logs
 	if isolated {
 		mgr, err := newTokenManager()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return err
 		}
-		start = mgr.Start
-	} else {
-		// The controller runs with exactly the rights charts/fleet gives
-		// it: every Role it grants must be one it may grant.
-		identity, err := env.Upstream.FleetControllerIdentity(ctx, config.DefaultSystemNamespace)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		if probeAddress, err = freeAddress(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		shared, err = controller.New(ctx, controller.Options{
-			RestConfig:              identity,
-			InitialConfig:           controllerConfig(),
-			MetricsAddress:          "0",
-			ProbeAddress:            probeAddress,
-			CredentialPickupTimeout: pickupTimeout,
-			AdmissionPolicyResync:   5 * time.Second,
-		})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		start = shared.Start
+		s.Go("token controller", mgr.Start)
+		return nil
 	}
-	mgrCtx, mgrCancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- start(mgrCtx) }()
-	code := m.Run()
-	mgrCancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "controller:", err)
-		}
-	case <-time.After(30 * time.Second):
-		fmt.Fprintln(os.Stderr, "controller did not stop within 30s")
+	// The controller runs with exactly the rights charts/fleet gives it:
+	// every Role it grants must be one it may grant.
+	identity, err := env.Upstream.FleetControllerIdentity(s.Context(), config.DefaultSystemNamespace)
+	if err != nil {
+		return err
 	}
-	return code
+	if probeAddress, err = freeAddress(); err != nil {
+		return err
+	}
+	shared, err = controller.New(s.Context(), controller.Options{
+		RestConfig:              identity,
+		InitialConfig:           controllerConfig(),
+		MetricsAddress:          "0",
+		ProbeAddress:            probeAddress,
+		CredentialPickupTimeout: pickupTimeout,
+		AdmissionPolicyResync:   5 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	s.Go("controller", shared.Start)
+	return nil
 }
 
 // freeAddress returns a loopback address with a port nobody listens on.
@@ -160,46 +117,16 @@ func freeAddress() (string, error) {
 	return l.Addr().String(), nil
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(line)
-	s.b.WriteByte('\n')
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func remember(bearer string) {
 	bearers.Lock()
 	defer bearers.Unlock()
 	bearers.tokens = append(bearers.tokens, bearer)
 }
 
-// eventually polls cond every 100ms until it returns nil, and fails the test
-// after timeout naming what it waited for.
 func randomID(prefix string) string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)
-}
-
-// newWorkspace makes a workspace namespace for one test.
-func newWorkspace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fleet-ws-"}}
-	if err := up.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
 }
 
 // importToken makes a ClusterRegistrationToken (bound to clientID when set)
@@ -219,7 +146,7 @@ func tokenWith(t *testing.T, ws, name string, spec fleet.ClusterRegistrationToke
 		t.Fatal(err)
 	}
 	var bearer string
-	controlplane.Eventually(t, 30*time.Second, "values Secret of token "+ws+"/"+name, func() error {
+	testenv.Eventually(t, 30*time.Second, "values Secret of token "+ws+"/"+name, func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
 			return err
 		}
@@ -358,7 +285,7 @@ func getReg(t *testing.T, ws, name string) *fleet.ClusterRegistration {
 func waitCondition(t *testing.T, ws, name string, status metav1.ConditionStatus, reason string) *fleet.ClusterRegistration {
 	t.Helper()
 	reg := &fleet.ClusterRegistration{}
-	controlplane.Eventually(t, 30*time.Second, fmt.Sprintf("ClusterRegistration %s/%s Granted=%s reason %s", ws, name, status, reason), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("ClusterRegistration %s/%s Granted=%s reason %s", ws, name, status, reason), func() error {
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: name}, reg); err != nil {
 			return err
 		}
@@ -402,7 +329,7 @@ func countGenerated(t *testing.T, ws string) counts {
 // on the named registration.
 func waitEvent(t *testing.T, ws, name, reason, noteHas string) {
 	t.Helper()
-	controlplane.Eventually(t, 20*time.Second, fmt.Sprintf("event %s on ClusterRegistration %s/%s", reason, ws, name), func() error {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("event %s on ClusterRegistration %s/%s", reason, ws, name), func() error {
 		list := &eventsv1.EventList{}
 		if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
 			return err

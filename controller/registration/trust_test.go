@@ -42,6 +42,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/kustomize/base/policies"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -133,7 +134,7 @@ func newRegistration(ws, token, clientID string) *fleet.ClusterRegistration {
 func refusedBy(t *testing.T, what, want string, do func() error) error {
 	t.Helper()
 	var err error
-	controlplane.Eventually(t, 15*time.Second, what+" to be refused by the admission policy", func() error {
+	testenv.Eventually(t, 15*time.Second, what+" to be refused by the admission policy", func() error {
 		err = do()
 		if err == nil {
 			return errors.New("the request succeeded")
@@ -156,7 +157,7 @@ func annotate(reg *fleet.ClusterRegistration, key, value string) client.Patch {
 func heartbeat(t *testing.T, c client.Client, ws, cluster string, at time.Time) {
 	t.Helper()
 	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"status":{"agent":{"lastSeen":%q}}}`, at.UTC().Format(time.RFC3339))))
-	controlplane.Eventually(t, 10*time.Second, "the heartbeat of Cluster "+ws+"/"+cluster, func() error {
+	testenv.Eventually(t, 10*time.Second, "the heartbeat of Cluster "+ws+"/"+cluster, func() error {
 		return c.Status().Patch(t.Context(), &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: cluster}}, patch)
 	})
 }
@@ -165,7 +166,7 @@ func heartbeat(t *testing.T, c client.Client, ws, cluster string, at time.Time) 
 // and name in namespace ns whose note contains noteHas.
 func waitObjectEvent(t *testing.T, ns, kind, name, reason, noteHas string) {
 	t.Helper()
-	controlplane.Eventually(t, 20*time.Second, fmt.Sprintf("event %s on %s %s/%s", reason, kind, ns, name), func() error {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("event %s on %s %s/%s", reason, kind, ns, name), func() error {
 		list := &eventsv1.EventList{}
 		if err := up.List(t.Context(), list, client.InNamespace(ns)); err != nil {
 			return err
@@ -207,7 +208,7 @@ func nothingMadeFor(t *testing.T, a *agent, reg *fleet.ClusterRegistration) {
 }
 
 func TestTrust_ImportIdentityCannotPreApproveOrRegisterWithoutItsToken(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	imp := as(t, tokenWith(t, ws, "manual", fleet.ClusterRegistrationTokenSpec{Approval: fleet.ApprovalManual}))
 	ctx := t.Context()
 
@@ -249,7 +250,7 @@ func TestTrust_ImportIdentityCannotPreApproveOrRegisterWithoutItsToken(t *testin
 }
 
 func TestTrust_RegistrationWithoutTokenNeedsTheRegisterVerb(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	// Someone allowed to create registrations, but not to register without
 	// a token: the API server refuses.
@@ -263,7 +264,7 @@ func TestTrust_RegistrationWithoutTokenNeedsTheRegisterVerb(t *testing.T) {
 	chartClusterRole(t, "fleet-registration-admin")
 	registrar := user(t, ws, "registrar", "fleet-registration-admin")
 	reg := newRegistration(ws, "", randomID("cid-"))
-	controlplane.Eventually(t, 15*time.Second, "fleet-registration-admin creating a token-less registration", func() error {
+	testenv.Eventually(t, 15*time.Second, "fleet-registration-admin creating a token-less registration", func() error {
 		return registrar.Create(ctx, reg)
 	})
 	got := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
@@ -328,7 +329,7 @@ func tableCell(t *testing.T, ws, name, column string) (string, error) {
 }
 
 func TestApproval_ManualRegistrationWaitsForAnApprover(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	a := newAgent(t, ws, "manual", tokenWith(t, ws, "manual", fleet.ClusterRegistrationTokenSpec{Approval: fleet.ApprovalManual}))
 	reg := a.create(t, randomID("edge-"), map[string]string{"env": "edge"})
@@ -341,7 +342,7 @@ func TestApproval_ManualRegistrationWaitsForAnApprover(t *testing.T) {
 		}
 	}
 	waitEvent(t, ws, reg.Name, fleet.PendingApprovalReason, reg.Name)
-	controlplane.Eventually(t, 10*time.Second, "kubectl get clusterregistrations to show PendingApproval", func() error {
+	testenv.Eventually(t, 10*time.Second, "kubectl get clusterregistrations to show PendingApproval", func() error {
 		cell, err := tableCell(t, ws, reg.Name, "Reason")
 		if err != nil {
 			return err
@@ -385,7 +386,7 @@ func TestApproval_ManualRegistrationWaitsForAnApprover(t *testing.T) {
 }
 
 func TestTakeover_UnboundTokenCannotTakeOverALiveCluster(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	clientID := randomID("victim-")
 	owner := newAgent(t, ws, "open", tokenWith(t, ws, "open", fleet.ClusterRegistrationTokenSpec{}))
@@ -452,7 +453,7 @@ func TestLabels_AgentLabelKeysRestrictWhatAgentsSet(t *testing.T) {
 	shared.Config.Set(cfg)
 	t.Cleanup(func() { shared.Config.Set(controllerConfig()) })
 
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", tokenWith(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{}))
 	reg, secret := a.register(t, randomID("cid-"), map[string]string{
 		"env":                      "prod",
@@ -480,7 +481,7 @@ func TestLabels_AgentLabelKeysRestrictWhatAgentsSet(t *testing.T) {
 }
 
 func TestLimit_TokenRegistersAtMostMaxClusters(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx := t.Context()
 	a := newAgent(t, ws, "two", tokenWith(t, ws, "two", fleet.ClusterRegistrationTokenSpec{MaxClusters: ptr.To[int32](2)}))
 	idA, idB, idC := randomID("a-"), randomID("b-"), randomID("c-")
@@ -513,7 +514,7 @@ func TestLimit_TokenRegistersAtMostMaxClusters(t *testing.T) {
 	}
 	a.waitCredential(t, third, 30*time.Second)
 	waitCondition(t, ws, third.Name, metav1.ConditionTrue, fleet.GrantedReason)
-	controlplane.Eventually(t, 10*time.Second, "three registered clusters in the token's status", func() error {
+	testenv.Eventually(t, 10*time.Second, "three registered clusters in the token's status", func() error {
 		if err := up.Get(ctx, client.ObjectKey{Namespace: ws, Name: "two"}, tok); err != nil {
 			return err
 		}
@@ -567,7 +568,7 @@ func restorePolicies(ctx context.Context, t *testing.T) {
 // waitReady waits for the controller's /readyz to pass.
 func waitReady(ctx context.Context, t *testing.T, what string) {
 	t.Helper()
-	controlplane.Eventually(t, 30*time.Second, what, func() error {
+	testenv.Eventually(t, 30*time.Second, what, func() error {
 		if code, body := readyz(ctx, t); code != http.StatusOK {
 			return fmt.Errorf("/readyz: %d %s (%s)", code, body, shared.Admission.Problem())
 		}
@@ -582,7 +583,7 @@ func TestAdmissionPolicies_MissingOrChangedGrantNothingUntilRestored(t *testing.
 	if err := up.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", tokenWith(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{}))
 
 	t.Cleanup(func() {
@@ -594,7 +595,7 @@ func TestAdmissionPolicies_MissingOrChangedGrantNothingUntilRestored(t *testing.
 	if err := up.Delete(ctx, missing); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 20*time.Second, "/readyz to fail", func() error {
+	testenv.Eventually(t, 20*time.Second, "/readyz to fail", func() error {
 		code, body := readyz(ctx, t)
 		if code != http.StatusInternalServerError || !strings.Contains(body, "[-]admission-policies failed") {
 			return fmt.Errorf("/readyz: %d %s", code, body)
@@ -619,7 +620,7 @@ func TestAdmissionPolicies_MissingOrChangedGrantNothingUntilRestored(t *testing.
 	if err := up.Patch(ctx, weakened, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"validationActions":["Audit"]}}`))); err != nil {
 		t.Fatal(err)
 	}
-	controlplane.Eventually(t, 20*time.Second, "the registration to name the changed binding", func() error {
+	testenv.Eventually(t, 20*time.Second, "the registration to name the changed binding", func() error {
 		c := meta.FindStatusCondition(getReg(t, ws, reg.Name).Status.Conditions, fleet.GrantedCondition)
 		if c == nil || !strings.Contains(c.Message, "changed from what fleet ships: ValidatingAdmissionPolicyBinding fleet-clusterregistration-token (spec.validationActions[0])") {
 			return fmt.Errorf("condition %+v", c)
@@ -644,7 +645,7 @@ func TestAdmissionPolicies_MissingOrChangedGrantNothingUntilRestored(t *testing.
 // tell whether they are in force: it reports them as missing (so the grant
 // waits) instead of waiting silently.
 func TestAdmissionPolicies_UnreadableCountAsMissing(t *testing.T) {
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	// An identity that may read nothing cluster-wide.
@@ -664,9 +665,9 @@ func TestAdmissionPolicies_UnreadableCountAsMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = c.Start(ctx) }()
-	go func() { _ = checker.Start(ctx) }()
-	controlplane.Eventually(t, 20*time.Second, "the checker to report that it cannot read the policies", func() error {
+	testenv.Start(t, "cache", c.Start)
+	testenv.Start(t, "admission checker", checker.Start)
+	testenv.Eventually(t, 20*time.Second, "the checker to report that it cannot read the policies", func() error {
 		if !checker.Checked() {
 			return errors.New("not reported yet")
 		}

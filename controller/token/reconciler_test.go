@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/google/go-cmp/cmp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -24,6 +25,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // seenBearers collects every bearer token the tests read, for
@@ -58,7 +60,7 @@ func waitReady(t *testing.T, ns, name string) (*fleet.ClusterRegistrationToken, 
 	tok := &fleet.ClusterRegistrationToken{}
 	secret := &corev1.Secret{}
 	var vals Values
-	eventually(t, 20*time.Second, fmt.Sprintf("ClusterRegistrationToken %s/%s Ready with a values Secret", ns, name), func() (bool, error) {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("ClusterRegistrationToken %s/%s Ready with a values Secret", ns, name), func() (bool, error) {
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, tok); err != nil {
 			return false, err
 		}
@@ -94,7 +96,7 @@ func mustOwn(t *testing.T, tok *fleet.ClusterRegistrationToken, obj client.Objec
 
 func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-create-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-create-")
 	created := createToken(t, ns, "reg", "1h", "")
 	tok, secret, vals := waitReady(t, ns, "reg")
 
@@ -186,8 +188,8 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 }
 
 func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
-	ns := newNamespace(t, "token-rbac-")
-	other := newNamespace(t, "token-rbac-other-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-rbac-")
+	other := testenv.Namespace(t, env.Upstream.Client, "token-rbac-other-")
 	createToken(t, ns, "reg", "1h", "")
 	_, _, vals := waitReady(t, ns, "reg")
 
@@ -206,7 +208,7 @@ func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
 	// made it: a missing or false token label is refused.
 	unlabelled := newReg(ns)
 	unlabelled.Labels = nil
-	eventually(t, 10*time.Second, "a registration without the token label to be refused", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "a registration without the token label to be refused", func() (bool, error) {
 		err := asImport.Create(t.Context(), unlabelled)
 		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), err
 	})
@@ -216,7 +218,7 @@ func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
 		t.Errorf("a registration claiming another token was not refused: %v", err)
 	}
 	reg := newReg(ns)
-	eventually(t, 10*time.Second, "the import identity to create a ClusterRegistration", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the import identity to create a ClusterRegistration", func() (bool, error) {
 		err := asImport.Create(t.Context(), reg)
 		return err == nil, err
 	})
@@ -248,13 +250,13 @@ func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
 
 func TestToken_ExpiryDeletesTokenAndEverythingItMade(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-expiry-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-expiry-")
 	createToken(t, ns, "short", "3s", "")
 
 	// Read the bearer token while it lives.
 	var bearer string
 	var expires time.Time
-	eventually(t, 10*time.Second, "values Secret with a token and status.expires", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "values Secret with a token and status.expires", func() (bool, error) {
 		tok := &fleet.ClusterRegistrationToken{}
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "short"}, tok); err != nil {
 			return false, err
@@ -274,7 +276,7 @@ func TestToken_ExpiryDeletesTokenAndEverythingItMade(t *testing.T) {
 	seenBearers.tokens = append(seenBearers.tokens, bearer)
 	seenBearers.Unlock()
 
-	eventually(t, 20*time.Second, "the expired token to be deleted", func() (bool, error) {
+	testenv.Eventually(t, 20*time.Second, "the expired token to be deleted", func() (bool, error) {
 		err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "short"}, &fleet.ClusterRegistrationToken{})
 		return apierrors.IsNotFound(err), err
 	})
@@ -291,7 +293,7 @@ func TestToken_ExpiryDeletesTokenAndEverythingItMade(t *testing.T) {
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "short"}},
 	} {
-		eventually(t, 20*time.Second, fmt.Sprintf("%T %s to be garbage-collected", o, o.GetName()), func() (bool, error) {
+		testenv.Eventually(t, 20*time.Second, fmt.Sprintf("%T %s to be garbage-collected", o, o.GetName()), func() (bool, error) {
 			err := c.Get(t.Context(), client.ObjectKeyFromObject(o), o)
 			return apierrors.IsNotFound(err), err
 		})
@@ -315,7 +317,7 @@ func TestToken_ExpiryDeletesTokenAndEverythingItMade(t *testing.T) {
 // contains noteHas.
 func waitEvent(t *testing.T, ns, name, reason, noteHas string) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("event %s on ClusterRegistrationToken %s/%s", reason, ns, name), func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("event %s on ClusterRegistrationToken %s/%s", reason, ns, name), func() (bool, error) {
 		list := &eventsv1.EventList{}
 		if err := env.Upstream.Client.List(t.Context(), list, client.InNamespace(ns)); err != nil {
 			return false, err
@@ -331,7 +333,7 @@ func waitEvent(t *testing.T, ns, name, reason, noteHas string) {
 
 func TestToken_TTLRequiredDeletesTokensWithoutTTL(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-ttlreq-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-ttlreq-")
 	createToken(t, ns, "forever", "", "")
 	waitReady(t, ns, "forever")
 
@@ -341,7 +343,7 @@ func TestToken_TTLRequiredDeletesTokensWithoutTTL(t *testing.T) {
 	t.Cleanup(func() { store.Set(initialConfig()) })
 
 	// The configuration change alone reaches the existing token.
-	eventually(t, 10*time.Second, "the token without TTL to be deleted after the config change", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the token without TTL to be deleted after the config change", func() (bool, error) {
 		err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "forever"}, &fleet.ClusterRegistrationToken{})
 		return apierrors.IsNotFound(err), err
 	})
@@ -350,7 +352,7 @@ func TestToken_TTLRequiredDeletesTokensWithoutTTL(t *testing.T) {
 	// New tokens without TTL ("0" included) go too; one with a TTL stays.
 	createToken(t, ns, "zero", "0s", "")
 	createToken(t, ns, "bounded", "1h", "")
-	eventually(t, 10*time.Second, "the token with ttl 0 to be deleted", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the token with ttl 0 to be deleted", func() (bool, error) {
 		err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "zero"}, &fleet.ClusterRegistrationToken{})
 		return apierrors.IsNotFound(err), err
 	})
@@ -359,7 +361,7 @@ func TestToken_TTLRequiredDeletesTokensWithoutTTL(t *testing.T) {
 }
 
 func TestToken_BadTTLRejectedByAPIServer(t *testing.T) {
-	ns := newNamespace(t, "token-badttl-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-badttl-")
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "fleet.cattle.io/v1alpha1",
 		"kind":       "ClusterRegistrationToken",
@@ -374,7 +376,7 @@ func TestToken_BadTTLRejectedByAPIServer(t *testing.T) {
 
 func TestToken_NoWritesWhenNothingChanged(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-nowrite-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-nowrite-")
 	createToken(t, ns, "steady", "", "")
 	tok, secret, vals := waitReady(t, ns, "steady")
 	// Let the passes that follow the first writes settle.
@@ -408,13 +410,13 @@ func TestToken_NoWritesWhenNothingChanged(t *testing.T) {
 		if err := c.Patch(t.Context(), tok, patch); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, fmt.Sprintf("a reconcile after annotation change %d", i), func() (bool, error) {
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("a reconcile after annotation change %d", i), func() (bool, error) {
 			return reconcileCount(t) > before, nil
 		})
 	}
 	before := reconcileCount(t)
 	store.Set(initialConfig())
-	eventually(t, 10*time.Second, "a reconcile after setting the same configuration", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "a reconcile after setting the same configuration", func() (bool, error) {
 		return reconcileCount(t) > before, nil
 	})
 	time.Sleep(500 * time.Millisecond)
@@ -443,7 +445,7 @@ func TestToken_NoWritesWhenNothingChanged(t *testing.T) {
 }
 
 func TestToken_ConfigChangeRewritesValuesKeepingToken(t *testing.T) {
-	ns := newNamespace(t, "token-config-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-config-")
 	createToken(t, ns, "reg", "2h", "")
 	_, secret, vals := waitReady(t, ns, "reg")
 
@@ -455,7 +457,7 @@ func TestToken_ConfigChangeRewritesValuesKeepingToken(t *testing.T) {
 
 	var now Values
 	s := &corev1.Secret{}
-	eventually(t, 10*time.Second, "the values to carry the new apiServerURL and CA", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the values to carry the new apiServerURL and CA", func() (bool, error) {
 		if err := env.Upstream.Client.Get(t.Context(), client.ObjectKeyFromObject(secret), s); err != nil {
 			return false, err
 		}
@@ -475,14 +477,14 @@ func TestToken_ConfigChangeRewritesValuesKeepingToken(t *testing.T) {
 
 func TestToken_DeletedValuesSecretIsRemadeWithNewToken(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-remake-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-remake-")
 	createToken(t, ns, "reg", "1h", "")
 	_, secret, vals := waitReady(t, ns, "reg")
 	if err := c.Delete(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
 	var remade Values
-	eventually(t, 10*time.Second, "a new values Secret", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "a new values Secret", func() (bool, error) {
 		s := &corev1.Secret{}
 		if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), s); err != nil {
 			return false, err
@@ -502,7 +504,7 @@ func TestToken_DeletedValuesSecretIsRemadeWithNewToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the old bearer token to be rejected", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the old bearer token to be rejected", func() (bool, error) {
 		err := old.Create(t.Context(), &fleet.ClusterRegistration{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "request-"},
 			Spec:       fleet.ClusterRegistrationSpec{ClientID: "client-1", ClientRandom: "0123456789abcdef0123"},
@@ -513,7 +515,7 @@ func TestToken_DeletedValuesSecretIsRemadeWithNewToken(t *testing.T) {
 
 func TestToken_WidenedRoleIsReverted(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-drift-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-drift-")
 	createToken(t, ns, "reg", "1h", "")
 	waitReady(t, ns, "reg")
 	role := &rbacv1.Role{}
@@ -525,7 +527,7 @@ func TestToken_WidenedRoleIsReverted(t *testing.T) {
 	if err := c.Update(t.Context(), role); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the Role to allow only creating clusterregistrations again", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the Role to allow only creating clusterregistrations again", func() (bool, error) {
 		if err := c.Get(t.Context(), key, role); err != nil {
 			return false, err
 		}
@@ -535,13 +537,13 @@ func TestToken_WidenedRoleIsReverted(t *testing.T) {
 
 func TestToken_ForeignSecretIsNotTaken(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-foreign-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-foreign-")
 	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"}, StringData: map[string]string{"mine": "yes"}}
 	if err := c.Create(t.Context(), foreign); err != nil {
 		t.Fatal(err)
 	}
 	createToken(t, ns, "taken", "1h", "")
-	eventually(t, 10*time.Second, "Ready=False naming the conflicting Secret", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "Ready=False naming the conflicting Secret", func() (bool, error) {
 		tok := &fleet.ClusterRegistrationToken{}
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "taken"}, tok); err != nil {
 			return false, err
@@ -580,7 +582,7 @@ func TestToken_NeverLogsBearerToken(t *testing.T) {
 
 func TestToken_ApprovalAndLimitFieldsValidatedAndLimitStatusKept(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, "token-policy-")
+	ns := testenv.Namespace(t, env.Upstream.Client, "token-policy-")
 	for spec, want := range map[string]string{
 		`{"approval": "Sometimes"}`: `supported values: "Automatic", "Manual"`,
 		`{"maxClusters": 0}`:        "should be greater than or equal to 1",
@@ -616,7 +618,7 @@ func TestToken_ApprovalAndLimitFieldsValidatedAndLimitStatusKept(t *testing.T) {
 	cfg.APIServerURL = ""
 	store.Set(cfg)
 	t.Cleanup(func() { store.Set(initialConfig()) })
-	eventually(t, 10*time.Second, "the token controller to write its status", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the token controller to write its status", func() (bool, error) {
 		if err := c.Get(t.Context(), client.ObjectKeyFromObject(tok), tok); err != nil {
 			return false, err
 		}

@@ -1,9 +1,7 @@
 package controlplane_test
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,48 +17,16 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var env *controlplane.Env
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{Downstreams: 2})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
-
-func newNamespace(t *testing.T, c client.Client, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		lastErr = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
+		env = s.Env
+		return nil
+	})
 }
 
 func TestStart_FleetCRDsEstablishedUpstreamOnly(t *testing.T) {
@@ -90,7 +56,7 @@ func TestStart_FleetCRDsEstablishedUpstreamOnly(t *testing.T) {
 
 func TestCRD_TokenTTLMustBeAGoDuration(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, c, "ttl-")
+	ns := testenv.Namespace(t, c, "ttl-")
 	cases := []struct {
 		ttl   string
 		valid bool
@@ -128,8 +94,8 @@ func TestCRD_TokenTTLMustBeAGoDuration(t *testing.T) {
 // every Secret, must not read one for a user who could not).
 func TestPolicy_KubeConfigSecretOfAnotherNamespaceNeedsTheRightToReadIt(t *testing.T) {
 	admin := env.Upstream.Client
-	ns := newNamespace(t, admin, "team-")
-	readable := newNamespace(t, admin, "shared-")
+	ns := testenv.Namespace(t, admin, "team-")
+	readable := testenv.Namespace(t, admin, "shared-")
 	// A workspace user: Clusters in ns, and get on Secret kc in readable.
 	objs := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "user"}},
@@ -175,7 +141,7 @@ func TestPolicy_KubeConfigSecretOfAnotherNamespaceNeedsTheRightToReadIt(t *testi
 		t.Run(tc.name, func(t *testing.T) {
 			// The admission policy is loaded asynchronously after it is
 			// created, so the first rejection may take a moment to appear.
-			eventually(t, 20*time.Second, "admission result", func() (bool, error) {
+			testenv.Eventually(t, 20*time.Second, "admission result", func() (bool, error) {
 				cl := &fleet.Cluster{
 					ObjectMeta: metav1.ObjectMeta{GenerateName: "c-", Namespace: ns},
 					Spec:       fleet.ClusterSpec{KubeConfigSecret: "kc", KubeConfigSecretNamespace: tc.secretNS},
@@ -198,7 +164,7 @@ func TestPolicy_KubeConfigSecretOfAnotherNamespaceNeedsTheRightToReadIt(t *testi
 
 func TestCRD_ClusterCrossFieldRules(t *testing.T) {
 	c := env.Upstream.Client
-	ns := newNamespace(t, c, "cel-")
+	ns := testenv.Namespace(t, c, "cel-")
 	cases := []struct {
 		name string
 		spec fleet.ClusterSpec
@@ -251,7 +217,7 @@ func TestControllerManager_GarbageCollectsOwnedObjects(t *testing.T) {
 	for _, cp := range env.All() {
 		t.Run(cp.Name, func(t *testing.T) {
 			c := cp.Client
-			ns := newNamespace(t, c, "gc-")
+			ns := testenv.Namespace(t, c, "gc-")
 			owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner", Namespace: ns}}
 			if err := c.Create(t.Context(), owner); err != nil {
 				t.Fatal(err)
@@ -265,7 +231,7 @@ func TestControllerManager_GarbageCollectsOwnedObjects(t *testing.T) {
 			if err := c.Delete(t.Context(), owner); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "dependent garbage-collected", func() (bool, error) {
+			testenv.Eventually(t, 30*time.Second, "dependent garbage-collected", func() (bool, error) {
 				err := c.Get(t.Context(), client.ObjectKeyFromObject(dep), &corev1.ConfigMap{})
 				return apierrors.IsNotFound(err), err
 			})
@@ -276,8 +242,8 @@ func TestControllerManager_GarbageCollectsOwnedObjects(t *testing.T) {
 func TestControllerManager_DeletesNamespacesAndMakesDefaultServiceAccounts(t *testing.T) {
 	cp := env.Downstreams[0]
 	c := cp.Client
-	ns := newNamespace(t, c, "nsdel-")
-	eventually(t, 30*time.Second, "default ServiceAccount", func() (bool, error) {
+	ns := testenv.Namespace(t, c, "nsdel-")
+	testenv.Eventually(t, 30*time.Second, "default ServiceAccount", func() (bool, error) {
 		err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{})
 		return err == nil, err
 	})
@@ -287,7 +253,7 @@ func TestControllerManager_DeletesNamespacesAndMakesDefaultServiceAccounts(t *te
 	if err := c.Delete(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "namespace deleted", func() (bool, error) {
+	testenv.Eventually(t, 60*time.Second, "namespace deleted", func() (bool, error) {
 		err := c.Get(t.Context(), client.ObjectKey{Name: ns}, &corev1.Namespace{})
 		return apierrors.IsNotFound(err), err
 	})
@@ -304,7 +270,7 @@ func TestKubeconfigSecret_ReachesDownstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	marker := newNamespace(t, d.Client, "marker-")
+	marker := testenv.Namespace(t, d.Client, "marker-")
 	if err := c.Get(t.Context(), client.ObjectKey{Name: marker}, &corev1.Namespace{}); err != nil {
 		t.Fatalf("kubeconfig from the secret does not reach %s: %v", d.Name, err)
 	}
@@ -316,7 +282,7 @@ func TestKubeconfigSecret_ReachesDownstream(t *testing.T) {
 func TestServiceAccountToken_AuthenticatesWithRBAC(t *testing.T) {
 	cp := env.Upstream
 	c := cp.Client
-	ns := newNamespace(t, c, "sa-")
+	ns := testenv.Namespace(t, c, "sa-")
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: ns}}
 	if err := c.Create(t.Context(), sa); err != nil {
 		t.Fatal(err)
@@ -346,7 +312,7 @@ func TestServiceAccountToken_AuthenticatesWithRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "RBAC to take effect", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "RBAC to take effect", func() (bool, error) {
 		err := asSA.List(t.Context(), &corev1.ConfigMapList{}, client.InNamespace(ns))
 		return err == nil, err
 	})

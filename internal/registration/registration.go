@@ -31,6 +31,11 @@ const (
 	KeyAPIServerURL = "apiServerURL"
 	KeyAPIServerCA  = "apiServerCA"
 
+	// BootstrapSecretName is the agent's local Secret holding the import
+	// credential (made by the agent chart, deleted by the agent once it has
+	// its own credential).
+	BootstrapSecretName = "fleet-agent-bootstrap"
+
 	// Keys of the local fleet-agent-bootstrap Secret (the agent chart's).
 	BootstrapKeyAPIServerURL                = "apiServerURL"
 	BootstrapKeyAPIServerCA                 = "apiServerCA"

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The import rules of docs/architecture.md ("Layering"), checked on the
+# non-test dependency graph of every package of the module. A violation is
+# printed as the shortest import chain from a package of ours to the package
+# it must not reach.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+module=$(go list -m)
+m=${module//./\\.}
+# One line per package reachable from the module (not counting tests):
+# the package, then what it imports.
+graph=$(go list -deps -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}' ./...)
+
+# chains ROOTS EXCEPT BAD OPAQUE prints, for every package matching the
+# regular expression ROOTS and not EXCEPT, the shortest import chain to a
+# package matching BAD, if any, not looking into packages matching OPAQUE.
+chains() {
+	awk -v roots="$1" -v except="$2" -v bad="$3" -v opaque="$4" '
+	{ adj[$1] = $0; pkgs[NR] = $1 }
+	END {
+		for (i = 1; i <= NR; i++) {
+			r = pkgs[i]
+			if (r !~ roots || (except != "" && r ~ except)) continue
+			split("", parent); split("", seen); split("", q)
+			head = 1; tail = 1; q[1] = r; seen[r] = 1; found = ""
+			while (head <= tail && found == "") {
+				p = q[head++]
+				n = split(adj[p], f, " ")
+				for (j = 2; j <= n; j++) {
+					d = f[j]
+					if (d in seen) continue
+					seen[d] = 1; parent[d] = p
+					if (d ~ bad) { found = d; break }
+					if (opaque == "" || d !~ opaque) q[++tail] = d
+				}
+			}
+			if (found == "") continue
+			chain = found
+			for (x = found; x != r; ) { x = parent[x]; chain = x " -> " chain }
+			print "  " chain
+		}
+	}' <<<"$graph"
+}
+
+failed=0
+# rule NAME ROOTS EXCEPT BAD OPAQUE WHY
+rule() {
+	local out
+	out=$(chains "$2" "$3" "$4" "$5")
+	if [[ -n $out ]]; then
+		echo "layering: $1: $6"
+		echo "$out"
+		failed=1
+	fi
+}
+
+# Test helpers: packages only tests import (renderer/renderertest,
+# charts/chartstest, internal/testenv).
+helpers="^$m/(.*/)?([a-z0-9]*test|testenv)\$"
+
+# Forbidden: the Helm SDK and kustomize's build engine (kustomize/api, the
+# kustomize CLI). Allowed: kustomize's YAML library (sigs.k8s.io/kustomize/
+# kyaml), which fluxcd/cli-utils and the Kubernetes client tooling use.
+# Not looked into: k8s.io/cli-runtime/pkg/resource, kubectl's resource
+# builder, which links kustomize/api for `kubectl apply -k`; fluxcd/pkg/ssa
+# (the one apply path, internal/apply) reaches it through
+# fluxcd/cli-utils/pkg/object and never builds a kustomization with it. Any
+# other way to Helm or kustomize fails the check.
+rule "agent without Helm or kustomize" \
+	"^$m/agent(/|\$)" "" \
+	'^(helm\.sh/|sigs\.k8s\.io/kustomize/(api|kustomize|cmd)(/|$))' \
+	'^k8s\.io/cli-runtime/pkg/resource$' \
+	"the agent applies what the controller rendered: it must not link the Helm SDK or kustomize (internal/manifest decodes manifests)"
+
+rule "no test code in production packages" \
+	"^$m(/|\$)" "$helpers" \
+	"^testing\$|$helpers" "" \
+	"only _test.go files and test helper packages may import testing or a test helper (test helpers belong in internal/testenv)"
+
+rule "production code does not start control planes" \
+	"^$m/(controller|agent|renderer)(/|\$)" "$helpers" \
+	"^$m/internal/(controlplane|devcluster|devenv|bench)(/|\$)" "" \
+	"controller/, agent/ and renderer/ must not import the test control planes, the dev environment or the benchmarks (use internal/scheme for the scheme)"
+
+if [[ $failed != 0 ]]; then
+	exit 1
+fi
+echo "layering: ok"

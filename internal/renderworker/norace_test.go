@@ -1,0 +1,5 @@
+//go:build !race
+
+package renderworker
+
+const raceDetector = false
