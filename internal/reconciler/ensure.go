@@ -86,7 +86,7 @@ var earlierManagers = []ssa.FieldManager{
 // object that was checked as a precondition, so one replaced meanwhile is
 // not written either.
 func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object) (Action, error) {
-	kind := KindOf(o.client, obj)
+	kind := KindOf(o.client.Scheme(), obj)
 	key := client.ObjectKeyFromObject(obj)
 	existing, err := o.get(ctx, obj)
 	if err != nil {

@@ -75,7 +75,7 @@ func (p *StatusPatcher) Patch(ctx context.Context, obj client.Object, opts ...Pa
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
-		return fmt.Errorf("patching status of %s %s: %w", KindOf(p.client, obj), client.ObjectKeyFromObject(obj), err)
+		return fmt.Errorf("patching status of %s %s: %w", KindOf(p.client.Scheme(), obj), client.ObjectKeyFromObject(obj), err)
 	}
 	// The response is the object as written; the next Patch diffs from it.
 	p.status, err = statusOf(obj)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
@@ -21,9 +21,9 @@ func (c Clock) Now() time.Time {
 	return c()
 }
 
-// KindOf names obj's kind as the client's scheme knows it.
-func KindOf(c client.Client, obj runtime.Object) string {
-	if gvk, err := c.GroupVersionKindFor(obj); err == nil {
+// KindOf names obj's kind as scheme knows it.
+func KindOf(scheme *runtime.Scheme, obj runtime.Object) string {
+	if gvk, err := apiutil.GVKForObject(obj, scheme); err == nil {
 		return gvk.Kind
 	}
 	return fmt.Sprintf("%T", obj)
