@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -479,11 +480,11 @@ func (r *Reconciler) ensureBinding(ctx context.Context, reg *fleet.ClusterRegist
 // ensure makes obj as it is given, labelled for reg (reconciler.Objects:
 // never written when unchanged; an object of that name made for something
 // else is left alone and reported).
-func (r *Reconciler) ensure(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object) error {
+func (r *Reconciler) ensure(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object, opts ...reconciler.EnsureOption) error {
 	if r.objects == nil {
 		r.objects = reconciler.NewObjects(r.Client, r.APIReader)
 	}
-	_, err := r.objects.Ensure(ctx, owner{reg: reg, scheme: r.Client.Scheme()}, obj)
+	_, err := r.objects.Ensure(ctx, owner{reg: reg, scheme: r.Client.Scheme()}, obj, opts...)
 	return err
 }
 
@@ -581,6 +582,14 @@ func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error
 			return err
 		}
 	}
+	// Written only over what the pass found: the Secret it reuses, or none.
+	// Another pass's Secret (of a controller that ran at the same time) is
+	// not overwritten with another token: this pass fails and the next one
+	// reuses it.
+	var seen types.UID
+	if g.secret != nil {
+		seen = g.secret.UID
+	}
 	return r.ensure(ctx, reg, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   config.DefaultSystemRegistrationNS,
@@ -597,7 +606,7 @@ func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error
 			registration.KeyServiceAccount:      []byte(sa.Name),
 			registration.KeyExpires:             []byte(expires.UTC().Format(time.RFC3339)),
 		},
-	})
+	}, reconciler.ExpectUID(seen))
 }
 
 // reusableToken returns the bearer token of a credential Secret left by an

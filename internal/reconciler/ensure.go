@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -85,12 +87,19 @@ var earlierManagers = []ssa.FieldManager{
 // took the name meanwhile; an existing one is applied with the UID of the
 // object that was checked as a precondition, so one replaced meanwhile is
 // not written either.
-func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object) (Action, error) {
+func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, opts ...EnsureOption) (Action, error) {
+	var eo ensureOptions
+	for _, opt := range opts {
+		opt(&eo)
+	}
 	kind := KindOf(o.client.Scheme(), obj)
 	key := client.ObjectKeyFromObject(obj)
 	existing, err := o.get(ctx, obj)
 	if err != nil {
 		return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+	}
+	if err := eo.check(o.client, obj, existing); err != nil {
+		return "", fmt.Errorf("%s %s: %w", kind, key, err)
 	}
 	if existing != nil {
 		if err := owner.Check(existing); err != nil {
@@ -110,13 +119,25 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object) (A
 		if err := o.client.Create(ctx, obj, client.FieldOwner(apply.FieldManager)); err != nil {
 			return "", fmt.Errorf("creating %s %s: %w", kind, key, err)
 		}
+		log.V(1).Info("created "+kind, "object", key.String())
 		// ...then applied, which hands its fields to the apply manager:
 		// a created object is owned like every applied one.
-		if _, err := o.apply(ctx, obj, obj.GetUID()); err != nil {
+		_, err := o.apply(ctx, obj, obj.GetUID())
+		if err == nil {
+			err = o.live.Get(ctx, key, obj)
+		}
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Gone or replaced already (an agent takes its credential
+			// Secret away the moment it appears): it was made, which is
+			// what the pass wanted; an object still there is handed over
+			// at the next Ensure.
+			log.V(1).Info("created "+kind+" changed before it was applied", "object", key.String(), "error", err.Error())
+			return Created, nil
+		case err != nil:
 			return Created, fmt.Errorf("applying %s %s: %w", kind, key, err)
 		}
-		log.V(1).Info("created "+kind, "object", key.String())
-		return Created, o.live.Get(ctx, key, obj)
+		return Created, nil
 	}
 	action, err := o.apply(ctx, obj, existing.GetUID())
 	if err != nil {
@@ -143,6 +164,45 @@ func (o *Objects) apply(ctx context.Context, obj client.Object, uid types.UID) (
 		return "", err
 	}
 	return entry.Action, nil
+}
+
+// EnsureOption changes what Ensure accepts.
+type EnsureOption func(*ensureOptions)
+
+type ensureOptions struct {
+	expect    bool
+	expectUID types.UID
+}
+
+// ExpectUID makes Ensure write only the object the pass decided on: the
+// one with this UID, or, with an empty UID, none (the object must not exist
+// yet). Another object, or none, is a conflict (an AlreadyExists or
+// Conflict error: the pass is retried and decides again), never written.
+// For objects whose content depends on what the pass found, such as a
+// credential minted because there was none.
+func ExpectUID(uid types.UID) EnsureOption {
+	return func(o *ensureOptions) { o.expect, o.expectUID = true, uid }
+}
+
+func (eo ensureOptions) check(c client.Client, obj, existing client.Object) error {
+	if !eo.expect {
+		return nil
+	}
+	gvk, err := c.GroupVersionKindFor(obj)
+	if err != nil {
+		return err
+	}
+	gr := schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}
+	if m, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+		gr = m.Resource.GroupResource()
+	}
+	switch {
+	case eo.expectUID == "" && existing != nil:
+		return apierrors.NewAlreadyExists(gr, obj.GetName())
+	case eo.expectUID != "" && (existing == nil || existing.GetUID() != eo.expectUID):
+		return apierrors.NewConflict(gr, obj.GetName(), errors.New("the object changed since the pass read it"))
+	}
+	return nil
 }
 
 // get reads the object named like obj: from the cache, and from the API

@@ -245,3 +245,38 @@ func TestObjects_TakesOverTheFieldsOfTheEarlierFieldManager(t *testing.T) {
 		t.Errorf("the earlier field manager still owns fields: %+v", sa.ManagedFields)
 	}
 }
+
+// With ExpectUID, Ensure writes only over what the pass decided on: a
+// Secret minted because there was none is not written over one that
+// appeared meanwhile, and one reused is not written when it was replaced.
+func TestObjects_ExpectUIDWritesOnlyOverWhatThePassSaw(t *testing.T) {
+	ns := newNamespace(t)
+	c := env.Upstream.Client
+	o := objects()
+	secret := func(token string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "credential"}, Data: map[string][]byte{"token": []byte(token)}}
+	}
+	first := secret("first")
+	if action, err := o.Ensure(t.Context(), labelOwner{name: "a"}, first, reconciler.ExpectUID("")); err != nil || action != reconciler.Created {
+		t.Fatalf("making a Secret expected to be missing: %s, %v", action, err)
+	}
+	// Another pass that also saw none (and minted another token).
+	_, err := o.Ensure(t.Context(), labelOwner{name: "a"}, secret("second"), reconciler.ExpectUID(""))
+	if !apierrors.IsAlreadyExists(err) || (reconciler.Outcome{Err: err}).Kind() != reconciler.KindRaced {
+		t.Fatalf("want AlreadyExists, got %v", err)
+	}
+	// A pass that reuses the Secret it saw.
+	if action, err := o.Ensure(t.Context(), labelOwner{name: "a"}, secret("first"), reconciler.ExpectUID(first.UID)); err != nil || action != reconciler.Unchanged {
+		t.Fatalf("reusing the Secret seen: %s, %v", action, err)
+	}
+	// ...which was replaced meanwhile.
+	if err := c.Delete(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Ensure(t.Context(), labelOwner{name: "a"}, secret("first"), reconciler.ExpectUID(first.UID)); !apierrors.IsConflict(err) {
+		t.Fatalf("want a conflict for a Secret gone since the pass read it, got %v", err)
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(first), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Secret was made again: %v", err)
+	}
+}
