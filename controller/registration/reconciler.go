@@ -271,17 +271,15 @@ func (r *Reconciler) deleteCredential(ctx context.Context, reg *fleet.ClusterReg
 // deleteCredentialSecret deletes the credential Secret of reg if it belongs
 // to reg. Secrets are not cached: this reads the API server.
 func (r *Reconciler) deleteCredentialSecret(ctx context.Context, reg *fleet.ClusterRegistration) (bool, error) {
-	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: credentialSecretName(reg)}
-	if err := r.Client.Get(ctx, key, secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading credential Secret %s: %w", key, err)
-	}
-	if !ownedBy(secret, reg) {
+	secret, err := r.getCredentialSecret(ctx, reg)
+	var someoneElses *reconciler.Waiting
+	switch {
+	case errors.As(err, &someoneElses) || (err == nil && secret == nil):
 		return false, nil
+	case err != nil:
+		return false, err
 	}
+	key := client.ObjectKeyFromObject(secret)
 	if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: ptr.To(secret.UID)}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 		return false, fmt.Errorf("deleting credential Secret %s: %w", key, err)
 	}
