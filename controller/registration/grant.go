@@ -35,9 +35,6 @@ type grant struct {
 	cfg *config.Config
 	now time.Time
 
-	// token is the token the registration was made with (nil: an admin
-	// made it).
-	token *fleet.ClusterRegistrationToken
 	// cluster is the registration's Cluster, clusterName its name (set
 	// before the Cluster exists).
 	cluster             *fleet.Cluster
@@ -99,7 +96,6 @@ func (r *Reconciler) checkAndFindCluster(ctx context.Context, g *grant) error {
 	if err != nil {
 		return r.refuse(ctx, reg, err)
 	}
-	g.token = token
 	// A registration is stale when another of its clientID was granted and
 	// is not older: granting it would revoke a credential an agent uses.
 	if succ, err := r.grantedSuccessor(ctx, reg); err != nil {
@@ -158,10 +154,10 @@ func (r *Reconciler) refuse(ctx context.Context, reg *fleet.ClusterRegistration,
 }
 
 // check validates the registration and the token it claims, and returns
-// that token; a refusal is a *reconciler.Stalled. A registration without the registration-token label was made
-// by an admin: the admission policy lets only users allowed the "register"
-// verb create one (and requires the label from import identities), so it
-// is not checked against a token.
+// that token; a refusal is a *reconciler.Stalled. A registration without
+// the registration-token label was made by an admin: the admission policy
+// lets only users allowed the "register" verb create one (and requires the
+// label from import identities), so it is not checked against a token.
 func (r *Reconciler) check(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (*fleet.ClusterRegistrationToken, error) {
 	if err := checkRegistration(reg); err != nil {
 		return nil, err
