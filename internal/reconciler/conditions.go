@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,7 +33,8 @@ type ObjectWithConditions interface {
 //	succeeded   True, the outcome's reason      removed          removed
 //	waiting     False, the wait's reason        True, same       removed
 //	stalled     False, the stall's reason       removed          True, same
-//	transient   False, Progressing, the error   True, same       removed
+//	transient   False, Progressing (or the      True, same       removed
+//	            *Retrying's reason), the error
 //	raced       unchanged                       unchanged        unchanged
 type Conditions struct {
 	// Ready is the type of the condition that says whether the object is
@@ -82,9 +84,14 @@ func (c Conditions) Set(obj ObjectWithConditions, o Outcome, now time.Time) {
 		remove(fleet.ReconcilingCondition)
 		set(fleet.StalledCondition, metav1.ConditionTrue, s.Reason, s.Message)
 	case KindTransient:
+		reason := fleet.ProgressingReason
+		var r *Retrying
+		if errors.As(o.Err, &r) {
+			reason = r.Reason
+		}
 		msg := fmt.Sprintf("%s, retrying: %v", c.Failing, o.Err)
-		set(c.Ready, metav1.ConditionFalse, fleet.ProgressingReason, msg)
-		set(fleet.ReconcilingCondition, metav1.ConditionTrue, fleet.ProgressingReason, msg)
+		set(c.Ready, metav1.ConditionFalse, reason, msg)
+		set(fleet.ReconcilingCondition, metav1.ConditionTrue, reason, msg)
 		remove(fleet.StalledCondition)
 	}
 	obj.SetConditions(conds)

@@ -89,6 +89,11 @@ func TestConditions_OutcomeToKstatus(t *testing.T) {
 			wantKind: reconciler.KindTransient, wantReady: cond{metav1.ConditionFalse, fleet.ProgressingReason}, wantRec: cond{metav1.ConditionTrue, fleet.ProgressingReason},
 			wantMessage: "granting failed, retrying: boom", kstatus: status.InProgressStatus,
 		},
+		{
+			name: "transient with its own reason", rules: ready, out: reconciler.Failure(fmt.Errorf("pushing: %w", reconciler.Retry("DownstreamUnreachable", errors.New("connection refused")))),
+			wantKind: reconciler.KindTransient, wantReady: cond{metav1.ConditionFalse, "DownstreamUnreachable"}, wantRec: cond{metav1.ConditionTrue, "DownstreamUnreachable"},
+			wantMessage: "making the thing failed, retrying: pushing: connection refused", kstatus: status.InProgressStatus,
+		},
 		{name: "conflict", rules: ready, out: reconciler.Failure(conflictErr()), wantKind: reconciler.KindRaced, kstatus: status.CurrentStatus},
 		{name: "not in the cache yet", rules: ready, out: reconciler.Failure(alreadyExistsErr()), wantKind: reconciler.KindRaced, kstatus: status.CurrentStatus},
 	} {
@@ -192,6 +197,7 @@ func TestResult(t *testing.T) {
 		{"stalled: no retry storm", reconciler.Failure(reconciler.Stall("S", "")), 0, ctrl.Result{}, nil},
 		{"stalled keeps the schedule", reconciler.Failure(reconciler.Stall("S", "")), time.Hour, ctrl.Result{RequeueAfter: time.Hour}, nil},
 		{"transient", reconciler.Failure(boom), time.Hour, ctrl.Result{}, boom},
+		{"transient with a reason", reconciler.Failure(reconciler.Retry("R", boom)), time.Hour, ctrl.Result{}, boom},
 		{"object not in the cache yet", reconciler.Failure(alreadyExistsErr()), time.Hour, ctrl.Result{RequeueAfter: reconciler.CacheLagRetry}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

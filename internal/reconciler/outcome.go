@@ -14,7 +14,8 @@
 //     again;
 //   - the user must act on the object itself: a *Stalled error, not retried
 //     until the object (or something watched) changes;
-//   - anything else is a transient error, retried with backoff.
+//   - anything else is a transient error, retried with backoff (a *Retrying
+//     names its reason).
 package reconciler
 
 import (
@@ -84,6 +85,20 @@ func (e *Waiting) WithEvent(eventType string) *Waiting {
 	e.Event = eventType
 	return e
 }
+
+// Retrying is a transient error with a reason of its own: retried with
+// backoff like any error, and reported under that reason instead of
+// Progressing (a downstream cluster that does not answer, say).
+type Retrying struct {
+	Reason string
+	Err    error
+}
+
+func (e *Retrying) Error() string { return e.Err.Error() }
+func (e *Retrying) Unwrap() error { return e.Err }
+
+// Retry returns a *Retrying error.
+func Retry(reason string, err error) error { return &Retrying{Reason: reason, Err: err} }
 
 // Kind is one of the ways a pass can end.
 type Kind int
