@@ -1,5 +1,7 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // Condition types. Ready, Reconciling and Stalled follow kstatus so generic
 // tools (kubectl wait, flux, kstatus) understand them; the others name one
 // step of registration or deployment.
@@ -119,3 +121,47 @@ const (
 	// RenderOutOfMemoryReason: rendering needed more memory than the limit.
 	RenderOutOfMemoryReason = "RenderOutOfMemory"
 )
+
+// GetConditions and SetConditions let generic code (the kstatus rules of
+// internal/reconciler, fluxcd/pkg/runtime/conditions) read and write the
+// conditions of every kind that has them.
+
+// GetConditions returns the Cluster's conditions.
+func (in *Cluster) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the Cluster's conditions.
+func (in *Cluster) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetConditions returns the ClusterGroup's conditions.
+func (in *ClusterGroup) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the ClusterGroup's conditions.
+func (in *ClusterGroup) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetConditions returns the ClusterRegistration's conditions.
+func (in *ClusterRegistration) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the ClusterRegistration's conditions.
+func (in *ClusterRegistration) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetConditions returns the ClusterRegistrationToken's conditions.
+func (in *ClusterRegistrationToken) GetConditions() []metav1.Condition {
+	return in.Status.Conditions
+}
+
+// SetConditions replaces the ClusterRegistrationToken's conditions.
+func (in *ClusterRegistrationToken) SetConditions(c []metav1.Condition) {
+	in.Status.Conditions = c
+}
+
+// GetConditions returns the Bundle's conditions.
+func (in *Bundle) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the Bundle's conditions.
+func (in *Bundle) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetConditions returns the BundleDeployment's conditions.
+func (in *BundleDeployment) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the BundleDeployment's conditions.
+func (in *BundleDeployment) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,7 +23,12 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/sharding"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
+
+// statusRules are the group's kstatus rules: Ready says whether every
+// Cluster it selects is ready.
+var statusRules = reconciler.Conditions{Ready: fleet.ReadyCondition, Failing: "counting the group's clusters failed"}
 
 // Reconciler reconciles ClusterGroup status.
 type Reconciler struct {
@@ -44,17 +50,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, clusters, client.InNamespace(g.Namespace)); err != nil {
 		return ctrl.Result{}, err
 	}
-	orig := g.DeepCopy()
-	if err := computeStatus(g, clusters.Items); err != nil {
-		setCond(g, false, fleet.TargetsInvalidReason, fmt.Sprintf("spec.selector: %v", err))
+	patcher, err := reconciler.NewStatusPatcher(r.Client, g, statusRules.Owned()...)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	if equality.Semantic.DeepEqual(orig.Status, g.Status) {
-		return ctrl.Result{}, nil
-	}
-	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Status().Patch(ctx, g, client.MergeFrom(orig)))
+	// An invalid selector is the user's to fix: the status says so
+	// (Stalled), and the group's next change brings it back.
+	_ = computeStatus(g, clusters.Items)
+	return ctrl.Result{}, patcher.Patch(ctx, g)
 }
 
-// computeStatus fills the group's status from the Clusters of its namespace.
+// computeStatus fills the group's status from the Clusters of its
+// namespace. An invalid selector is returned, and reported as Stalled.
 func computeStatus(g *fleet.ClusterGroup, clusters []fleet.Cluster) error {
 	st := fleet.ClusterGroupStatus{Conditions: g.Status.Conditions, ObservedGeneration: g.Generation}
 	var sel labels.Selector = labels.Nothing()
@@ -62,6 +69,7 @@ func computeStatus(g *fleet.ClusterGroup, clusters []fleet.Cluster) error {
 		s, err := metav1.LabelSelectorAsSelector(g.Spec.Selector)
 		if err != nil {
 			g.Status = st
+			statusRules.Set(g, reconciler.Failure(reconciler.Stall(fleet.TargetsInvalidReason, "spec.selector: %v", err)), time.Now())
 			return err
 		}
 		sel = s
@@ -92,22 +100,15 @@ func computeStatus(g *fleet.ClusterGroup, clusters []fleet.Cluster) error {
 	st.Display.ReadyClusters = fmt.Sprintf("%d/%d", st.ClusterCount-st.NonReadyClusterCount, st.ClusterCount)
 	st.Display.ReadyBundles = fmt.Sprintf("%d/%d", st.Summary.Ready, st.Summary.DesiredReady)
 	g.Status = st
-	if st.NonReadyClusterCount == 0 {
-		setCond(g, true, fleet.SucceededReason, "")
-		g.Status.Display.State = ""
-	} else {
-		setCond(g, false, fleet.NotReadyReason, fmt.Sprintf("%d of %d clusters not ready: %v", st.NonReadyClusterCount, st.ClusterCount, st.NonReadyClusters))
+	out := reconciler.Success(fleet.SucceededReason, "")
+	if st.NonReadyClusterCount > 0 {
+		// Waiting on its Clusters; their changes bring the group back.
+		out = reconciler.Failure(reconciler.Wait(fleet.NotReadyReason, 0,
+			"%d of %d clusters not ready: %v", st.NonReadyClusterCount, st.ClusterCount, st.NonReadyClusters))
 		g.Status.Display.State = string(fleet.NotReady)
 	}
+	statusRules.Set(g, out, time.Now())
 	return nil
-}
-
-func setCond(g *fleet.ClusterGroup, ok bool, reason, msg string) {
-	s := metav1.ConditionFalse
-	if ok {
-		s = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&g.Status.Conditions, metav1.Condition{Type: fleet.ReadyCondition, Status: s, Reason: reason, Message: msg, ObservedGeneration: g.Generation})
 }
 
 // SetupWithManager watches groups and the Clusters they may select.

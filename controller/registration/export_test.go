@@ -24,4 +24,4 @@ const (
 // SetStepHook sets the hook called after each step of a grant; set it before
 // the manager starts. A hook that ends the manager's context (the one its
 // runnables derive from) stops the pass right after the step.
-func SetStepHook(r *Reconciler, hook func(step string)) { r.stepHook = hook }
+func SetStepHook(r *Reconciler, hook func(step string)) { r.hook = hook }

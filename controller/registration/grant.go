@@ -11,10 +11,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,40 +24,26 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
-// refusal is a terminal answer to a registration: it gets no credential and
-// is not retried; its status says why and what to do.
-type refusal struct {
-	reason, message string
-}
+// grant is what one grant pass works on and finds, from which the status
+// is computed.
+type grant struct {
+	reg *fleet.ClusterRegistration
+	cfg *config.Config
+	now time.Time
 
-// waitError means the grant cannot go on until something else changes; it
-// becomes a Granted=False condition, not a failure.
-type waitError struct {
-	reason, message string
-	// retry is when to look again; zero means a watch brings the
-	// registration back.
-	retry time.Duration
-	// warn records a Warning event: a person has to act.
-	warn bool
-	// notify records a Normal event: a person may act.
-	notify bool
-}
-
-func (e *waitError) Error() string { return e.message }
-
-// outcome is what one grant pass observed, from which the status is
-// computed.
-type outcome struct {
+	// cluster is the registration's Cluster, clusterName its name (set
+	// before the Cluster exists).
+	cluster             *fleet.Cluster
 	clusterName         string
 	deploymentNamespace string
-	secretName          string
-	granted             bool
-	refusal             *refusal
-	wait                *waitError
-	err                 error
+	// secret is the credential Secret an earlier pass left (nil: none).
+	secret     *corev1.Secret
+	secretName string
+	sa         *corev1.ServiceAccount
 	// labelsNote says which of the agent's labels the Cluster did not get.
 	labelsNote string
 	// createdCluster is the Cluster this pass created, with the agent
@@ -68,178 +55,128 @@ type outcome struct {
 	takenCluster *fleet.Cluster
 }
 
-func (o outcome) failed(err error) outcome {
-	var w *waitError
-	if errors.As(err, &w) {
-		o.wait = w
-		return o
+// phases are the steps of a grant, in order. Every phase reads what exists
+// and makes only what is missing, so a pass interrupted after any of them
+// is finished by the next one; the test hook can stop the process after
+// each (shared/SPEC.md §4: a restart at any step converges).
+func (r *Reconciler) phases() reconciler.Phases[*grant] {
+	return reconciler.Phases[*grant]{
+		{Name: stepCluster, Run: r.checkAndFindCluster},
+		{Name: stepOwnerReference, Run: r.ensureOwnerReference},
+		{Name: stepNamespace, Run: r.ensureNamespaces},
+		{Name: stepCredentialAccess, Run: r.ensureCredentialAccess, Skip: func(g *grant) bool {
+			return g.reg.Labels[fleet.RegistrationTokenLabel] == ""
+		}},
+		{Name: stepRequestIdentity, Run: r.ensureRequestIdentity},
+		{Name: stepSuperseded, Run: r.supersede},
+		{Name: stepCredentialSecret, Run: r.ensureCredentialSecret},
 	}
-	o.err = err
-	return o
 }
 
-// grant runs the steps of a grant as a straight line. Every step reads what
-// exists and makes only what is missing, so a pass interrupted anywhere is
-// finished by the next one.
-func (r *Reconciler) grant(ctx context.Context, reg *fleet.ClusterRegistration, cfg *config.Config, now time.Time) outcome {
-	out := outcome{}
+// checkAndFindCluster decides whether the registration may be granted at
+// all, and finds or creates its Cluster. A refusal is a *reconciler.Stalled
+// (terminal: the agent asks again with a new registration), a block a
+// *reconciler.Waiting.
+func (r *Reconciler) checkAndFindCluster(ctx context.Context, g *grant) error {
+	reg := g.reg
 	// The checks below trust what the admission policies enforce (the token
 	// label, who may register without a token, who may approve): without
 	// them nothing is granted, and nothing is done.
 	if problem := r.Admission.Problem(); problem != "" {
-		out.wait = &waitError{reason: fleet.AdmissionPoliciesMissingReason, warn: true,
-			message: "the controller grants no registration while " + problem}
-		return out
+		return reconciler.Wait(fleet.AdmissionPoliciesMissingReason, 0,
+			"the controller grants no registration while %s", problem).WithEvent(corev1.EventTypeWarning)
 	}
 	// A refused takeover is final: waiting for the Cluster to go offline
 	// must not turn an attacker's pending request into a grant. The agent
 	// registers again with a new registration.
 	if c := meta.FindStatusCondition(reg.Status.Conditions, fleet.GrantedCondition); c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleet.ClusterAlreadyRegisteredReason {
-		out.refusal = &refusal{reason: c.Reason, message: c.Message}
-		return out
+		return reconciler.Stall(c.Reason, "%s", c.Message)
 	}
-	token, ref, err := r.check(ctx, reg, now)
+	token, err := r.check(ctx, reg, g.now)
 	if err != nil {
-		return out.failed(err)
-	}
-	if ref != nil {
-		return r.refuse(ctx, reg, out, ref)
+		return r.refuse(ctx, reg, err)
 	}
 	// A registration is stale when another of its clientID was granted and
 	// is not older: granting it would revoke a credential an agent uses.
 	if succ, err := r.grantedSuccessor(ctx, reg); err != nil {
-		return out.failed(err)
+		return err
 	} else if succ != nil {
 		if err := r.Client.Delete(ctx, reg, client.Preconditions{UID: ptr.To(reg.UID)}); client.IgnoreNotFound(err) != nil {
-			return out.failed(err)
+			return err
 		}
-		out.refusal = &refusal{reason: fleet.SupersededReason, message: fmt.Sprintf(
-			"ClusterRegistration %s of the same clientID was granted and is not older; this one is stale and is removed", succ.Name)}
-		return out
+		return reconciler.Stall(fleet.SupersededReason,
+			"ClusterRegistration %s of the same clientID was granted and is not older; this one is stale and is removed", succ.Name)
 	}
 
 	cluster, clusterName, err := r.findCluster(ctx, reg)
 	if err != nil {
-		return out.failed(err)
+		return err
 	}
 	if token != nil {
-		if ref := checkTakeover(reg, token, cluster, cfg.OfflineAfter(), now); ref != nil {
-			out.takenCluster = cluster
-			return r.refuse(ctx, reg, out, ref)
+		if err := checkTakeover(reg, token, cluster, g.cfg.OfflineAfter(), g.now); err != nil {
+			g.takenCluster = cluster
+			return r.refuse(ctx, reg, err)
 		}
-		if ref := checkLimit(token, clusterName); ref != nil {
-			return r.refuse(ctx, reg, out, ref)
+		if err := checkLimit(token, clusterName); err != nil {
+			return r.refuse(ctx, reg, err)
 		}
 		if token.Spec.GetApproval() == fleet.ApprovalManual && reg.Annotations[fleet.ApprovedAnnotation] != "true" {
-			out.wait = pendingApproval(reg, token)
-			return out
+			return pendingApproval(reg, token)
 		}
 		if err := r.reserve(ctx, token, clusterName); err != nil {
-			return out.failed(err)
+			return err
 		}
 	}
 	if cluster == nil {
-		if cluster, err = r.createCluster(ctx, reg, clusterName, cfg); err != nil {
-			return out.failed(err)
+		if cluster, err = r.createCluster(ctx, reg, clusterName, g.cfg); err != nil {
+			return err
 		}
-		out.createdCluster = cluster
-		_, out.refusedLabels = registration.ClusterLabels(reg.Spec.ClusterLabels, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
+		g.createdCluster = cluster
+		_, g.refusedLabels = registration.ClusterLabels(reg.Spec.ClusterLabels, g.cfg.AgentLabelKeyAllowed, g.cfg.IgnoreClusterRegistrationLabels)
 	}
-	out.labelsNote = labelsNote(reg, cluster, cfg)
-	out.clusterName = cluster.Name
-	if err := r.step(ctx, stepCluster); err != nil {
-		return out.failed(err)
-	}
-	if err := r.ensureOwnerReference(ctx, reg, cluster); err != nil {
-		return out.failed(err)
-	}
-	if err := r.step(ctx, stepOwnerReference); err != nil {
-		return out.failed(err)
-	}
-	out.deploymentNamespace = names.ClusterNamespace(reg.Namespace, cluster.Name)
-	if err := r.ensureNamespace(ctx, names.NewClusterNamespace(reg.Namespace, cluster.Name)); err != nil {
-		return out.failed(err)
-	}
-
-	// Access to the credential Secret first, so the agent's watch on it
-	// starts as early as possible.
-	out.secretName = credentialSecretName(reg)
-	if err := r.ensureNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemRegistrationNS}}); err != nil {
-		return out.failed(err)
-	}
-	if err := r.step(ctx, stepNamespace); err != nil {
-		return out.failed(err)
-	}
-	secret, err := r.getCredentialSecret(ctx, reg)
-	if err != nil {
-		return out.failed(err)
-	}
-	if token := reg.Labels[fleet.RegistrationTokenLabel]; token != "" {
-		if err := r.ensureCredentialAccess(ctx, reg, token); err != nil {
-			return out.failed(err)
-		}
-		if err := r.step(ctx, stepCredentialAccess); err != nil {
-			return out.failed(err)
-		}
-	}
-
-	sa, err := r.ensureRequestIdentity(ctx, reg, cluster.Name, out.deploymentNamespace)
-	if err != nil {
-		return out.failed(err)
-	}
-	if err := r.step(ctx, stepRequestIdentity); err != nil {
-		return out.failed(err)
-	}
-	if err := r.supersede(ctx, reg); err != nil {
-		return out.failed(err)
-	}
-	if err := r.step(ctx, stepSuperseded); err != nil {
-		return out.failed(err)
-	}
-	if err := r.ensureCredentialSecret(ctx, reg, secret, sa, cluster.Name, cfg, now); err != nil {
-		return out.failed(err)
-	}
-	if err := r.step(ctx, stepCredentialSecret); err != nil {
-		return out.failed(err)
-	}
-	out.granted = true
-	return out
+	g.cluster, g.clusterName = cluster, cluster.Name
+	g.labelsNote = labelsNote(reg, cluster, g.cfg)
+	return nil
 }
 
-// refuse answers reg with a refusal: whatever an earlier pass made for it
-// (before its token went away, say) goes.
-func (r *Reconciler) refuse(ctx context.Context, reg *fleet.ClusterRegistration, out outcome, ref *refusal) outcome {
-	if err := r.cleanup(ctx, reg); err != nil {
-		return out.failed(err)
+// refuse answers reg with a refusal (a *reconciler.Stalled, or an error
+// reading the token): whatever an earlier pass made for it (before its
+// token went away, say) goes.
+func (r *Reconciler) refuse(ctx context.Context, reg *fleet.ClusterRegistration, refusal error) error {
+	var stalled *reconciler.Stalled
+	if !errors.As(refusal, &stalled) {
+		return refusal
 	}
-	out.refusal = ref
-	return out
+	if err := r.cleanup(ctx, reg); err != nil {
+		return err
+	}
+	return refusal
 }
 
 // check validates the registration and the token it claims, and returns
-// that token. A registration without the registration-token label was made
-// by an admin: the admission policy lets only users allowed the "register"
-// verb create one (and requires the label from import identities), so it
-// is not checked against a token.
-func (r *Reconciler) check(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (*fleet.ClusterRegistrationToken, *refusal, error) {
-	if ref := checkRegistration(reg); ref != nil {
-		return nil, ref, nil
+// that token; a refusal is a *reconciler.Stalled. A registration without
+// the registration-token label was made by an admin: the admission policy
+// lets only users allowed the "register" verb create one (and requires the
+// label from import identities), so it is not checked against a token.
+func (r *Reconciler) check(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (*fleet.ClusterRegistrationToken, error) {
+	if err := checkRegistration(reg); err != nil {
+		return nil, err
 	}
 	name := reg.Labels[fleet.RegistrationTokenLabel]
 	if name == "" {
-		return nil, nil, nil
+		return nil, nil
 	}
 	token := &fleet.ClusterRegistrationToken{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: reg.Namespace, Name: name}, token); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return nil, nil, fmt.Errorf("reading ClusterRegistrationToken %s/%s: %w", reg.Namespace, name, err)
+			return nil, fmt.Errorf("reading ClusterRegistrationToken %s/%s: %w", reg.Namespace, name, err)
 		}
 		token = nil
 	}
-	if ref := checkToken(reg, name, token, now); ref != nil {
-		return nil, ref, nil
+	if err := checkToken(reg, name, token, now); err != nil {
+		return nil, err
 	}
-	return token, nil, nil
+	return token, nil
 }
 
 // reserve records clusterName in the token's status.registeredClusters
@@ -255,7 +192,7 @@ func (r *Reconciler) reserve(ctx context.Context, token *fleet.ClusterRegistrati
 	token.Status.RegisteredClusters = append(token.Status.RegisteredClusters, clusterName)
 	slices.Sort(token.Status.RegisteredClusters)
 	patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
-	if err := r.Client.Status().Patch(ctx, token, patch, client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Status().Patch(ctx, token, patch, client.FieldOwner(reconciler.FieldManager)); err != nil {
 		return fmt.Errorf("recording Cluster %s in status.registeredClusters of ClusterRegistrationToken %s/%s: %w", clusterName, token.Namespace, token.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("counted a cluster against the token's limit", "token", token.Namespace+"/"+token.Name,
@@ -285,12 +222,9 @@ func (r *Reconciler) findCluster(ctx context.Context, reg *fleet.ClusterRegistra
 			found = append(found, c.Name)
 		}
 		slices.Sort(found)
-		return nil, "", &waitError{
-			reason: DuplicateClientIDReason,
-			message: fmt.Sprintf("Clusters %s in %s all have spec.clientID %q, so the registration cannot tell which cluster it is: give each Cluster its own clientID",
-				strings.Join(found, ", "), reg.Namespace, reg.Spec.ClientID),
-			warn: true,
-		}
+		return nil, "", reconciler.Wait(DuplicateClientIDReason, 0,
+			"Clusters %s in %s all have spec.clientID %q, so the registration cannot tell which cluster it is: give each Cluster its own clientID",
+			strings.Join(found, ", "), reg.Namespace, reg.Spec.ClientID).WithEvent(corev1.EventTypeWarning)
 	}
 
 	name := names.AutoClusterName(reg.Spec.ClientID)
@@ -304,12 +238,9 @@ func (r *Reconciler) findCluster(ctx context.Context, reg *fleet.ClusterRegistra
 		}
 		return c, name, nil
 	case err == nil:
-		return nil, "", &waitError{
-			reason: ClusterNameTakenReason,
-			message: fmt.Sprintf("Cluster %s/%s, the name made for clientID %q, exists with spec.clientID %q: set spec.clientID of the Cluster meant for this agent to %q, or rename or delete %s",
-				reg.Namespace, name, reg.Spec.ClientID, cluster.Spec.ClientID, reg.Spec.ClientID, name),
-			warn: true,
-		}
+		return nil, "", reconciler.Wait(ClusterNameTakenReason, 0,
+			"Cluster %s/%s, the name made for clientID %q, exists with spec.clientID %q: set spec.clientID of the Cluster meant for this agent to %q, or rename or delete %s",
+			reg.Namespace, name, reg.Spec.ClientID, cluster.Spec.ClientID, reg.Spec.ClientID, name).WithEvent(corev1.EventTypeWarning)
 	case !apierrors.IsNotFound(err):
 		return nil, "", fmt.Errorf("reading Cluster %s/%s: %w", reg.Namespace, name, err)
 	}
@@ -329,7 +260,7 @@ func (r *Reconciler) createCluster(ctx context.Context, reg *fleet.ClusterRegist
 		},
 		Spec: fleet.ClusterSpec{ClientID: reg.Spec.ClientID},
 	}
-	if err := r.Client.Create(ctx, cluster, client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Create(ctx, cluster, client.FieldOwner(reconciler.FieldManager)); err != nil {
 		return nil, fmt.Errorf("creating Cluster %s/%s: %w", reg.Namespace, name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("created Cluster for a new agent", "cluster", reg.Namespace+"/"+name)
@@ -340,17 +271,15 @@ func usableCluster(c *fleet.Cluster) (*fleet.Cluster, error) {
 	if !c.DeletionTimestamp.IsZero() {
 		// Its deletion removes this registration too, or, failing that,
 		// brings it back here through the Cluster watch.
-		return nil, &waitError{
-			reason:  ClusterDeletingReason,
-			message: fmt.Sprintf("Cluster %s/%s is being deleted; register again once it is gone", c.Namespace, c.Name),
-		}
+		return nil, reconciler.Wait(ClusterDeletingReason, 0, "Cluster %s/%s is being deleted; register again once it is gone", c.Namespace, c.Name)
 	}
 	return c, nil
 }
 
 // ensureOwnerReference makes the Cluster an owner (not the controller) of
 // the registration, so deleting the Cluster deletes its registrations.
-func (r *Reconciler) ensureOwnerReference(ctx context.Context, reg *fleet.ClusterRegistration, cluster *fleet.Cluster) error {
+func (r *Reconciler) ensureOwnerReference(ctx context.Context, g *grant) error {
+	reg, cluster := g.reg, g.cluster
 	// The finalizer goes in the same write: nothing is made for the
 	// registration before it is set.
 	addedFinalizer := controllerutil.AddFinalizer(reg, registration.RegistrationFinalizer)
@@ -359,7 +288,7 @@ func (r *Reconciler) ensureOwnerReference(ctx context.Context, reg *fleet.Cluste
 			if !addedFinalizer {
 				return nil
 			}
-			if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); err != nil {
+			if err := r.Client.Update(ctx, reg, client.FieldOwner(reconciler.FieldManager)); err != nil {
 				return fmt.Errorf("adding the finalizer of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
 			}
 			return nil
@@ -371,10 +300,28 @@ func (r *Reconciler) ensureOwnerReference(ctx context.Context, reg *fleet.Cluste
 		Name:       cluster.Name,
 		UID:        cluster.UID,
 	})
-	if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Update(ctx, reg, client.FieldOwner(reconciler.FieldManager)); err != nil {
 		return fmt.Errorf("adding Cluster %s as owner of ClusterRegistration %s/%s: %w", cluster.Name, reg.Namespace, reg.Name, err)
 	}
 	return nil
+}
+
+// ensureNamespaces makes the cluster namespace and the system registration
+// namespace, and reads the credential Secret an earlier pass may have left.
+func (r *Reconciler) ensureNamespaces(ctx context.Context, g *grant) error {
+	g.deploymentNamespace = names.ClusterNamespace(g.reg.Namespace, g.clusterName)
+	if err := r.ensureNamespace(ctx, names.NewClusterNamespace(g.reg.Namespace, g.clusterName)); err != nil {
+		return err
+	}
+	// Access to the credential Secret comes first, so the agent's watch on
+	// it starts as early as possible.
+	g.secretName = credentialSecretName(g.reg)
+	if err := r.ensureNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemRegistrationNS}}); err != nil {
+		return err
+	}
+	secret, err := r.getCredentialSecret(ctx, g.reg)
+	g.secret = secret
+	return err
 }
 
 // ensureNamespace creates ns if it is missing, and waits while a namespace
@@ -389,24 +336,20 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, ns *corev1.Namespace) 
 	}
 	switch {
 	case err == nil && !existing.DeletionTimestamp.IsZero():
-		return &waitError{reason: fleet.WaitingReason, message: fmt.Sprintf("namespace %s is being deleted; waiting to create it again", ns.Name), retry: namespaceRetry}
+		return reconciler.Wait(fleet.WaitingReason, namespaceRetry, "namespace %s is being deleted; waiting to create it again", ns.Name)
 	case err == nil && !sameCluster(existing, ns):
-		return &waitError{
-			reason: fleet.NamespaceConflictReason,
-			message: fmt.Sprintf("the cluster namespace %s exists and was not made for Cluster %s/%s: delete or rename whichever is wrong",
-				ns.Name, ns.Annotations[fleet.ClusterNamespaceAnnotation], ns.Annotations[fleet.ClusterAnnotation]),
-			retry: conflictRetry,
-			warn:  true,
-		}
+		return reconciler.Wait(fleet.NamespaceConflictReason, reconciler.ConflictRetry,
+			"the cluster namespace %s exists and was not made for Cluster %s/%s: delete or rename whichever is wrong",
+			ns.Name, ns.Annotations[fleet.ClusterNamespaceAnnotation], ns.Annotations[fleet.ClusterAnnotation]).WithEvent(corev1.EventTypeWarning)
 	case err == nil:
 		return nil
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading namespace %s: %w", ns.Name, err)
 	}
-	if err := r.Client.Create(ctx, ns, client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Create(ctx, ns, client.FieldOwner(reconciler.FieldManager)); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Made meanwhile: look again (whose is it?).
-			return &waitError{reason: fleet.ProgressingReason, message: fmt.Sprintf("namespace %s was created meanwhile", ns.Name), retry: cacheLagRetry}
+			return reconciler.Wait(fleet.ProgressingReason, reconciler.CacheLagRetry, "namespace %s was created meanwhile", ns.Name)
 		}
 		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 	}
@@ -444,21 +387,22 @@ func (r *Reconciler) getCredentialSecret(ctx context.Context, reg *fleet.Cluster
 // ensureCredentialAccess lets the import identity of the registration's
 // token read (get, or list and watch with a metadata.name field selector)
 // and delete the one credential Secret of this registration.
-func (r *Reconciler) ensureCredentialAccess(ctx context.Context, reg *fleet.ClusterRegistration, token string) error {
+func (r *Reconciler) ensureCredentialAccess(ctx context.Context, g *grant) error {
+	reg := g.reg
 	name := credentialRoleName(reg)
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemRegistrationNS, Name: name}}
-	if err := r.ensure(ctx, reg, role, func() {
-		role.Rules = []rbacv1.PolicyRule{{
+	if err := r.ensure(ctx, reg, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultSystemRegistrationNS, Name: name},
+		Rules: []rbacv1.PolicyRule{{
 			APIGroups:     []string{""},
 			Resources:     []string{"secrets"},
 			ResourceNames: []string{credentialSecretName(reg)},
 			Verbs:         []string{"get", "list", "watch", "delete"},
-		}}
+		}},
 	}); err != nil {
 		return err
 	}
 	return r.ensureBinding(ctx, reg, config.DefaultSystemRegistrationNS, name, rbacv1.Subject{
-		Kind: rbacv1.ServiceAccountKind, Namespace: reg.Namespace, Name: registration.ImportServiceAccountName(token),
+		Kind: rbacv1.ServiceAccountKind, Namespace: reg.Namespace, Name: registration.ImportServiceAccountName(reg.Labels[fleet.RegistrationTokenLabel]),
 	})
 }
 
@@ -466,38 +410,35 @@ func (r *Reconciler) ensureCredentialAccess(ctx context.Context, reg *fleet.Clus
 // namespace and its RBAC: the cluster's BundleDeployments (and the Secrets
 // holding their contents) in the cluster namespace, a token for itself, and
 // its own Cluster's status in the workspace. Nothing more.
-func (r *Reconciler) ensureRequestIdentity(ctx context.Context, reg *fleet.ClusterRegistration, clusterName, clusterNS string) (*corev1.ServiceAccount, error) {
+func (r *Reconciler) ensureRequestIdentity(ctx context.Context, g *grant) error {
+	reg, clusterName, clusterNS := g.reg, g.clusterName, g.deploymentNamespace
 	name := registration.RequestServiceAccountName(reg.Name)
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name}}
-	if err := r.ensure(ctx, reg, sa, func() {
-		if sa.Annotations == nil {
-			sa.Annotations = map[string]string{}
-		}
-		sa.Annotations[fleet.ClusterRegistrationAnnotation] = reg.Name
-		sa.Annotations[fleet.ClusterRegistrationNamespaceAnnotation] = reg.Namespace
-		sa.Annotations[fleet.ClusterAnnotation] = clusterName
-		sa.AutomountServiceAccountToken = ptr.To(false)
-	}); err != nil {
-		return nil, err
+	sa := &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name, Annotations: map[string]string{
+			fleet.ClusterRegistrationAnnotation:          reg.Name,
+			fleet.ClusterRegistrationNamespaceAnnotation: reg.Namespace,
+			fleet.ClusterAnnotation:                      clusterName,
+		}},
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+	if err := r.ensure(ctx, reg, sa); err != nil {
+		return err
 	}
 	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: clusterNS, Name: name}
-
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name}}
-	if err := r.ensure(ctx, reg, role, func() { role.Rules = clusterNamespaceRules(name) }); err != nil {
-		return nil, err
+	if err := r.ensure(ctx, reg, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name}, Rules: clusterNamespaceRules(name)}); err != nil {
+		return err
 	}
 	if err := r.ensureBinding(ctx, reg, clusterNS, name, subject); err != nil {
-		return nil, err
+		return err
 	}
-
-	role = &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: name}}
-	if err := r.ensure(ctx, reg, role, func() { role.Rules = workspaceRules(clusterName) }); err != nil {
-		return nil, err
+	if err := r.ensure(ctx, reg, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: name}, Rules: workspaceRules(clusterName)}); err != nil {
+		return err
 	}
 	if err := r.ensureBinding(ctx, reg, reg.Namespace, name, subject); err != nil {
-		return nil, err
+		return err
 	}
-	return sa, nil
+	g.sa = sa
+	return nil
 }
 
 // clusterNamespaceRules is what the request identity may do in its cluster
@@ -525,72 +466,51 @@ func workspaceRules(cluster string) []rbacv1.PolicyRule {
 
 // ensureBinding binds the Role of the same name to subject.
 func (r *Reconciler) ensureBinding(ctx context.Context, reg *fleet.ClusterRegistration, namespace, name string, subject rbacv1.Subject) error {
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}
-	replace := false
-	if err := r.ensure(ctx, reg, rb, func() {
-		if !rb.CreationTimestamp.IsZero() && rb.RoleRef != roleRef {
-			replace = true
-			return
-		}
-		rb.RoleRef = roleRef
-		rb.Subjects = []rbacv1.Subject{subject}
-	}); err != nil || !replace {
-		return err
-	}
-	// roleRef is immutable: replace the binding.
-	if err := r.Client.Delete(ctx, rb, client.Preconditions{UID: ptr.To(rb.UID)}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("deleting RoleBinding %s/%s to replace its roleRef: %w", namespace, name, err)
-	}
-	return &waitError{reason: fleet.ProgressingReason, message: fmt.Sprintf("replacing RoleBinding %s/%s", namespace, name), retry: cacheLagRetry}
+	return r.ensure(ctx, reg, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{subject},
+	})
 }
 
-// ensure creates obj (named by its key, read from the cache) as mutate
-// describes it, labelled for reg, or updates it when the fields mutate sets
-// differ. An unchanged object is never written. An object of that name
-// made for something else is left alone and reported.
-func (r *Reconciler) ensure(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object, mutate func()) error {
-	kind := kindOf(obj)
-	key := client.ObjectKeyFromObject(obj)
-	err := r.Client.Get(ctx, key, obj)
-	if apierrors.IsNotFound(err) {
-		mutate()
-		label(reg, obj)
-		if err := r.Client.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("creating %s %s: %w", kind, key, err)
-		}
-		ctrl.LoggerFrom(ctx).V(1).Info("created "+kind, "object", key.String())
-		return nil
+// ensure makes obj as it is given, labelled for reg (reconciler.Objects:
+// never written when unchanged; an object of that name made for something
+// else is left alone and reported).
+func (r *Reconciler) ensure(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object, opts ...reconciler.EnsureOption) error {
+	if r.objects == nil {
+		r.objects = reconciler.NewObjects(r.Client, r.APIReader)
 	}
-	if err != nil {
-		return fmt.Errorf("reading %s %s: %w", kind, key, err)
-	}
-	if !ownedBy(obj, reg) {
-		return conflict(kind, key.String())
+	_, err := r.objects.Ensure(ctx, owner{reg: reg, scheme: r.Client.Scheme()}, obj, opts...)
+	return err
+}
+
+// owner makes and recognises the objects made for one registration: they
+// carry its name and namespace as labels (they live in other namespaces
+// than the registration, so owner references cannot say it).
+type owner struct {
+	reg    *fleet.ClusterRegistration
+	scheme *runtime.Scheme
+}
+
+func (o owner) Own(obj client.Object) error {
+	label(o.reg, obj)
+	return nil
+}
+
+func (o owner) Check(obj client.Object) error {
+	kind, key := reconciler.KindOf(o.scheme, obj), client.ObjectKeyFromObject(obj).String()
+	if !ownedBy(obj, o.reg) {
+		return conflict(kind, key)
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
-		return &waitError{reason: fleet.WaitingReason, message: fmt.Sprintf("%s %s is being deleted; waiting to create it again", kind, key), retry: cacheLagRetry}
+		return reconciler.Wait(fleet.WaitingReason, reconciler.CacheLagRetry, "%s %s is being deleted; waiting to create it again", kind, key)
 	}
-	before := obj.DeepCopyObject()
-	mutate()
-	label(reg, obj)
-	if equality.Semantic.DeepEqual(before, obj) {
-		return nil
-	}
-	if err := r.Client.Update(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("updating %s %s: %w", kind, key, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("updated "+kind, "object", key.String())
 	return nil
 }
 
 func conflict(kind, key string) error {
-	return &waitError{
-		reason:  ObjectConflictReason,
-		message: fmt.Sprintf("%s %s exists and was not made for this registration: delete it so the registration can be granted", kind, key),
-		retry:   conflictRetry,
-		warn:    true,
-	}
+	return reconciler.Wait(ObjectConflictReason, reconciler.ConflictRetry,
+		"%s %s exists and was not made for this registration: delete it so the registration can be granted", kind, key).WithEvent(corev1.EventTypeWarning)
 }
 
 // grantedSuccessor returns a granted registration of reg's clientID that is
@@ -614,7 +534,8 @@ func (r *Reconciler) grantedSuccessor(ctx context.Context, reg *fleet.ClusterReg
 // supersede deletes every other registration of the same clientID in the
 // workspace that is older than reg, granted or not; their finalizers remove
 // what was made for them (so their request tokens stop working at once).
-func (r *Reconciler) supersede(ctx context.Context, reg *fleet.ClusterRegistration) error {
+func (r *Reconciler) supersede(ctx context.Context, g *grant) error {
+	reg := g.reg
 	list := &fleet.ClusterRegistrationList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(reg.Namespace), client.MatchingFields{registrationClientIDIndex: reg.Spec.ClientID}); err != nil {
 		return fmt.Errorf("listing ClusterRegistrations with clientID %q in %s: %w", reg.Spec.ClientID, reg.Namespace, err)
@@ -632,7 +553,7 @@ func (r *Reconciler) supersede(ctx context.Context, reg *fleet.ClusterRegistrati
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("deleted superseded ClusterRegistration", "superseded", old.Namespace+"/"+old.Name)
-		r.event(old, corev1.EventTypeNormal, fleet.SupersededReason, "Delete", "superseded by ClusterRegistration %s of the same clientID", reg.Name)
+		reconciler.Eventf(r.Recorder, old, nil, corev1.EventTypeNormal, fleet.SupersededReason, "Delete", "superseded by ClusterRegistration %s of the same clientID", reg.Name)
 	}
 	return errors.Join(errs...)
 }
@@ -641,58 +562,47 @@ func (r *Reconciler) supersede(ctx context.Context, reg *fleet.ClusterRegistrati
 // of the request ServiceAccount and where the agent's cluster lives. A
 // Secret written by an interrupted earlier pass is kept as it is when its
 // token still authenticates (same ServiceAccount UID, not near expiry).
-func (r *Reconciler) ensureCredentialSecret(ctx context.Context, reg *fleet.ClusterRegistration, existing *corev1.Secret, sa *corev1.ServiceAccount, clusterName string, cfg *config.Config, now time.Time) error {
-	key := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: credentialSecretName(reg)}
-	secret := existing
-	if secret == nil {
-		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-			Type:       registration.CredentialSecretType,
-		}
-	}
-	desired := secret.DeepCopy()
-	label(reg, desired)
-	desired.Labels[fleet.ClusterLabel] = clusterName
-
-	bearer, expires := reusableToken(existing, sa, now)
+func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error {
+	reg, sa := g.reg, g.sa
+	bearer, expires := reusableToken(g.secret, sa, g.now)
 	if bearer == "" {
 		tr, err := r.Clientset.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(cfg.GetRequestCredentialTTL() / time.Second))},
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(g.cfg.GetRequestCredentialTTL() / time.Second))},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
 		}
 		bearer, expires = tr.Status.Token, tr.Status.ExpirationTimestamp.Time
 		ctrl.LoggerFrom(ctx).V(1).Info("minted request token", "serviceAccount", sa.Namespace+"/"+sa.Name, "tokenExpires", expires.UTC().Format(time.RFC3339))
-		if err := r.step(ctx, stepToken); err != nil {
+		if err := r.hook.Mark(ctx, stepToken); err != nil {
 			return err
 		}
 	}
-	if desired.Annotations == nil {
-		desired.Annotations = map[string]string{}
+	// Written only over what the pass found: the Secret it reuses, or none.
+	// Another pass's Secret (of a controller that ran at the same time) is
+	// not overwritten with another token: this pass fails and the next one
+	// reuses it.
+	var seen types.UID
+	if g.secret != nil {
+		seen = g.secret.UID
 	}
-	desired.Annotations[ServiceAccountUIDAnnotation] = string(sa.UID)
-	desired.Data = map[string][]byte{
-		registration.KeyToken:               []byte(bearer),
-		registration.KeyClusterNamespace:    []byte(reg.Namespace),
-		registration.KeyClusterName:         []byte(clusterName),
-		registration.KeyDeploymentNamespace: []byte(sa.Namespace),
-		registration.KeyServiceAccount:      []byte(sa.Name),
-		registration.KeyExpires:             []byte(expires.UTC().Format(time.RFC3339)),
-	}
-	if existing == nil {
-		if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("creating credential Secret %s: %w", key, err)
-		}
-		return nil
-	}
-	if equality.Semantic.DeepEqual(existing, desired) {
-		return nil
-	}
-	if err := r.Client.Update(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("updating credential Secret %s: %w", key, err)
-	}
-	return nil
+	return r.ensure(ctx, reg, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   config.DefaultSystemRegistrationNS,
+			Name:        credentialSecretName(reg),
+			Labels:      map[string]string{fleet.ClusterLabel: g.clusterName},
+			Annotations: map[string]string{ServiceAccountUIDAnnotation: string(sa.UID)},
+		},
+		Type: registration.CredentialSecretType,
+		Data: map[string][]byte{
+			registration.KeyToken:               []byte(bearer),
+			registration.KeyClusterNamespace:    []byte(reg.Namespace),
+			registration.KeyClusterName:         []byte(g.clusterName),
+			registration.KeyDeploymentNamespace: []byte(sa.Namespace),
+			registration.KeyServiceAccount:      []byte(sa.Name),
+			registration.KeyExpires:             []byte(expires.UTC().Format(time.RFC3339)),
+		},
+	}, reconciler.ExpectUID(seen))
 }
 
 // reusableToken returns the bearer token of a credential Secret left by an

@@ -14,12 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,14 +33,12 @@ import (
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 // ControllerName names the controller (logs, metrics).
 const ControllerName = "clusterregistration"
-
-// FieldManager is the field manager of every write of this controller.
-const FieldManager = "fleet-controller"
 
 // Condition reasons of this controller not shared in the API package.
 const (
@@ -78,24 +74,18 @@ const (
 // tell whether the token still authenticates.
 const ServiceAccountUIDAnnotation = "fleet.cattle.io/request-service-account-uid"
 
-const (
-	// cacheLagRetry is how soon to retry when an object the cache did not
-	// show yet turned out to exist.
-	cacheLagRetry = time.Second
-	// namespaceRetry is how often to look again at a namespace that is
-	// still being deleted (namespaces are not watched here).
-	namespaceRetry = 2 * time.Second
-	// conflictRetry is how often a registration whose objects are taken is
-	// looked at again.
-	conflictRetry = 30 * time.Second
-)
+// namespaceRetry is how often to look again at a namespace that is still
+// being deleted (namespaces are not watched here).
+const namespaceRetry = 2 * time.Second
 
 // Reconciler reconciles ClusterRegistrations.
 type Reconciler struct {
-	// Shard is this replica's share of the registrations (zero: all).
-	// APIReader reads from the API server, past the cache (nil: cache only).
+	// APIReader reads from the API server, past the cache (nil: the
+	// manager's, set by SetupWithManager). Whether a registration is
+	// granted is always read through it.
 	APIReader client.Reader
-	Shard     sharding.Shard
+	// Shard is this replica's share of the registrations (zero: all).
+	Shard sharding.Shard
 	// Client is the manager's client. Secrets are not cached: reads of them
 	// go to the API server, and the controller never lists them.
 	Client client.Client
@@ -114,21 +104,18 @@ type Reconciler struct {
 	// shipped; nothing is granted while they are not. Required.
 	Admission *admission.Checker
 
-	// justGranted holds the UIDs of registrations this process granted
-	// until the cache shows them granted, so a pass on a stale copy does
-	// not run the grant again (and, say, write again a credential Secret
-	// the agent already picked up and deleted).
-	justGranted sync.Map
+	// objects makes the objects of a grant (set up by SetupWithManager).
+	objects *reconciler.Objects
 
 	// clientLocks serialises the work on registrations of one clientID
 	// (superseding compares them; two must never be granted at once), while
 	// registrations of different clusters are granted in parallel.
 	clientLocks keyedMutex
 
-	// stepHook, set only by tests, is called after each externally visible
-	// step of a grant (the step* names) so a test can stop the process
-	// there; nil in production.
-	stepHook func(step string)
+	// hook, set only by tests, is called after each externally visible
+	// step of a grant (the phases and the step* names) so a test can stop
+	// the process there; nil in production.
+	hook reconciler.Hook
 }
 
 // Reconcile grants a ClusterRegistration its credential, refuses it, or,
@@ -145,21 +132,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	defer r.clientLocks.lock(reg.Namespace + "/" + reg.Spec.ClientID)()
-	if !reg.DeletionTimestamp.IsZero() {
-		r.justGranted.Delete(reg.UID)
+	now := reconciler.Clock(r.Now).Now()
+	switch {
+	case !reg.DeletionTimestamp.IsZero():
 		return ctrl.Result{}, r.finalize(ctx, reg)
-	}
-	if reg.Status.Granted {
-		r.justGranted.Delete(reg.UID)
-	} else if _, ok := r.justGranted.Load(reg.UID); ok {
-		log.V(1).Info("the cache does not show the grant yet; waiting for it")
-		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
-	}
-	now := r.now()
-	if reg.Status.Granted {
+	case reg.Status.Granted:
 		return r.reconcileGranted(ctx, reg, now)
-	}
-	if !r.Admission.Checked() {
+	case !r.Admission.Checked():
 		// The controller just started: the admission policies are compared
 		// within moments (and the checker brings every registration back
 		// then). Changing nothing meanwhile spares the registrations a
@@ -168,52 +147,77 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 
-	origStatus := reg.Status.DeepCopy()
-	out := r.grant(ctx, reg, r.Config.Get(), now)
-	r.recordCreatedCluster(reg, out)
-	// grant may have updated the registration's metadata (owner
-	// reference); diff the status against what was read.
-	base := reg.DeepCopy()
-	base.Status = *origStatus
-	setStatus(reg, out, now)
-	if err := r.patchStatus(ctx, base, reg); err != nil {
-		return ctrl.Result{}, errors.Join(out.err, err)
+	// The cache may lag behind the API server: the grant this process
+	// recorded a moment ago, or the one the leader before it recorded, may
+	// not show yet, and granting again would write again a credential the
+	// agent may have picked up already. So whether to grant is decided on
+	// the registration as the API server has it, and the status that
+	// records the decision is written only on that version (optimistic
+	// lock): a pass that raced with another writer fails and looks again.
+	live := &fleet.ClusterRegistration{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, live); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if out.granted {
-		if err := r.step(ctx, stepStatus); err != nil {
-			return ctrl.Result{}, err
+	if live.ResourceVersion != reg.ResourceVersion {
+		log.V(1).Info("the cache is behind the API server; going on with the registration as the API server has it",
+			"cached", reg.ResourceVersion, "live", live.ResourceVersion)
+		reg = live
+		switch {
+		case !reg.DeletionTimestamp.IsZero():
+			return ctrl.Result{}, r.finalize(ctx, reg)
+		case reg.Status.Granted:
+			return r.reconcileGranted(ctx, reg, now)
 		}
-		r.justGranted.Store(reg.UID, struct{}{})
-	}
-	if base.Status.Granted != reg.Status.Granted || conditionChanged(base, reg) {
-		r.recordOutcome(reg, out)
 	}
 
-	switch {
-	case out.err != nil && apierrors.IsAlreadyExists(out.err):
-		log.V(1).Info("object exists but was not in the cache yet; retrying", "error", out.err.Error())
-		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
-	case out.err != nil:
-		return ctrl.Result{}, out.err
-	case out.refusal != nil:
-		if base.Status.Granted != reg.Status.Granted || conditionChanged(base, reg) {
-			log.Info("ClusterRegistration refused", "reason", out.refusal.reason, "message", out.refusal.message)
+	patcher, err := reconciler.NewStatusPatcher(r.Client, reg, statusRules.Owned()...)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	base := reg.DeepCopy()
+	g := &grant{reg: reg, cfg: r.Config.Get(), now: now}
+	err = r.phases().Run(ctx, r.hook, g)
+	r.recordCreatedCluster(reg, g)
+	out := setStatus(reg, g, err, now)
+	if err := patcher.Patch(ctx, reg, reconciler.WithOptimisticLock); err != nil {
+		return ctrl.Result{}, errors.Join(out.Err, err)
+	}
+	granted := out.Kind() == reconciler.KindSucceeded
+	if granted {
+		if err := r.hook.Mark(ctx, stepStatus); err != nil {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, nil
-	case out.wait != nil:
+	}
+	changed := base.Status.Granted != reg.Status.Granted || conditionChanged(base, reg)
+	if changed {
+		r.recordOutcome(reg, g, out)
+	}
+
+	switch out.Kind() {
+	case reconciler.KindRaced:
+		log.V(1).Info("object changed meanwhile or not in the cache yet; retrying", "error", out.Err.Error())
+	case reconciler.KindStalled:
+		if changed {
+			s := out.Stalled()
+			log.Info("ClusterRegistration refused", "reason", s.Reason, "message", s.Message)
+		}
+	case reconciler.KindWaiting:
 		// Waits without a retry (approval, admission policies) come back on
 		// every change of their Cluster: log them once.
-		if out.wait.retry > 0 || conditionChanged(base, reg) {
-			log.Info("ClusterRegistration is waiting", "reason", out.wait.reason, "message", out.wait.message)
+		if w := out.Waiting(); w.RequeueAfter > 0 || conditionChanged(base, reg) {
+			log.Info("ClusterRegistration is waiting", "reason", w.Reason, "message", w.Message)
 		}
-		return ctrl.Result{RequeueAfter: out.wait.retry}, nil
+	case reconciler.KindSucceeded:
+		log.Info("ClusterRegistration granted", "cluster", reg.Namespace+"/"+g.clusterName,
+			"serviceAccount", g.deploymentNamespace+"/"+registration.RequestServiceAccountName(reg.Name),
+			"credentialSecret", config.DefaultSystemRegistrationNS+"/"+g.secretName)
 	}
-	log.Info("ClusterRegistration granted", "cluster", reg.Namespace+"/"+out.clusterName,
-		"serviceAccount", out.deploymentNamespace+"/"+registration.RequestServiceAccountName(reg.Name),
-		"credentialSecret", config.DefaultSystemRegistrationNS+"/"+out.secretName)
-	// Come back to remove the credential Secret once it had time to be
-	// picked up.
-	return ctrl.Result{RequeueAfter: r.pickupTimeout()}, nil
+	if granted {
+		// Come back to remove the credential Secret once it had time to be
+		// picked up.
+		return out.Result(r.pickupTimeout())
+	}
+	return out.Result(0)
 }
 
 // reconcileGranted never grants again: it only removes the credential Secret
@@ -230,7 +234,7 @@ func (r *Reconciler) reconcileGranted(ctx context.Context, reg *fleet.ClusterReg
 	if removed {
 		ctrl.LoggerFrom(ctx).Info("removed credential Secret after the pickup timeout",
 			"secret", config.DefaultSystemRegistrationNS+"/"+credentialSecretName(reg))
-		r.event(reg, corev1.EventTypeNormal, CredentialRemovedEventReason, "Delete",
+		reconciler.Eventf(r.Recorder, reg, nil, corev1.EventTypeNormal, CredentialRemovedEventReason, "Delete",
 			"the credential Secret %s/%s and the access to it were removed %s after the grant",
 			config.DefaultSystemRegistrationNS, credentialSecretName(reg), r.pickupTimeout())
 	}
@@ -267,17 +271,15 @@ func (r *Reconciler) deleteCredential(ctx context.Context, reg *fleet.ClusterReg
 // deleteCredentialSecret deletes the credential Secret of reg if it belongs
 // to reg. Secrets are not cached: this reads the API server.
 func (r *Reconciler) deleteCredentialSecret(ctx context.Context, reg *fleet.ClusterRegistration) (bool, error) {
-	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: credentialSecretName(reg)}
-	if err := r.Client.Get(ctx, key, secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading credential Secret %s: %w", key, err)
-	}
-	if !ownedBy(secret, reg) {
+	secret, err := r.getCredentialSecret(ctx, reg)
+	var someoneElses *reconciler.Waiting
+	switch {
+	case errors.As(err, &someoneElses) || (err == nil && secret == nil):
 		return false, nil
+	case err != nil:
+		return false, err
 	}
+	key := client.ObjectKeyFromObject(secret)
 	if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: ptr.To(secret.UID)}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 		return false, fmt.Errorf("deleting credential Secret %s: %w", key, err)
 	}
@@ -294,7 +296,7 @@ func (r *Reconciler) finalize(ctx context.Context, reg *fleet.ClusterRegistratio
 		return err
 	}
 	controllerutil.RemoveFinalizer(reg, registration.RegistrationFinalizer)
-	if err := r.Client.Update(ctx, reg, client.FieldOwner(FieldManager)); client.IgnoreNotFound(err) != nil {
+	if err := r.Client.Update(ctx, reg, client.FieldOwner(reconciler.FieldManager)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("removing finalizer of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("ClusterRegistration deleted with its request identity and credential")
@@ -333,65 +335,52 @@ func (r *Reconciler) deleteLabelled(ctx context.Context, reg *fleet.ClusterRegis
 		for _, it := range items {
 			obj := it.(client.Object)
 			if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err))
+				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", reconciler.KindOf(r.Client.Scheme(), obj), obj.GetNamespace(), obj.GetName(), err))
 				continue
 			}
-			log.V(1).Info("deleted "+kindOf(obj), "object", obj.GetNamespace()+"/"+obj.GetName())
+			log.V(1).Info("deleted "+reconciler.KindOf(r.Client.Scheme(), obj), "object", obj.GetNamespace()+"/"+obj.GetName())
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// patchStatus writes the status when it changed.
-func (r *Reconciler) patchStatus(ctx context.Context, base, reg *fleet.ClusterRegistration) error {
-	if equality.Semantic.DeepEqual(base.Status, reg.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, reg, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("patching status of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
-	}
-	return nil
-}
-
 // recordOutcome records an event for a grant, a refusal or a block, once
 // per change of the Granted condition.
-func (r *Reconciler) recordOutcome(reg *fleet.ClusterRegistration, out outcome) {
-	switch {
-	case out.granted:
+func (r *Reconciler) recordOutcome(reg *fleet.ClusterRegistration, g *grant, out reconciler.Outcome) {
+	switch out.Kind() {
+	case reconciler.KindSucceeded:
 		note := ""
-		if out.labelsNote != "" {
-			note = "; " + out.labelsNote
+		if g.labelsNote != "" {
+			note = "; " + g.labelsNote
 		}
-		r.event(reg, corev1.EventTypeNormal, GrantedEventReason, "Grant",
+		reconciler.Eventf(r.Recorder, reg, nil, corev1.EventTypeNormal, GrantedEventReason, "Grant",
 			"granted as Cluster %s/%s: request ServiceAccount %s/%s, credential Secret %s/%s%s",
-			reg.Namespace, out.clusterName, out.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
-			config.DefaultSystemRegistrationNS, out.secretName, note)
-	case out.refusal != nil:
-		r.event(reg, corev1.EventTypeWarning, out.refusal.reason, "Refuse", "%s", out.refusal.message)
-		if out.takenCluster != nil && r.Recorder != nil {
+			reg.Namespace, g.clusterName, g.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
+			config.DefaultSystemRegistrationNS, g.secretName, note)
+	case reconciler.KindStalled:
+		s := out.Stalled()
+		reconciler.Eventf(r.Recorder, reg, nil, corev1.EventTypeWarning, s.Reason, "Refuse", "%s", s.Message)
+		if g.takenCluster != nil {
 			// Whoever looks after the Cluster learns that someone tried.
-			r.Recorder.Eventf(out.takenCluster, reg, corev1.EventTypeWarning, out.refusal.reason, "Refuse",
+			reconciler.Eventf(r.Recorder, g.takenCluster, reg, corev1.EventTypeWarning, s.Reason, "Refuse",
 				"ClusterRegistration %s/%s (token %s) tried to register this cluster's clientID while its agent is online and was refused: %s",
-				reg.Namespace, reg.Name, reg.Labels[fleet.RegistrationTokenLabel], out.refusal.message)
+				reg.Namespace, reg.Name, reg.Labels[fleet.RegistrationTokenLabel], s.Message)
 		}
-	case out.wait != nil && out.wait.warn:
-		r.event(reg, corev1.EventTypeWarning, out.wait.reason, "Grant", "%s", out.wait.message)
-	case out.wait != nil && out.wait.notify:
-		r.event(reg, corev1.EventTypeNormal, out.wait.reason, "Grant", "%s", out.wait.message)
+	case reconciler.KindWaiting:
+		if w := out.Waiting(); w.Event != "" {
+			reconciler.Eventf(r.Recorder, reg, nil, w.Event, w.Reason, "Grant", "%s", w.Message)
+		}
 	}
 }
 
 // recordCreatedCluster reports on a Cluster the grant made which of the
 // agent's labels it left out, once, when it made it.
-func (r *Reconciler) recordCreatedCluster(reg *fleet.ClusterRegistration, out outcome) {
-	if out.createdCluster == nil || len(out.refusedLabels) == 0 || r.Recorder == nil {
+func (r *Reconciler) recordCreatedCluster(reg *fleet.ClusterRegistration, g *grant) {
+	if g.createdCluster == nil || len(g.refusedLabels) == 0 {
 		return
 	}
-	r.Recorder.Eventf(out.createdCluster, reg, corev1.EventTypeWarning, AgentLabelsRefusedEventReason, "Create",
-		"made for ClusterRegistration %s without some of the agent's labels: %s", reg.Name, registration.DescribeRefusedLabels(out.refusedLabels))
+	reconciler.Eventf(r.Recorder, g.createdCluster, reg, corev1.EventTypeWarning, AgentLabelsRefusedEventReason, "Create",
+		"made for ClusterRegistration %s without some of the agent's labels: %s", reg.Name, registration.DescribeRefusedLabels(g.refusedLabels))
 }
 
 func conditionChanged(a, b *fleet.ClusterRegistration) bool {
@@ -403,40 +392,9 @@ func conditionChanged(a, b *fleet.ClusterRegistration) bool {
 	return ca.Status != cb.Status || ca.Reason != cb.Reason || ca.Message != cb.Message
 }
 
-func (r *Reconciler) event(reg *fleet.ClusterRegistration, eventType, reason, action, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(reg, nil, eventType, reason, action, note, args...)
-	}
-}
-
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
-
 func (r *Reconciler) pickupTimeout() time.Duration {
 	if r.CredentialPickupTimeout > 0 {
 		return r.CredentialPickupTimeout
 	}
 	return registration.CredentialPickupTimeout
-}
-
-func kindOf(obj client.Object) string {
-	switch obj.(type) {
-	case *corev1.ServiceAccount:
-		return "ServiceAccount"
-	case *rbacv1.Role:
-		return "Role"
-	case *rbacv1.RoleBinding:
-		return "RoleBinding"
-	case *corev1.Secret:
-		return "Secret"
-	case *corev1.Namespace:
-		return "Namespace"
-	case *fleet.Cluster:
-		return "Cluster"
-	}
-	return fmt.Sprintf("%T", obj)
 }

@@ -18,6 +18,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
@@ -44,6 +45,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Admission == nil {
 		return errors.New("the ClusterRegistration reconciler needs an admission policy checker: it grants nothing without one")
 	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	r.objects = reconciler.NewObjects(r.Client, r.APIReader)
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &fleet.Cluster{}, clusterClientIDIndex, func(o client.Object) []string {
 		if id := o.(*fleet.Cluster).Spec.ClientID; id != "" {

@@ -7,15 +7,14 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
@@ -28,44 +27,40 @@ const reinstall = "create a new ClusterRegistrationToken and reinstall the agent
 
 // checkRegistration refuses a registration whose name is not a valid label
 // value: every object made for it is labelled with its name.
-func checkRegistration(reg *fleet.ClusterRegistration) *refusal {
+func checkRegistration(reg *fleet.ClusterRegistration) *reconciler.Stalled {
 	if errs := validation.IsValidLabelValue(reg.Name); len(errs) > 0 {
-		return &refusal{
-			reason:  InvalidNameReason,
-			message: fmt.Sprintf("the name %q cannot label the objects made for this registration (%s): create it with a name of at most 63 characters, or with generateName: request-", reg.Name, strings.Join(errs, "; ")),
-		}
+		return stall(InvalidNameReason,
+			"the name %q cannot label the objects made for this registration (%s): create it with a name of at most 63 characters, or with generateName: request-", reg.Name, strings.Join(errs, "; "))
 	}
 	return nil
 }
 
+// stall is a refusal: a terminal answer to a registration, which gets no
+// credential and is not retried; its status says why and what to do.
+func stall(reason, format string, args ...any) *reconciler.Stalled {
+	return &reconciler.Stalled{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
 // checkToken decides whether the token a registration names lets it
 // register; token is nil when it does not exist. A nil result means yes.
-func checkToken(reg *fleet.ClusterRegistration, name string, token *fleet.ClusterRegistrationToken, now time.Time) *refusal {
+func checkToken(reg *fleet.ClusterRegistration, name string, token *fleet.ClusterRegistrationToken, now time.Time) *reconciler.Stalled {
 	ref := reg.Namespace + "/" + name
 	if token == nil {
-		return &refusal{
-			reason:  fleet.TokenNotFoundReason,
-			message: fmt.Sprintf("ClusterRegistrationToken %s does not exist (it was deleted or it expired), so this registration gets no credential: %s", ref, reinstall),
-		}
+		return stall(fleet.TokenNotFoundReason,
+			"ClusterRegistrationToken %s does not exist (it was deleted or it expired), so this registration gets no credential: %s", ref, reinstall)
 	}
 	if !token.DeletionTimestamp.IsZero() {
-		return &refusal{
-			reason:  fleet.TokenNotFoundReason,
-			message: fmt.Sprintf("ClusterRegistrationToken %s is being deleted, so this registration gets no credential: %s", ref, reinstall),
-		}
+		return stall(fleet.TokenNotFoundReason,
+			"ClusterRegistrationToken %s is being deleted, so this registration gets no credential: %s", ref, reinstall)
 	}
 	if expires, ok := tokenExpires(token); ok && !now.Before(expires) {
-		return &refusal{
-			reason:  fleet.TokenExpiredReason,
-			message: fmt.Sprintf("ClusterRegistrationToken %s expired at %s, so this registration gets no credential: %s", ref, expires.UTC().Format(time.RFC3339), reinstall),
-		}
+		return stall(fleet.TokenExpiredReason,
+			"ClusterRegistrationToken %s expired at %s, so this registration gets no credential: %s", ref, expires.UTC().Format(time.RFC3339), reinstall)
 	}
 	if token.Spec.ClientID != "" && token.Spec.ClientID != reg.Spec.ClientID {
-		return &refusal{
-			reason: fleet.ClientIDNotAllowedReason,
-			message: fmt.Sprintf("ClusterRegistrationToken %s may only register clientID %q, not %q: install the agent with --set clientID=%s, or register this cluster with a token made for it",
-				ref, token.Spec.ClientID, reg.Spec.ClientID, token.Spec.ClientID),
-		}
+		return stall(fleet.ClientIDNotAllowedReason,
+			"ClusterRegistrationToken %s may only register clientID %q, not %q: install the agent with --set clientID=%s, or register this cluster with a token made for it",
+			ref, token.Spec.ClientID, reg.Spec.ClientID, token.Spec.ClientID)
 	}
 	return nil
 }
@@ -88,7 +83,7 @@ func tokenExpires(token *fleet.ClusterRegistrationToken) (time.Time, bool) {
 // agentCheckinInterval, as the Cluster reconciler counts it). A token
 // bound to the clientID (every import-token-<cluster> is; checkToken
 // refused any other clientID) may re-register the cluster at any time.
-func checkTakeover(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken, cluster *fleet.Cluster, offlineAfter time.Duration, now time.Time) *refusal {
+func checkTakeover(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken, cluster *fleet.Cluster, offlineAfter time.Duration, now time.Time) *reconciler.Stalled {
 	if cluster == nil || token.Spec.ClientID != "" {
 		return nil
 	}
@@ -96,19 +91,17 @@ func checkTakeover(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrat
 	if last.IsZero() || now.Sub(last.Time) > offlineAfter {
 		return nil
 	}
-	return &refusal{
-		reason: fleet.ClusterAlreadyRegisteredReason,
-		message: fmt.Sprintf("Cluster %s/%s (clientID %q) is registered and its agent checked in %s ago; ClusterRegistrationToken %s/%s is not bound to that clientID, so it may not take the cluster over. "+
+	return stall(fleet.ClusterAlreadyRegisteredReason,
+		"Cluster %s/%s (clientID %q) is registered and its agent checked in %s ago; ClusterRegistrationToken %s/%s is not bound to that clientID, so it may not take the cluster over. "+
 			"To re-register this cluster, use a token with spec.clientID %q (as the import-token-<cluster> of a manager-initiated cluster is), "+
 			"or let the agent register again once the Cluster is offline (no check-in for %s), or delete the Cluster first",
-			cluster.Namespace, cluster.Name, reg.Spec.ClientID, now.Sub(last.Time).Round(time.Second), token.Namespace, token.Name,
-			reg.Spec.ClientID, offlineAfter),
-	}
+		cluster.Namespace, cluster.Name, reg.Spec.ClientID, now.Sub(last.Time).Round(time.Second), token.Namespace, token.Name,
+		reg.Spec.ClientID, offlineAfter)
 }
 
 // checkLimit refuses a registration that would register one cluster more
 // than the token's spec.maxClusters.
-func checkLimit(token *fleet.ClusterRegistrationToken, clusterName string) *refusal {
+func checkLimit(token *fleet.ClusterRegistrationToken, clusterName string) *reconciler.Stalled {
 	if token.Spec.MaxClusters == nil || slices.Contains(token.Status.RegisteredClusters, clusterName) {
 		return nil
 	}
@@ -116,17 +109,15 @@ func checkLimit(token *fleet.ClusterRegistrationToken, clusterName string) *refu
 	if len(token.Status.RegisteredClusters) < limit {
 		return nil
 	}
-	return &refusal{
-		reason: fleet.TokenLimitReachedReason,
-		message: fmt.Sprintf("ClusterRegistrationToken %s/%s may register %d clusters and has registered %d (status.registeredClusters), so it may not register Cluster %s: raise spec.maxClusters of the token, or register this cluster with another token",
-			token.Namespace, token.Name, limit, len(token.Status.RegisteredClusters), clusterName),
-	}
+	return stall(fleet.TokenLimitReachedReason,
+		"ClusterRegistrationToken %s/%s may register %d clusters and has registered %d (status.registeredClusters), so it may not register Cluster %s: raise spec.maxClusters of the token, or register this cluster with another token",
+		token.Namespace, token.Name, limit, len(token.Status.RegisteredClusters), clusterName)
 }
 
 // pendingApproval is the wait of a registration through a token with
 // spec.approval Manual that nobody approved yet. Approving it (an update)
 // brings it back; nothing else needs to.
-func pendingApproval(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken) *waitError {
+func pendingApproval(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken) *reconciler.Waiting {
 	labels := "none"
 	if len(reg.Spec.ClusterLabels) > 0 {
 		keys := slices.Sorted(maps.Keys(reg.Spec.ClusterLabels))
@@ -135,14 +126,11 @@ func pendingApproval(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistr
 		}
 		labels = strings.Join(keys, ", ")
 	}
-	return &waitError{
-		reason: fleet.PendingApprovalReason,
-		message: fmt.Sprintf("ClusterRegistrationToken %s/%s asks for approval (spec.approval: Manual): check that clientID %q and the agent's labels (%s) are the cluster you expect, then approve with "+
+	return reconciler.Wait(fleet.PendingApprovalReason, 0,
+		"ClusterRegistrationToken %s/%s asks for approval (spec.approval: Manual): check that clientID %q and the agent's labels (%s) are the cluster you expect, then approve with "+
 			"kubectl -n %s annotate clusterregistrations.fleet.cattle.io %s %s=true (needs the approve verb on clusterregistrations, see ClusterRole fleet-registration-approver). "+
 			"An agent waiting longer than its registration timeout asks again with a new registration: approve the newest one of its clientID",
-			token.Namespace, token.Name, reg.Spec.ClientID, labels, reg.Namespace, reg.Name, fleet.ApprovedAnnotation),
-		notify: true,
-	}
+		token.Namespace, token.Name, reg.Spec.ClientID, labels, reg.Namespace, reg.Name, fleet.ApprovedAnnotation).WithEvent(corev1.EventTypeNormal)
 }
 
 // clusterLabels are the labels of a Cluster made for a registration: the
@@ -197,41 +185,29 @@ func olderThan(a, b *fleet.ClusterRegistration) bool {
 	return a.Name < b.Name
 }
 
-// setStatus computes the registration's status from what the pass
-// observed.
-func setStatus(reg *fleet.ClusterRegistration, out outcome, now time.Time) {
-	if out.clusterName != "" {
-		reg.Status.ClusterName = out.clusterName
+// statusRules are the registration's kstatus rules: its Granted condition
+// is its Ready.
+var statusRules = reconciler.Conditions{Ready: fleet.GrantedCondition, Failing: "granting failed"}
+
+// setStatus computes the registration's status from what the grant pass
+// found and how it ended (err nil: granted), and returns the outcome.
+func setStatus(reg *fleet.ClusterRegistration, g *grant, err error, now time.Time) reconciler.Outcome {
+	if g.clusterName != "" {
+		reg.Status.ClusterName = g.clusterName
 	}
-	cond := metav1.Condition{
-		Type:               fleet.GrantedCondition,
-		ObservedGeneration: reg.Generation,
-		LastTransitionTime: metav1.NewTime(now),
-	}
-	switch {
-	case out.err != nil && (apierrors.IsConflict(out.err) || apierrors.IsAlreadyExists(out.err)):
-		// A retry follows at once; keep the condition as it is.
-		return
-	case out.err != nil:
-		cond.Status, cond.Reason = metav1.ConditionFalse, fleet.ProgressingReason
-		cond.Message = fmt.Sprintf("granting failed, retrying: %v", out.err)
-	case out.refusal != nil:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, out.refusal.reason, out.refusal.message
-	case out.wait != nil:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, out.wait.reason, out.wait.message
-	case out.granted:
+	out := reconciler.Failure(err)
+	if err == nil {
 		reg.Status.Granted = true
-		cond.Status, cond.Reason = metav1.ConditionTrue, fleet.GrantedReason
-		cond.Message = fmt.Sprintf("granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential waits in Secret %s/%s until the agent picks it up",
-			reg.Namespace, out.clusterName, out.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
-			config.DefaultSystemRegistrationNS, out.secretName)
-		if out.labelsNote != "" {
-			cond.Message += "; " + out.labelsNote
+		out = reconciler.Success(fleet.GrantedReason,
+			"granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential waits in Secret %s/%s until the agent picks it up",
+			reg.Namespace, g.clusterName, g.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
+			config.DefaultSystemRegistrationNS, g.secretName)
+		if g.labelsNote != "" {
+			out.Message += "; " + g.labelsNote
 		}
-	default:
-		return
 	}
-	meta.SetStatusCondition(&reg.Status.Conditions, cond)
+	statusRules.Set(reg, out, now)
+	return out
 }
 
 // label marks obj as made for reg.

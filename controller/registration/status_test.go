@@ -18,6 +18,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
@@ -64,17 +65,17 @@ func TestCheckToken(t *testing.T) {
 				}
 				return
 			}
-			if got == nil || got.reason != tt.reason {
+			if got == nil || got.Reason != tt.reason {
 				t.Fatalf("got %+v, want reason %s", got, tt.reason)
 			}
-			if !strings.Contains(got.message, "fleet-default/tok") {
-				t.Errorf("message does not name the token: %s", got.message)
+			if !strings.Contains(got.Message, "fleet-default/tok") {
+				t.Errorf("message does not name the token: %s", got.Message)
 			}
-			if tt.reason != fleet.ClientIDNotAllowedReason && !strings.Contains(got.message, "create a new ClusterRegistrationToken and reinstall the agent") {
-				t.Errorf("message does not say what to do: %s", got.message)
+			if tt.reason != fleet.ClientIDNotAllowedReason && !strings.Contains(got.Message, "create a new ClusterRegistrationToken and reinstall the agent") {
+				t.Errorf("message does not say what to do: %s", got.Message)
 			}
-			if tt.reason == fleet.ClientIDNotAllowedReason && (!strings.Contains(got.message, `"other"`) || !strings.Contains(got.message, `"cid"`)) {
-				t.Errorf("message does not name both clientIDs: %s", got.message)
+			if tt.reason == fleet.ClientIDNotAllowedReason && (!strings.Contains(got.Message, `"other"`) || !strings.Contains(got.Message, `"cid"`)) {
+				t.Errorf("message does not name both clientIDs: %s", got.Message)
 			}
 		})
 	}
@@ -85,7 +86,7 @@ func TestCheckRegistration_RefusesNamesThatCannotBeLabels(t *testing.T) {
 		t.Fatalf("refused a generated name: %+v", ref)
 	}
 	ref := checkRegistration(reg(strings.Repeat("a", 64), "x"))
-	if ref == nil || ref.reason != InvalidNameReason {
+	if ref == nil || ref.Reason != InvalidNameReason {
 		t.Fatalf("got %+v", ref)
 	}
 }
@@ -197,22 +198,23 @@ func TestOlderThan(t *testing.T) {
 func TestSetStatus(t *testing.T) {
 	tests := []struct {
 		name       string
-		out        outcome
+		g          *grant
+		err        error
 		wantStatus metav1.ConditionStatus
 		wantReason string
 		granted    bool
 		keep       bool
 	}{
-		{"granted", outcome{granted: true, clusterName: "c", deploymentNamespace: "cluster-ns", secretName: "c-1"}, metav1.ConditionTrue, fleet.GrantedReason, true, false},
-		{"refused", outcome{refusal: &refusal{reason: fleet.TokenNotFoundReason, message: "gone"}}, metav1.ConditionFalse, fleet.TokenNotFoundReason, false, false},
-		{"waiting", outcome{wait: &waitError{reason: ClusterNameTakenReason, message: "taken"}}, metav1.ConditionFalse, ClusterNameTakenReason, false, false},
-		{"api error", outcome{err: errors.New("boom")}, metav1.ConditionFalse, fleet.ProgressingReason, false, false},
-		{"conflict keeps the condition", outcome{err: apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("stale"))}, "", "", false, true},
+		{"granted", &grant{clusterName: "c", deploymentNamespace: "cluster-ns", secretName: "c-1"}, nil, metav1.ConditionTrue, fleet.GrantedReason, true, false},
+		{"refused", &grant{}, stall(fleet.TokenNotFoundReason, "gone"), metav1.ConditionFalse, fleet.TokenNotFoundReason, false, false},
+		{"waiting", &grant{}, reconciler.Wait(ClusterNameTakenReason, 0, "taken"), metav1.ConditionFalse, ClusterNameTakenReason, false, false},
+		{"api error", &grant{}, errors.New("boom"), metav1.ConditionFalse, fleet.ProgressingReason, false, false},
+		{"conflict keeps the condition", &grant{}, apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("stale")), "", "", false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := reg("request-abc", "cid")
-			setStatus(r, tt.out, now)
+			setStatus(r, tt.g, tt.err, now)
 			cond := meta.FindStatusCondition(r.Status.Conditions, fleet.GrantedCondition)
 			if tt.keep {
 				if cond != nil {
@@ -238,7 +240,7 @@ func TestPickupDeadline(t *testing.T) {
 	if d := pickupDeadline(r, time.Minute); !d.IsZero() {
 		t.Fatalf("no condition: deadline %v, want at once", d)
 	}
-	setStatus(r, outcome{granted: true, clusterName: "c"}, now)
+	setStatus(r, &grant{clusterName: "c"}, nil, now)
 	if d := pickupDeadline(r, time.Minute); !d.Equal(now.Add(time.Minute)) {
 		t.Fatalf("deadline %v", d)
 	}
@@ -307,7 +309,7 @@ func TestCheckTakeover(t *testing.T) {
 			t.Errorf("%s: refusal %+v, want refused=%v", name, ref, tc.refused)
 			continue
 		}
-		if ref != nil && (ref.reason != fleet.ClusterAlreadyRegisteredReason || !strings.Contains(ref.message, `spec.clientID "cid"`) || !strings.Contains(ref.message, "edge-1")) {
+		if ref != nil && (ref.Reason != fleet.ClusterAlreadyRegisteredReason || !strings.Contains(ref.Message, `spec.clientID "cid"`) || !strings.Contains(ref.Message, "edge-1")) {
 			t.Errorf("%s: %+v", name, ref)
 		}
 	}
@@ -328,7 +330,7 @@ func TestCheckLimit(t *testing.T) {
 	if checkLimit(tok, "a") != nil {
 		t.Error("a counted cluster refused")
 	}
-	if ref := checkLimit(tok, "c"); ref == nil || ref.reason != fleet.TokenLimitReachedReason || !strings.Contains(ref.message, "may register 2 clusters and has registered 2") {
+	if ref := checkLimit(tok, "c"); ref == nil || ref.Reason != fleet.TokenLimitReachedReason || !strings.Contains(ref.Message, "may register 2 clusters and has registered 2") {
 		t.Errorf("over the limit: %+v", ref)
 	}
 }
@@ -368,12 +370,12 @@ func TestPendingApproval_SaysHowToApprove(t *testing.T) {
 	}
 	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "manual"}}
 	w := pendingApproval(r, tok)
-	if w.reason != fleet.PendingApprovalReason || w.warn || !w.notify || w.retry != 0 {
+	if w.Reason != fleet.PendingApprovalReason || w.Event != corev1.EventTypeNormal || w.RequeueAfter != 0 {
 		t.Errorf("wait %+v", w)
 	}
 	for _, want := range []string{`clientID "cid"`, "k00, k01", "and 2 more", "kubectl -n fleet-default annotate clusterregistrations.fleet.cattle.io request-abc fleet.cattle.io/approved=true"} {
-		if !strings.Contains(w.message, want) {
-			t.Errorf("message %q lacks %q", w.message, want)
+		if !strings.Contains(w.Message, want) {
+			t.Errorf("message %q lacks %q", w.Message, want)
 		}
 	}
 }

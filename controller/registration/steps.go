@@ -1,9 +1,9 @@
 package registration
 
-import "context"
-
-// The externally visible steps of a grant, in order. A test hook can stop
-// the controller after any of them to prove that a pass interrupted there is
+// The externally visible steps of a grant, in order: the names of its
+// phases (Reconciler.phases), of the minting of a token within the last
+// one, and of the status write after them. A test hook can stop the
+// controller after any of them to prove that a pass interrupted there is
 // finished by the next process (shared/SPEC.md §4: a restart at any step
 // converges).
 const (
@@ -31,15 +31,3 @@ const (
 	// stepStatus: the registration's status says granted.
 	stepStatus = "status"
 )
-
-// step marks the end of a grant step. With a test hook set it calls it and
-// then stops the pass when ctx has ended (the hook stopped the manager), so
-// nothing after the step is done by this process; without one it costs a
-// nil check.
-func (r *Reconciler) step(ctx context.Context, name string) error {
-	if r.stepHook == nil {
-		return nil
-	}
-	r.stepHook(name)
-	return ctx.Err()
-}

@@ -17,6 +17,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/charts"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -153,20 +154,21 @@ func TestSetStatus(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		cfg           *config.Config
-		out           outcome
+		secretName    string
+		err           error
 		wantStatus    metav1.ConditionStatus // "": condition left as it was
 		wantReason    string
 		wantSecret    string
 		wantInMessage string
 	}{
-		{"ready", cfg, outcome{secretName: "reg"}, metav1.ConditionTrue, fleet.SucceededReason, "reg", "helm install fleet-agent"},
-		{"no apiServerURL", &config.Config{}, outcome{secretName: "reg"}, metav1.ConditionFalse, fleet.MissingAPIServerURLReason, "reg", "apiServerURL"},
-		{"waiting", cfg, outcome{wait: &waitError{reason: ObjectConflictReason, message: "Secret ns/reg exists"}}, metav1.ConditionFalse, ObjectConflictReason, "", "Secret ns/reg exists"},
-		{"failed", cfg, outcome{err: errors.New("boom")}, metav1.ConditionFalse, fleet.ProgressingReason, "", "boom"},
-		{"conflict keeps the condition", cfg, outcome{err: conflict}, "", "", "", ""},
+		{"ready", cfg, "reg", nil, metav1.ConditionTrue, fleet.SucceededReason, "reg", "helm install fleet-agent"},
+		{"no apiServerURL", &config.Config{}, "reg", nil, metav1.ConditionFalse, fleet.MissingAPIServerURLReason, "reg", "apiServerURL"},
+		{"waiting", cfg, "", reconciler.Wait(ObjectConflictReason, 0, "Secret ns/reg exists"), metav1.ConditionFalse, ObjectConflictReason, "", "Secret ns/reg exists"},
+		{"failed", cfg, "", errors.New("boom"), metav1.ConditionFalse, fleet.ProgressingReason, "", "boom"},
+		{"conflict keeps the condition", cfg, "", conflict, "", "", "", ""},
 	} {
 		tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "reg", Generation: 3}}
-		setStatus(tok, tc.cfg, tc.out, &expires, now)
+		setStatus(tok, tc.cfg, tc.secretName, tc.err, &expires, now)
 		if tok.Status.Expires == nil || !tok.Status.Expires.Time.Equal(expires) {
 			t.Errorf("%s: expires = %v", tc.name, tok.Status.Expires)
 		}
@@ -185,7 +187,7 @@ func TestSetStatus(t *testing.T) {
 		}
 	}
 	tok := &fleet.ClusterRegistrationToken{}
-	setStatus(tok, cfg, outcome{secretName: "reg"}, nil, now)
+	setStatus(tok, cfg, "reg", nil, nil, now)
 	if tok.Status.Expires != nil {
 		t.Errorf("expires = %v without TTL", tok.Status.Expires)
 	}

@@ -1,0 +1,367 @@
+package registration_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/admission"
+	"github.com/gitops-fleet/fleet/controller/configstore"
+	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+// The tests in this file prove that whether a registration is granted is
+// state read from the API server, not remembered by a process: a new
+// leader whose cache has not caught up with the grant, and two controllers
+// granting the same registration at once, never grant it twice and never
+// write a credential again once the agent picked it up. They start
+// controllers of their own, so they run isolated (see runIsolated).
+
+// leaderPickupTimeout is long: the credential Secret is not removed by the
+// controller while a test watches it.
+const leaderPickupTimeout = time.Minute
+
+// process is one controller process as far as registrations go.
+type process struct {
+	r       *ctrlreg.Reconciler
+	checker *admission.Checker
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startProcess starts a registration controller with a manager of its own.
+// hook is its step hook; lagging, when set, is what its cache shows of that
+// registration (whatever the API server has).
+func startProcess(t *testing.T, hook func(step string), lagging *fleet.ClusterRegistration) *process {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &process{cancel: cancel, done: make(chan error, 1)}
+	mgr, err := ctrl.NewManager(env.Upstream.Config, managerOptions(ctx))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if p.checker, err = admission.New(mgr.GetCache(), admission.Options{}); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := mgr.Add(p.checker); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	var c client.Client = mgr.GetClient()
+	if lagging != nil {
+		c = laggingCache{Client: c, stale: lagging}
+	}
+	p.r = &ctrlreg.Reconciler{
+		Admission:               p.checker,
+		APIReader:               mgr.GetAPIReader(),
+		Client:                  c,
+		Config:                  configstore.New(config.DefaultSystemNamespace, config.ConfigMapName, controllerConfig()),
+		Clientset:               env.Upstream.Clientset,
+		Recorder:                mgr.GetEventRecorder("fleet-controller"),
+		CredentialPickupTimeout: leaderPickupTimeout,
+	}
+	if hook != nil {
+		ctrlreg.SetStepHook(p.r, hook)
+	}
+	if err := p.r.SetupWithManager(ctx, mgr); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go func() { p.done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	p.cancel()
+	if p.done == nil {
+		return
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("controller manager: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Error("controller manager did not stop within 60s")
+	}
+	p.done = nil
+}
+
+// laggingCache is a cache that has not caught up: it shows one
+// registration as it was at some earlier moment, in reads and in lists.
+type laggingCache struct {
+	client.Client
+	stale *fleet.ClusterRegistration
+}
+
+func (c laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if reg, ok := obj.(*fleet.ClusterRegistration); ok && key == client.ObjectKeyFromObject(c.stale) {
+		c.stale.DeepCopyInto(reg)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+func (c laggingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := c.Client.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	if regs, ok := list.(*fleet.ClusterRegistrationList); ok {
+		for i := range regs.Items {
+			if regs.Items[i].UID == c.stale.UID {
+				c.stale.DeepCopyInto(&regs.Items[i])
+			}
+		}
+	}
+	return nil
+}
+
+// secretEvents records the watch events of one credential Secret.
+type secretEvents struct {
+	mu     sync.Mutex
+	events []watch.Event
+}
+
+// watchSecret records every event of the credential Secret of reg until the
+// test ends.
+func watchSecret(t *testing.T, reg *fleet.ClusterRegistration) *secretEvents {
+	t.Helper()
+	name := registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
+	w, err := env.Upstream.Clientset.CoreV1().Secrets(config.DefaultSystemRegistrationNS).Watch(t.Context(),
+		metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	s := &secretEvents{}
+	go func() {
+		for ev := range w.ResultChan() {
+			s.mu.Lock()
+			s.events = append(s.events, ev)
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+func (s *secretEvents) log(t *testing.T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range s.events {
+		if sec, ok := ev.Object.(*corev1.Secret); ok {
+			t.Logf("%s resourceVersion %s token %x… managed by %v", ev.Type, sec.ResourceVersion, sec.Data[registration.KeyToken][:min(8, len(sec.Data[registration.KeyToken]))], sec.ManagedFields)
+		}
+	}
+}
+
+// count returns how often the Secret was added, and how often it was
+// changed to hold another token than the one first added.
+func (s *secretEvents) count() (added, rewritten int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first []byte
+	for _, ev := range s.events {
+		sec, ok := ev.Object.(*corev1.Secret)
+		if !ok {
+			continue
+		}
+		switch ev.Type {
+		case watch.Added:
+			added++
+			if first == nil {
+				first = sec.Data[registration.KeyToken]
+			}
+		case watch.Modified:
+			if !bytes.Equal(sec.Data[registration.KeyToken], first) {
+				rewritten++
+			}
+		}
+	}
+	return added, rewritten
+}
+
+// TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain: controller A grants
+// a registration and the agent picks its credential up; then A goes and B,
+// whose cache still shows the registration as it was before A recorded the
+// grant (a standby's watch lagging at the leader change), takes over. B
+// must not run the grant again: the credential Secret stays gone and the
+// registration is not written.
+func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
+	if !isolated {
+		runIsolated(t)
+		return
+	}
+	ws := newWorkspace(t)
+	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
+	reg := a.create(t, randomID("cid-"), nil)
+	key := client.ObjectKeyFromObject(reg)
+	events := watchSecret(t, reg)
+
+	// What B's cache will show: the registration right before A recorded
+	// the grant (owner reference and finalizer set, credential Secret
+	// written, status not yet).
+	var before atomic.Pointer[fleet.ClusterRegistration]
+	first := startProcess(t, func(step string) {
+		if step != ctrlreg.StepCredentialSecret || before.Load() != nil {
+			return
+		}
+		r := &fleet.ClusterRegistration{}
+		if err := up.Get(context.Background(), key, r); err != nil {
+			t.Errorf("reading the registration at step %s: %v", step, err)
+			return
+		}
+		before.Store(r)
+	}, nil)
+	secret := a.waitCredential(t, reg, 60*time.Second)
+	// The agent keeps the credential and drops the handed-back copy.
+	if err := a.importer.Delete(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	granted := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
+	first.stop(t)
+	stale := before.Load()
+	if stale == nil || stale.Status.Granted || len(stale.Finalizers) == 0 {
+		t.Fatalf("no view of the registration between the credential and the status: %+v", stale)
+	}
+
+	var steps []string
+	var mu sync.Mutex
+	second := startProcess(t, func(step string) {
+		mu.Lock()
+		steps = append(steps, step)
+		mu.Unlock()
+	}, stale)
+	controlplane.Eventually(t, 30*time.Second, "the admission policies checked", func() error {
+		if !second.checker.Checked() {
+			return fmt.Errorf("not checked yet")
+		}
+		return nil
+	})
+	// B's own passes (its informers list the registration at start) and
+	// a few more.
+	for i := range 3 {
+		res, err := second.r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key})
+		if err != nil {
+			t.Fatalf("pass %d of the new leader: %v", i, err)
+		}
+		t.Logf("pass %d of the new leader: %+v", i, res)
+	}
+	time.Sleep(2 * time.Second)
+
+	if added, rewritten := events.count(); added != 1 || rewritten != 0 {
+		t.Errorf("credential Secret added %d times and rewritten %d times, want once and never", added, rewritten)
+		events.log(t)
+	}
+	now := getReg(t, ws, reg.Name)
+	if now.ResourceVersion != granted.ResourceVersion || !now.Status.Granted {
+		t.Errorf("the new leader wrote the granted registration: resourceVersion %s → %s, status %+v", granted.ResourceVersion, now.ResourceVersion, now.Status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(steps) > 0 {
+		t.Errorf("the new leader ran grant steps %v", steps)
+	}
+}
+
+// TestGrant_TwoControllersAtOnceGrantOnce: two controllers grant the same
+// registration at the same moment. Both get as far as the credential
+// Secret (the test holds each there until the other arrives, so they race
+// for the status), yet the Secret is written once with one token, exactly
+// one of them records the grant (the status write carries the version the
+// pass decided on), and once the agent picked the credential up it never
+// comes back.
+func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
+	if !isolated {
+		runIsolated(t)
+		return
+	}
+	ws := newWorkspace(t)
+	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
+	reg := a.create(t, randomID("cid-"), nil)
+	events := watchSecret(t, reg)
+
+	var (
+		mu       sync.Mutex
+		arrived  = map[int]bool{}
+		release  = make(chan struct{})
+		recorded atomic.Int32
+	)
+	hook := func(id int) func(string) {
+		return func(step string) {
+			switch step {
+			case ctrlreg.StepCredentialSecret:
+				mu.Lock()
+				arrived[id] = true
+				if len(arrived) == 2 {
+					close(release)
+				}
+				mu.Unlock()
+				select {
+				case <-release:
+				case <-time.After(30 * time.Second):
+				}
+			case ctrlreg.StepStatus:
+				recorded.Add(1)
+			}
+		}
+	}
+	startProcess(t, hook(1), nil)
+	startProcess(t, hook(2), nil)
+
+	secret := a.waitCredential(t, reg, 90*time.Second)
+	waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
+	select {
+	case <-release:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the two controllers did not both reach the credential step")
+	}
+	// The pass that lost the race fails and looks again; let it.
+	time.Sleep(2 * time.Second)
+	if n := recorded.Load(); n != 1 {
+		t.Errorf("the grant was recorded %d times, want once", n)
+	}
+	if added, rewritten := events.count(); added != 1 || rewritten != 0 {
+		t.Errorf("credential Secret added %d times and rewritten %d times, want once and never", added, rewritten)
+	}
+
+	// The agent picks the credential up; nothing makes it again, whatever
+	// brings the registration back to either controller.
+	if err := a.importer.Delete(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		r := getReg(t, ws, reg.Name)
+		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"test/poke":"%d"}}}`, i)))
+		if err := up.Patch(t.Context(), r, patch); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if added, _ := events.count(); added != 1 {
+		t.Errorf("credential Secret added %d times, want once: it came back after the pickup", added)
+	}
+	if err := as(t, string(secret.Data[registration.KeyToken])).List(t.Context(), &fleet.BundleDeploymentList{},
+		client.InNamespace(string(secret.Data[registration.KeyDeploymentNamespace]))); err != nil {
+		t.Errorf("the credential handed out: %v", err)
+	}
+}

@@ -1,0 +1,275 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/fluxcd/pkg/ssa"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/apply"
+)
+
+// Owner decides whose an object is: a controller makes objects for an owner
+// (a token, a registration) and never takes one made for someone else.
+type Owner interface {
+	// Check returns nil when existing, found under the name of an object
+	// the owner needs, was made for it and may be kept; otherwise an error,
+	// usually a *Waiting that names the object and what a person can do.
+	Check(existing client.Object) error
+	// Own marks obj (the desired object) as made for the owner: labels,
+	// owner references.
+	Own(obj client.Object) error
+}
+
+// Action is what Ensure did.
+type Action string
+
+const (
+	// Created: the object did not exist and was made.
+	Created Action = "created"
+	// Updated: the object differed and was changed.
+	Updated Action = "updated"
+	// Unchanged: the object was as desired; nothing was written.
+	Unchanged Action = "unchanged"
+)
+
+// Objects makes and keeps the objects a controller owns, by server-side
+// apply through internal/apply's ResourceManager (fluxcd/pkg/ssa) under
+// apply.FieldManager, the field manager of everything fleet applies.
+type Objects struct {
+	client client.Client
+	live   client.Reader
+	rm     *ssa.ResourceManager
+}
+
+// NewObjects returns Objects that read through c (the cache) and, when the
+// cache does not show an object, through live (the API server).
+func NewObjects(c client.Client, live client.Reader) *Objects {
+	if live == nil {
+		live = c
+	}
+	return &Objects{client: c, live: live, rm: apply.NewManager(c)}
+}
+
+// earlierManagers are the field managers whose fields pass to
+// apply.FieldManager at an apply, so that fields fleet stops setting are
+// removed: the controller's own, which wrote these objects before they were
+// applied, and the create that makes a new object.
+var earlierManagers = []ssa.FieldManager{
+	{Name: FieldManager, ExactMatch: true, OperationType: metav1.ManagedFieldsOperationUpdate},
+	{Name: apply.FieldManager, ExactMatch: true, OperationType: metav1.ManagedFieldsOperationUpdate},
+}
+
+// Ensure makes obj exist as given: its name, and the fields its owner wants
+// (every other field is left to whoever set it). An object of that name
+// that owner.Check refuses is never written. A missing or different object
+// is server-side applied; an unchanged one is never written (a server-side
+// dry run tells). An owned object whose desired state changes an immutable
+// field (a RoleBinding's roleRef, a Secret's type) is deleted and the pass
+// waits to make it again. On return obj is the object as it is in the
+// cluster.
+//
+// A new object is made with a plain create, which fails when someone else
+// took the name meanwhile; an existing one is applied with the UID of the
+// object that was checked as a precondition, so one replaced meanwhile is
+// not written either.
+func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, opts ...EnsureOption) (Action, error) {
+	var eo ensureOptions
+	for _, opt := range opts {
+		opt(&eo)
+	}
+	kind := KindOf(o.client.Scheme(), obj)
+	key := client.ObjectKeyFromObject(obj)
+	existing, err := o.get(ctx, obj)
+	if err != nil {
+		return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+	}
+	if err := eo.check(o.client, obj, existing); err != nil {
+		return "", fmt.Errorf("%s %s: %w", kind, key, err)
+	}
+	if existing != nil {
+		if err := owner.Check(existing); err != nil {
+			return "", err
+		}
+		if field := immutableChanged(existing, obj); field != "" {
+			return "", o.replace(ctx, existing, kind, field)
+		}
+	}
+	if err := owner.Own(obj); err != nil {
+		return "", err
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if existing == nil {
+		// A plain create, so a name someone else took meanwhile fails
+		// (server-side apply has no "must not exist" precondition)...
+		if err := o.client.Create(ctx, obj, client.FieldOwner(apply.FieldManager)); err != nil {
+			return "", fmt.Errorf("creating %s %s: %w", kind, key, err)
+		}
+		log.V(1).Info("created "+kind, "object", key.String())
+		// ...then applied, which hands its fields to the apply manager:
+		// a created object is owned like every applied one.
+		_, err := o.apply(ctx, obj, obj.GetUID())
+		if err == nil {
+			err = o.live.Get(ctx, key, obj)
+		}
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Gone or replaced already (an agent takes its credential
+			// Secret away the moment it appears): it was made, which is
+			// what the pass wanted; an object still there is handed over
+			// at the next Ensure.
+			log.V(1).Info("created "+kind+" changed before it was applied", "object", key.String(), "error", err.Error())
+			return Created, nil
+		case err != nil:
+			return Created, fmt.Errorf("applying %s %s: %w", kind, key, err)
+		}
+		return Created, nil
+	}
+	action, err := o.apply(ctx, obj, existing.GetUID())
+	if err != nil {
+		return "", fmt.Errorf("applying %s %s: %w", kind, key, err)
+	}
+	if action == ssa.UnchangedAction {
+		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(existing).Elem())
+		return Unchanged, nil
+	}
+	log.Info("updated "+kind, "object", key.String())
+	return Updated, o.live.Get(ctx, key, obj)
+}
+
+// apply server-side applies obj to the object with the given UID (a
+// precondition: an object replaced meanwhile makes it fail).
+func (o *Objects) apply(ctx context.Context, obj client.Object, uid types.UID) (ssa.Action, error) {
+	u, err := o.desired(obj)
+	if err != nil {
+		return "", err
+	}
+	u.SetUID(uid)
+	entry, err := o.rm.Apply(ctx, u, ssa.ApplyOptions{Cleanup: ssa.ApplyCleanupOptions{FieldManagers: earlierManagers}})
+	if err != nil {
+		return "", err
+	}
+	return entry.Action, nil
+}
+
+// EnsureOption changes what Ensure accepts.
+type EnsureOption func(*ensureOptions)
+
+type ensureOptions struct {
+	expect    bool
+	expectUID types.UID
+}
+
+// ExpectUID makes Ensure write only the object the pass decided on: the
+// one with this UID, or, with an empty UID, none (the object must not exist
+// yet). Another object, or none, is a conflict (an AlreadyExists or
+// Conflict error: the pass is retried and decides again), never written.
+// For objects whose content depends on what the pass found, such as a
+// credential minted because there was none.
+func ExpectUID(uid types.UID) EnsureOption {
+	return func(o *ensureOptions) { o.expect, o.expectUID = true, uid }
+}
+
+func (eo ensureOptions) check(c client.Client, obj, existing client.Object) error {
+	if !eo.expect {
+		return nil
+	}
+	gvk, err := c.GroupVersionKindFor(obj)
+	if err != nil {
+		return err
+	}
+	gr := schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}
+	if m, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+		gr = m.Resource.GroupResource()
+	}
+	switch {
+	case eo.expectUID == "" && existing != nil:
+		return apierrors.NewAlreadyExists(gr, obj.GetName())
+	case eo.expectUID != "" && (existing == nil || existing.GetUID() != eo.expectUID):
+		return apierrors.NewConflict(gr, obj.GetName(), errors.New("the object changed since the pass read it"))
+	}
+	return nil
+}
+
+// get reads the object named like obj: from the cache, and from the API
+// server when the cache does not show it (it may have been made a moment
+// ago). It returns nil when there is none.
+func (o *Objects) get(ctx context.Context, obj client.Object) (client.Object, error) {
+	existing := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+	key := client.ObjectKeyFromObject(obj)
+	err := o.client.Get(ctx, key, existing)
+	if apierrors.IsNotFound(err) {
+		err = o.live.Get(ctx, key, existing)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return existing, nil
+}
+
+// replace deletes an owned object whose immutable field must change; the
+// pass waits for the deletion (which brings a watched owner back) and makes
+// it again.
+func (o *Objects) replace(ctx context.Context, existing client.Object, kind, field string) error {
+	key := client.ObjectKeyFromObject(existing)
+	ctrl.LoggerFrom(ctx).Info("replacing "+kind+" with a changed "+field, "object", key.String())
+	if err := o.client.Delete(ctx, existing, client.Preconditions{UID: ptr.To(existing.GetUID())}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting %s %s to replace its %s: %w", kind, key, field, err)
+	}
+	return Wait(fleet.ProgressingReason, CacheLagRetry, "replacing %s %s (its %s cannot change)", kind, key, field)
+}
+
+// desired is obj as the apply request: kind and apiVersion set, the fields
+// the server owns removed.
+func (o *Objects) desired(obj client.Object) (*unstructured.Unstructured, error) {
+	gvk, err := o.client.GroupVersionKindFor(obj)
+	if err != nil {
+		return nil, err
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	u.SetResourceVersion("")
+	u.SetCreationTimestamp(metav1.Time{})
+	u.SetManagedFields(nil)
+	u.SetUID(types.UID(""))
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "status")
+	return u, nil
+}
+
+// immutableChanged names the immutable field whose desired value differs
+// from the existing object's, "" when none does.
+func immutableChanged(existing, desired client.Object) string {
+	switch e := existing.(type) {
+	case *rbacv1.RoleBinding:
+		if d := desired.(*rbacv1.RoleBinding); d.RoleRef != e.RoleRef {
+			return "roleRef"
+		}
+	case *corev1.Secret:
+		if d := desired.(*corev1.Secret); d.Type != "" && d.Type != e.Type {
+			return "type"
+		}
+	}
+	return ""
+}
