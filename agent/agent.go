@@ -21,8 +21,8 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent/deployer"
 	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
-	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // Agent is one running agent.
@@ -193,7 +193,7 @@ func (a *Agent) connect(ctx context.Context) (*credential, error) {
 		case err == nil:
 			// A bootstrap Secret beside a working credential is left over
 			// from a registration interrupted after it stored the credential.
-			boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: renderer.BootstrapSecretName}}
+			boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
 			if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
 				a.log.Info("could not delete the leftover bootstrap Secret", "error", err.Error())
 			}
@@ -245,7 +245,7 @@ func (a *Agent) event(ctx context.Context, typ, reason, msg string) {
 		ref.UID = pod.UID
 	} else {
 		// Not in a pod (tests, benchmarks): the agent's ConfigMap stands for it.
-		ref = corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: ConfigMapName}
+		ref = corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: registration.AgentConfigMapName}
 	}
 	now := metav1.Now()
 	ev := &corev1.Event{

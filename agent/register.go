@@ -18,7 +18,6 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // stuckError is a state the agent cannot leave on its own: the message says
@@ -43,7 +42,7 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 		return nil, &stuckError{reason: fleet.NoBootstrapCredentialReason, msg: fmt.Sprintf(
 			"no working credential and no %s Secret in namespace %s: reinstall the agent with a ClusterRegistrationToken's values "+
 				"(helm upgrade --install fleet-agent charts/fleet-agent -n %s -f values.yaml) or, for a manager-initiated cluster, "+
-				"bump spec.redeployAgentGeneration of its Cluster upstream", renderer.BootstrapSecretName, a.opts.Namespace, a.opts.Namespace)}
+				"bump spec.redeployAgentGeneration of its Cluster upstream", registration.BootstrapSecretName, a.opts.Namespace, a.opts.Namespace)}
 	}
 	cfg, err := a.readConfig(ctx)
 	if err != nil {
@@ -134,7 +133,7 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	if err := importClient.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
 		log.Info("could not delete the credential Secret upstream; the controller expires it", "error", err.Error())
 	}
-	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: renderer.BootstrapSecretName}}
+	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
 	if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("deleting the bootstrap Secret: %w", err)
 	}
@@ -208,18 +207,18 @@ func (a *Agent) watchOnce(ctx context.Context, c client.WithWatch, ns, name stri
 	}
 }
 
-func (a *Agent) readConfig(ctx context.Context) (*agentConfig, error) {
+func (a *Agent) readConfig(ctx context.Context) (*registration.AgentConfig, error) {
 	cm := &corev1.ConfigMap{}
-	cfg := &agentConfig{}
-	if err := a.local.Get(ctx, client.ObjectKey{Namespace: a.opts.Namespace, Name: ConfigMapName}, cm); err != nil {
+	cfg := &registration.AgentConfig{}
+	if err := a.local.Get(ctx, client.ObjectKey{Namespace: a.opts.Namespace, Name: registration.AgentConfigMapName}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return cfg, nil
 		}
 		return nil, err
 	}
-	if raw := cm.Data[ConfigMapKey]; raw != "" {
+	if raw := cm.Data[registration.AgentConfigKey]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), cfg); err != nil {
-			return nil, &stuckError{reason: fleet.ConfigInvalidReason, msg: fmt.Sprintf("ConfigMap %s/%s key %s is not valid JSON: %v", a.opts.Namespace, ConfigMapName, ConfigMapKey, err)}
+			return nil, &stuckError{reason: fleet.ConfigInvalidReason, msg: fmt.Sprintf("ConfigMap %s/%s key %s is not valid JSON: %v", a.opts.Namespace, registration.AgentConfigMapName, registration.AgentConfigKey, err)}
 		}
 	}
 	return cfg, nil

@@ -29,6 +29,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -134,7 +135,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 		if !c.DeletionTimestamp.IsZero() {
 			continue
 		}
-		t, err := matchTarget(b, c, groups.Items)
+		opts, t, err := renderer.OptionsFor(b, c, targeting.Groups{Items: groups.Items})
 		if err != nil {
 			r.setStalled(b, fleet.TargetsInvalidReason, err.Error())
 			return ctrl.Result{}, nil
@@ -150,7 +151,6 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 			pending++
 			continue
 		}
-		opts := renderer.MergeOptions(b.Spec.BundleDeploymentOptions, t.BundleDeploymentOptions)
 		rd, err := renders.get(ctx, opts)
 		if err != nil {
 			return ctrl.Result{}, err

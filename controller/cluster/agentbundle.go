@@ -49,7 +49,7 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cl
 		target = cluster.DeepCopy()
 		target.Spec.AgentNamespace = cluster.Status.Agent.Namespace
 	}
-	values, err := renderer.BuildAgentValues(target, cfg, nil)
+	values, err := renderer.AgentValuesForCluster(target, cfg, nil)
 	if err != nil {
 		return &inputError{reason: fleet.RenderFailedReason, msg: fmt.Sprintf("cannot build the agent: %v", err)}
 	}

@@ -388,8 +388,7 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, token *fleet.Cluste
 	if err := r.own(token, desired); err != nil {
 		return "", time.Time{}, err
 	}
-	current, _ := ParseValues(secret.Data[ValuesKey]) // unreadable: mint anew
-	bearer := current.Token
+	bearer := Bearer(secret) // none, or unreadable: mint anew
 	issued, exp, ok := bearerTimes(secret, sa)
 	renew := time.Time{}
 	if ok {
@@ -419,7 +418,7 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, token *fleet.Cluste
 		log.Info("minted import token", "serviceAccount", sa.Namespace+"/"+sa.Name, "secret", key.String(), "tokenExpires", exp.UTC().Format(time.RFC3339))
 	}
 
-	values, err := NewValues(cfg, token, bearer).Marshal()
+	values, err := valuesFile(cfg, token, bearer)
 	if err != nil {
 		return "", time.Time{}, err
 	}

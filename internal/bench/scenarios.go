@@ -75,7 +75,7 @@ func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns str
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: renderer.BootstrapSecretName}, Data: map[string][]byte{
+	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.BootstrapSecretName}, Data: map[string][]byte{
 		registration.BootstrapKeyAPIServerURL:                []byte(v.APIServerURL),
 		registration.BootstrapKeyAPIServerCA:                 []byte(v.APIServerCA),
 		registration.BootstrapKeyClusterNamespace:            []byte(v.ClusterNamespace),
@@ -86,8 +86,8 @@ func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns str
 	if err := c.Create(ctx, boot); err != nil {
 		return err
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: agent.ConfigMapName},
-		Data: map[string]string{agent.ConfigMapKey: fmt.Sprintf(`{"clientID": %q, "labels": {"bench": "true"}}`, clientID)}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.AgentConfigMapName},
+		Data: map[string]string{registration.AgentConfigKey: fmt.Sprintf(`{"clientID": %q, "labels": {"bench": "true"}}`, clientID)}}
 	return c.Create(ctx, cm)
 }
 
@@ -294,7 +294,7 @@ func (h *harness) managerInitiated(ctx context.Context, n int) (Result, error) {
 		if err := up.Create(ctx, c); err != nil {
 			return r, err
 		}
-		if err := waitForSecret(ctx, ds, agentNS, renderer.BootstrapSecretName, time.Minute); err != nil {
+		if err := waitForSecret(ctx, ds, agentNS, registration.BootstrapSecretName, time.Minute); err != nil {
 			return r, fmt.Errorf("agent not pushed to cluster %s: %w", name, err)
 		}
 		if _, err := as.start(ds, agentNS, h.heartbeat); err != nil {
@@ -473,7 +473,7 @@ func renderScenario(n int) (Result, error) {
 		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: fmt.Sprintf("c-%d", i)},
 			Spec: fleet.ClusterSpec{KubeConfigSecret: "kc", ClientID: fmt.Sprint(i), RedeployAgentGeneration: int64(i)}}
 		t0 := time.Now()
-		v, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+		v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
 		if err != nil {
 			return r, err
 		}
