@@ -1,23 +1,29 @@
 package controller_test
 
 import (
+	"errors"
 	"fmt"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"os"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gitops-fleet/fleet/internal/controlplane"
+
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -256,6 +262,79 @@ func TestBundle_InvalidTargetIsStalled(t *testing.T) {
 		return nil
 	})
 	_ = renderer.TokenPlaceholder
+}
+
+// readTestdata reads one object of internal/targeting/testdata/mixed-target,
+// moved into workspace ws.
+func readTestdata[T client.Object](t *testing.T, file, ws string, obj T) T {
+	t.Helper()
+	data, err := os.ReadFile("../internal/targeting/testdata/mixed-target/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, obj); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetNamespace(ws)
+	return obj
+}
+
+// TestBundle_MixedTargetDeploysWhatFleetRenderBundleShows: the running
+// controller deploys the Bundle of internal/targeting/testdata/mixed-target
+// (first target: a cluster selector and a ClusterGroup) to exactly the
+// clusters, with exactly the options and manifests, that `fleet render
+// bundle` shows for them (cmd/fleet checks the CLI prints
+// renderer.RenderBundle): prod-eu, inside the group, by the first target;
+// prod-us, outside it, by the second; dev-eu, in the group but not selected
+// by the first target's selector, not at all.
+func TestBundle_MixedTargetDeploysWhatFleetRenderBundleShows(t *testing.T) {
+	ws := newNamespace(t, up, "fleet-mixed-")
+	eu := readTestdata(t, "groups.yaml", ws, &fleet.ClusterGroup{}) // the file's first document
+	if err := up.Create(t.Context(), eu); err != nil {
+		t.Fatal(err)
+	}
+	clusters := map[string]*fleet.Cluster{}
+	for _, name := range []string{"prod-eu", "prod-us", "dev-eu"} {
+		c := readTestdata(t, name+".yaml", ws, &fleet.Cluster{})
+		if err := up.Create(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		clusters[name] = c
+	}
+	b := readTestdata(t, "bundle.yaml", ws, &fleet.Bundle{})
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, b.Name, "prod-eu", "prod-us")
+
+	groups := []fleet.ClusterGroup{*eu}
+	for _, name := range []string{"prod-eu", "prod-us"} {
+		c := clusters[name]
+		review, err := renderer.RenderBundle(b, c, groups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := content(t, ws, name, b.Name); got != string(review.YAML) {
+			t.Errorf("%s: the controller deployed\n%s\nfleet render bundle shows\n%s", name, got, review.YAML)
+		}
+		opts, _, err := renderer.OptionsFor(b, c, targeting.Groups{Items: groups, Given: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bd := &fleet.BundleDeployment{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: names.ClusterNamespace(ws, name), Name: b.Name}, bd); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(opts, bd.Spec.Options); diff != "" {
+			t.Errorf("%s: BundleDeployment options differ from fleet render bundle's (-render +controller):\n%s", name, diff)
+		}
+	}
+	if !strings.Contains(content(t, ws, "prod-eu", b.Name), `replicas: "3"`) || !strings.Contains(content(t, ws, "prod-us", b.Name), `replicas: "1"`) {
+		t.Error("prod-eu must get the eu-prod target's three replicas, prod-us the chart's one")
+	}
+	if _, err := renderer.RenderBundle(b, clusters["dev-eu"], groups); !errors.As(err, new(*renderer.NotDeployedError)) {
+		t.Errorf("fleet render bundle must show nothing for dev-eu, as the controller deploys nothing there: %v", err)
+	}
 }
 
 // updateBundle changes a Bundle, retrying when the controller wrote it in
