@@ -3,6 +3,7 @@ package renderer_test
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -486,6 +487,31 @@ func TestAgentValues_BadInputNamesTheField(t *testing.T) {
 				t.Fatalf("got error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// What the import turns into a condition reason is told by the error's
+// type, not its text, even among other problems.
+func TestAgentValues_UpstreamURLProblemsAreTyped(t *testing.T) {
+	c := loadCluster(t, "testdata/clusters/02-env-vars.yaml")
+	c.Spec.AgentEnvVars = append(c.Spec.AgentEnvVars, corev1.EnvVar{Name: "apiServerURL=x"})
+	cfg := loadConfig(t)
+	cfg.APIServerURL = ""
+	_, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	if !errors.Is(err, renderer.ErrNoAPIServerURL) {
+		t.Errorf("no URL: %v, want ErrNoAPIServerURL", err)
+	}
+	cfg.APIServerURL = "http://upstream.example.com"
+	_, err = renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	var insecure *config.InsecureAPIServerURLError
+	if !errors.As(err, &insecure) || errors.Is(err, renderer.ErrNoAPIServerURL) || insecure.URL != cfg.APIServerURL {
+		t.Errorf("plain http URL: %v, want an InsecureAPIServerURLError", err)
+	}
+	// An env var named after the key is a problem of its own, not a URL one.
+	cfg.APIServerURL = "https://upstream.example.com"
+	_, err = renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	if err == nil || errors.Is(err, renderer.ErrNoAPIServerURL) || errors.As(err, &insecure) {
+		t.Errorf("bad env var only: %v", err)
 	}
 }
 
