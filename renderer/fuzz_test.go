@@ -18,6 +18,7 @@ import (
 	"github.com/gitops-fleet/fleet/renderer"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -198,6 +199,7 @@ func FuzzParseAgentValues(f *testing.F) {
 	f.Add([]byte("apiServerURL: &a x\ntoken: *a\n"))
 	f.Add([]byte("{\"token\": \"\\u00ff\", \"image\": null}"))
 	f.Add([]byte("resources: {limits: {cpu: 1000m}}\ntolerations: [{key: k, tolerationSeconds: 3}]\nenv: null\n"))
+	f.Add([]byte("resourCes: {limits: {}}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, err := renderer.ParseAgentValues(data)
 		if err != nil {
@@ -214,7 +216,9 @@ func FuzzParseAgentValues(f *testing.F) {
 		if err != nil {
 			t.Fatalf("written values do not parse: %v\n%s", err, out)
 		}
-		if diff := cmp.Diff(v, again); diff != "" {
+		// An empty map or list and none are the same values to Helm (the
+		// chart's default is empty): omitempty writes neither.
+		if diff := cmp.Diff(v, again, cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("values changed on the way through a file (-parsed +again):\n%s", diff)
 		}
 	})
