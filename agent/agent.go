@@ -247,7 +247,7 @@ func (a *Agent) event(ctx context.Context, typ, reason, msg string) {
 		ref.UID = pod.UID
 	} else {
 		// Not in a pod (tests, benchmarks): the agent's ConfigMap stands for it.
-		ref = corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: ConfigMapName}
+		ref = corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: registration.AgentConfigMapName}
 	}
 	now := metav1.Now()
 	ev := &corev1.Event{

@@ -15,13 +15,6 @@ import (
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
-// Names of the agent's local objects.
-const (
-	CredentialSecretName = "fleet-agent"
-	ConfigMapName        = "fleet-agent"
-	ConfigMapKey         = "config"
-)
-
 // credential is the agent's request identity, as kept in its local
 // fleet-agent Secret.
 type credential struct {
@@ -40,20 +33,10 @@ type credential struct {
 // bootstrap is the import credential from the fleet-agent-bootstrap Secret.
 type bootstrap = registration.Bootstrap
 
-// agentConfig is the local fleet-agent ConfigMap's "config" document.
-type agentConfig struct {
-	Labels          map[string]string `json:"labels,omitempty"`
-	ClientID        string            `json:"clientID,omitempty"`
-	AgentTLSMode    string            `json:"agentTLSMode,omitempty"`
-	CheckinInterval string            `json:"checkinInterval,omitempty"`
-}
-
-const issuedKey = "issued"
-
 // readCredential reads the local fleet-agent Secret; nil if there is none.
 func readCredential(ctx context.Context, local client.Client, ns string) (*credential, error) {
 	s := &corev1.Secret{}
-	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: CredentialSecretName}, s); err != nil {
+	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: registration.AgentCredentialSecretName}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -61,21 +44,21 @@ func readCredential(ctx context.Context, local client.Client, ns string) (*crede
 	}
 	kc, err := clientcmd.Load(s.Data[registration.KeyKubeconfig])
 	if err != nil {
-		return nil, fmt.Errorf("local Secret %s/%s holds no valid kubeconfig: %w", ns, CredentialSecretName, err)
+		return nil, fmt.Errorf("local Secret %s/%s holds no valid kubeconfig: %w", ns, registration.AgentCredentialSecretName, err)
 	}
 	ctxName := kc.CurrentContext
 	kctx, ok := kc.Contexts[ctxName]
 	if !ok {
-		return nil, fmt.Errorf("local Secret %s/%s: kubeconfig has no current context", ns, CredentialSecretName)
+		return nil, fmt.Errorf("local Secret %s/%s: kubeconfig has no current context", ns, registration.AgentCredentialSecretName)
 	}
 	cl, user := kc.Clusters[kctx.Cluster], kc.AuthInfos[kctx.AuthInfo]
 	if cl == nil || user == nil || user.Token == "" {
-		return nil, fmt.Errorf("local Secret %s/%s: kubeconfig lacks server or token", ns, CredentialSecretName)
+		return nil, fmt.Errorf("local Secret %s/%s: kubeconfig lacks server or token", ns, registration.AgentCredentialSecretName)
 	}
 	c := &credential{
 		APIServerURL:        cl.Server,
 		APIServerCA:         cl.CertificateAuthorityData,
-		TLSMode:             string(s.Data["agentTLSMode"]),
+		TLSMode:             string(s.Data[registration.KeyAgentTLSMode]),
 		Token:               user.Token,
 		ClusterNamespace:    string(s.Data[registration.KeyClusterNamespace]),
 		ClusterName:         string(s.Data[registration.KeyClusterName]),
@@ -83,9 +66,9 @@ func readCredential(ctx context.Context, local client.Client, ns string) (*crede
 		ServiceAccount:      string(s.Data[registration.KeyServiceAccount]),
 	}
 	c.Expires, _ = time.Parse(time.RFC3339, string(s.Data[registration.KeyExpires]))
-	c.Issued, _ = time.Parse(time.RFC3339, string(s.Data[issuedKey]))
+	c.Issued, _ = time.Parse(time.RFC3339, string(s.Data[registration.KeyIssued]))
 	if c.ClusterNamespace == "" || c.ClusterName == "" || c.DeploymentNamespace == "" {
-		return nil, fmt.Errorf("local Secret %s/%s misses cluster keys", ns, CredentialSecretName)
+		return nil, fmt.Errorf("local Secret %s/%s misses cluster keys", ns, registration.AgentCredentialSecretName)
 	}
 	return c, nil
 }
@@ -109,10 +92,10 @@ func writeCredential(ctx context.Context, local client.Client, ns string, c *cre
 		registration.KeyDeploymentNamespace: []byte(c.DeploymentNamespace),
 		registration.KeyServiceAccount:      []byte(c.ServiceAccount),
 		registration.KeyExpires:             []byte(c.Expires.UTC().Format(time.RFC3339)),
-		issuedKey:                           []byte(c.Issued.UTC().Format(time.RFC3339)),
-		"agentTLSMode":                      []byte(c.TLSMode),
+		registration.KeyIssued:              []byte(c.Issued.UTC().Format(time.RFC3339)),
+		registration.KeyAgentTLSMode:        []byte(c.TLSMode),
 	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: CredentialSecretName}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.AgentCredentialSecretName}}
 	err = local.Get(ctx, client.ObjectKeyFromObject(s), s)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -56,6 +56,10 @@ func waitAgentBundleApplied(t *testing.T, ws, cluster string) *fleet.BundleDeplo
 		}
 		return nil
 	})
+	// The deployer knows its own Bundle by this label, not by the name.
+	if bd.Labels[fleet.AgentBundleLabel] != "true" {
+		t.Errorf("the agent Bundle's BundleDeployment lacks label %s=true: %v", fleet.AgentBundleLabel, bd.Labels)
+	}
 	return bd
 }
 

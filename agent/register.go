@@ -207,18 +207,18 @@ func (a *Agent) watchOnce(ctx context.Context, c client.WithWatch, ns, name stri
 	}
 }
 
-func (a *Agent) readConfig(ctx context.Context) (*agentConfig, error) {
+func (a *Agent) readConfig(ctx context.Context) (*registration.AgentConfig, error) {
 	cm := &corev1.ConfigMap{}
-	cfg := &agentConfig{}
-	if err := a.local.Get(ctx, client.ObjectKey{Namespace: a.opts.Namespace, Name: ConfigMapName}, cm); err != nil {
+	cfg := &registration.AgentConfig{}
+	if err := a.local.Get(ctx, client.ObjectKey{Namespace: a.opts.Namespace, Name: registration.AgentConfigMapName}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return cfg, nil
 		}
 		return nil, err
 	}
-	if raw := cm.Data[ConfigMapKey]; raw != "" {
+	if raw := cm.Data[registration.AgentConfigKey]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), cfg); err != nil {
-			return nil, &stuckError{reason: fleet.ConfigInvalidReason, msg: fmt.Sprintf("ConfigMap %s/%s key %s is not valid JSON: %v", a.opts.Namespace, ConfigMapName, ConfigMapKey, err)}
+			return nil, &stuckError{reason: fleet.ConfigInvalidReason, msg: fmt.Sprintf("ConfigMap %s/%s key %s is not valid JSON: %v", a.opts.Namespace, registration.AgentConfigMapName, registration.AgentConfigKey, err)}
 		}
 	}
 	return cfg, nil

@@ -21,6 +21,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/version"
 )
 
@@ -229,7 +230,7 @@ func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
 // Secret, so the agent registers again.
 func (s *session) watchCredential(ctx context.Context) error {
 	a := s.agent
-	sel := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", CredentialSecretName)}
+	sel := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", registration.AgentCredentialSecretName)}
 	for {
 		list := &corev1.SecretList{}
 		if err := a.local.List(ctx, list, client.InNamespace(a.opts.Namespace), sel); err != nil {

@@ -1,22 +1,28 @@
 package controller_test
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -256,6 +262,170 @@ func TestBundle_InvalidTargetIsStalled(t *testing.T) {
 		return nil
 	})
 	_ = renderer.TokenPlaceholder
+}
+
+// readTestdata reads one object of internal/targeting/testdata/mixed-target,
+// moved into workspace ws.
+func readTestdata[T client.Object](t *testing.T, file, ws string, obj T) T {
+	t.Helper()
+	data, err := os.ReadFile("../internal/targeting/testdata/mixed-target/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, obj); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetNamespace(ws)
+	return obj
+}
+
+// TestBundle_MixedTargetDeploysWhatFleetRenderBundleShows: the running
+// controller deploys the Bundle of internal/targeting/testdata/mixed-target
+// (first target: a cluster selector and a ClusterGroup) to exactly the
+// clusters, with exactly the options and manifests, that `fleet render
+// bundle` shows for them (cmd/fleet checks the CLI prints
+// renderer.RenderBundle): prod-eu, inside the group, by the first target;
+// prod-us, outside it, by the second; dev-eu, in the group but not selected
+// by the first target's selector, not at all.
+func TestBundle_MixedTargetDeploysWhatFleetRenderBundleShows(t *testing.T) {
+	ws := testenv.Namespace(t, up, "fleet-mixed-")
+	eu := readTestdata(t, "groups.yaml", ws, &fleet.ClusterGroup{}) // the file's first document
+	if err := up.Create(t.Context(), eu); err != nil {
+		t.Fatal(err)
+	}
+	clusters := map[string]*fleet.Cluster{}
+	for _, name := range []string{"prod-eu", "prod-us", "dev-eu"} {
+		c := readTestdata(t, name+".yaml", ws, &fleet.Cluster{})
+		if err := up.Create(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		clusters[name] = c
+	}
+	b := readTestdata(t, "bundle.yaml", ws, &fleet.Bundle{})
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, b.Name, "prod-eu", "prod-us")
+
+	groups := []fleet.ClusterGroup{*eu}
+	for _, name := range []string{"prod-eu", "prod-us"} {
+		c := clusters[name]
+		review, err := renderer.RenderBundle(b, c, groups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := content(t, ws, name, b.Name); got != string(review.YAML) {
+			t.Errorf("%s: the controller deployed\n%s\nfleet render bundle shows\n%s", name, got, review.YAML)
+		}
+		opts, _, err := renderer.OptionsFor(b, c, targeting.Groups{Items: groups, Given: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bd := &fleet.BundleDeployment{}
+		if err := up.Get(t.Context(), client.ObjectKey{Namespace: names.ClusterNamespace(ws, name), Name: b.Name}, bd); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(opts, bd.Spec.Options); diff != "" {
+			t.Errorf("%s: BundleDeployment options differ from fleet render bundle's (-render +controller):\n%s", name, diff)
+		}
+	}
+	if !strings.Contains(content(t, ws, "prod-eu", b.Name), `replicas: "3"`) || !strings.Contains(content(t, ws, "prod-us", b.Name), `replicas: "1"`) {
+		t.Error("prod-eu must get the eu-prod target's three replicas, prod-us the chart's one")
+	}
+	if _, err := renderer.RenderBundle(b, clusters["dev-eu"], groups); !errors.As(err, new(*renderer.NotDeployedError)) {
+		t.Errorf("fleet render bundle must show nothing for dev-eu, as the controller deploys nothing there: %v", err)
+	}
+}
+
+// TestBundle_AgentBundleLabelOnlyFromTheControllersAgentBundle: the
+// BundleDeployment of a Cluster's agent Bundle carries
+// fleet.AgentBundleLabel, by which the agent's deployer knows its own Bundle;
+// a user's Bundle that claims the label, even with a forged controller
+// reference to the Cluster, does not pass it on (and gets a Warning event).
+// An agent Bundle written without the label (by an older controller) gets it.
+func TestBundle_AgentBundleLabelOnlyFromTheControllersAgentBundle(t *testing.T) {
+	ws := testenv.Namespace(t, up, "fleet-agentlabel-")
+	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "c1"}, Spec: fleet.ClusterSpec{ClientID: "c1", AgentNamespace: "cattle-fleet-system"}}
+	if err := up.Create(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	clusterNS := names.ClusterNamespace(ws, c.Name)
+	agentBD := client.ObjectKey{Namespace: clusterNS, Name: names.AgentBundle(c.Name)}
+	labelOf := func(key client.ObjectKey) func() (string, error) {
+		return func() (string, error) {
+			bd := &fleet.BundleDeployment{}
+			if err := up.Get(t.Context(), key, bd); err != nil {
+				return "", err
+			}
+			v, ok := bd.Labels[fleet.AgentBundleLabel]
+			if !ok {
+				return "(none)", nil
+			}
+			return v, nil
+		}
+	}
+	waitLabel := func(what string, get func() (string, error), want string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, what, func() error {
+			got, err := get()
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("label %s = %q, want %q", fleet.AgentBundleLabel, got, want)
+			}
+			return nil
+		})
+	}
+	waitLabel("the agent Bundle's BundleDeployment labelled", labelOf(agentBD), "true")
+
+	if err := up.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	imposter := &fleet.Bundle{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "imposter", Labels: map[string]string{fleet.AgentBundleLabel: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: fleet.GroupVersion.String(), Kind: "Cluster", Name: c.Name, UID: c.UID, Controller: ptr.To(true)}}},
+		Spec: fleet.BundleSpec{
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{DefaultNamespace: "cattle-fleet-system"},
+			Resources:               []fleet.BundleResource{{Name: "cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"}},
+			Targets:                 []fleet.BundleTarget{{ClusterName: c.Name}},
+		},
+	}
+	if err := up.Create(t.Context(), imposter); err != nil {
+		t.Fatal(err)
+	}
+	waitLabel("the user Bundle's BundleDeployment written without the label", labelOf(client.ObjectKey{Namespace: clusterNS, Name: imposter.Name}), "(none)")
+	testenv.Eventually(t, 30*time.Second, "a ReservedLabelIgnored event on the user Bundle", func() error {
+		list := &corev1.EventList{}
+		if err := up.List(t.Context(), list, client.InNamespace(ws)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == "ReservedLabelIgnored" && e.InvolvedObject.Name == imposter.Name && e.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return errors.New("no event")
+	})
+
+	// An agent Bundle without the label, as an older controller wrote it:
+	// the Cluster reconciler labels it, and the label reaches its
+	// BundleDeployment.
+	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: agentBD.Name}}
+	updateBundle(t, b, func(b *fleet.Bundle) { delete(b.Labels, fleet.AgentBundleLabel) })
+	updateCluster(t, c, func(c *fleet.Cluster) {
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations["example.com/touched"] = "1"
+	})
+	waitLabel("the agent Bundle labelled again", func() (string, error) {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return "", err
+		}
+		return b.Labels[fleet.AgentBundleLabel], nil
+	}, "true")
+	waitLabel("its BundleDeployment labelled again", labelOf(agentBD), "true")
 }
 
 // updateBundle changes a Bundle, retrying when the controller wrote it in

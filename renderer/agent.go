@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -27,9 +28,6 @@ import (
 const (
 	// AgentReleaseName is the Helm release name of the agent chart.
 	AgentReleaseName = "fleet-agent"
-	// BootstrapSecretName is the downstream Secret holding the import
-	// credential.
-	BootstrapSecretName = registration.BootstrapSecretName
 
 	// TokenPlaceholder stands for the import token wherever the real token
 	// must not appear: Bundles, `fleet render` output, logs. The controller
@@ -54,8 +52,15 @@ type Bootstrap struct {
 	Token string
 }
 
-// AgentValues are the values of charts/fleet-agent. Field names follow the
-// chart's values.yaml; see values.schema.json there.
+// AgentValues are the values of charts/fleet-agent, the one type for them:
+// AgentValuesForCluster builds what the controller renders a Cluster's agent
+// with (its first deploy and its agent Bundle), AgentValuesForToken the values
+// file of a ClusterRegistrationToken for helm install, ParseAgentValues reads
+// one back, and `fleet render agent` prints either. Field names follow the
+// chart's values.yaml; see values.schema.json there. The JSON encoding is
+// what Hash covers: changing a field's name, order or omitempty changes the
+// hash of every agent, and the controller would push every manager-initiated
+// agent again.
 type AgentValues struct {
 	APIServerURL                string            `json:"apiServerURL"`
 	InsecureAPIServerURL        bool              `json:"insecureAPIServerURL,omitempty"`
@@ -115,14 +120,80 @@ type AgentValues struct {
 	} `json:"internal"`
 }
 
-// BuildAgentValues turns a Cluster's agent settings and the controller config
-// into agent chart values. With bootstrap nil, the values render the agent
-// without its bootstrap Secret (the agent's own Bundle, after registration).
-// Every error names the field to fix.
-func BuildAgentValues(cluster *fleet.Cluster, cfg *config.Config, bootstrap *Bootstrap) (*AgentValues, error) {
+// ErrNoAPIServerURL: the agent would not know where its upstream is.
+var ErrNoAPIServerURL = errors.New("no upstream API server URL for the agent: set apiServerURL in the fleet-controller config, or key apiServerURL in the kubeconfig Secret")
+
+// AgentValuesForCluster returns the values the controller renders a
+// Cluster's agent with: the controller configuration's agent settings, the
+// Cluster's own (spec.agentEnvVars, agentTolerations, ...) and, with a
+// bootstrap, what the first deploy's fleet-agent-bootstrap Secret carries.
+// With bootstrap nil the values render the agent without its bootstrap
+// Secret: the agent's own Bundle (manageagent), after registration. Every
+// error names the field to fix; a missing upstream URL is ErrNoAPIServerURL,
+// a plain http one the configuration does not allow a
+// *config.InsecureAPIServerURLError.
+func AgentValuesForCluster(cluster *fleet.Cluster, cfg *config.Config, bootstrap *Bootstrap) (*AgentValues, error) {
 	if cfg == nil {
 		cfg = &config.Config{}
 	}
+	v, errs := agentValues(cluster, cfg)
+	if bootstrap != nil {
+		errs = append(errs, v.setBootstrap(cfg, bootstrap)...)
+		if v.APIServerURL == "" {
+			errs = append(errs, ErrNoAPIServerURL)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// AgentValuesForToken returns the values file of a ClusterRegistrationToken,
+// for `helm install fleet-agent charts/fleet-agent -f values.yaml`: the
+// bootstrap (upstream URL and CA, the import bearer token, the names) and
+// the controller configuration's agent settings, built as
+// AgentValuesForCluster builds them for a Cluster without agent settings of
+// its own, which is what the registration makes. So the agent an admin
+// installs with it renders the pod template its own Bundle applies after
+// registration, and adoption restarts nothing. bearer "" gives
+// TokenPlaceholder (offline rendering).
+//
+// A missing upstream URL is not an error here: the values Secret is written
+// anyway and the token's status says what to set.
+func AgentValuesForToken(token *fleet.ClusterRegistrationToken, cfg *config.Config, bearer string) (*AgentValues, error) {
+	if cfg == nil {
+		cfg = &config.Config{}
+	}
+	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: token.Namespace}, Spec: fleet.ClusterSpec{ClientID: token.Spec.ClientID}}
+	v, errs := agentValues(c, cfg)
+	errs = append(errs, v.setBootstrap(cfg, &Bootstrap{
+		TokenName:                   token.Name,
+		ClusterNamespace:            token.Namespace,
+		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS,
+		Token:                       bearer,
+	})...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("token %s/%s: %w", token.Namespace, token.Name, err)
+	}
+	return v, nil
+}
+
+// ParseAgentValues reads a values file (AgentValues.YAML, or one written by
+// an older controller: a token's values Secret holds the keys of the
+// bootstrap, the image, TLS mode and check-in interval only). Keys it does
+// not know are ignored, as Helm would reject them, not this.
+func ParseAgentValues(data []byte) (*AgentValues, error) {
+	v := &AgentValues{}
+	if err := yaml.Unmarshal(data, v); err != nil {
+		return nil, fmt.Errorf("parsing agent values: %w", err)
+	}
+	return v, nil
+}
+
+// agentValues builds the values that come from the controller configuration
+// and the Cluster's agent settings: everything but the bootstrap.
+func agentValues(cluster *fleet.Cluster, cfg *config.Config) (*AgentValues, []error) {
 	spec := &cluster.Spec
 	v := &AgentValues{Labels: map[string]string{}, ImagePullSecrets: []corev1.LocalObjectReference{}, Env: []corev1.EnvVar{}, Tolerations: []corev1.Toleration{}}
 	var errs []error
@@ -190,38 +261,37 @@ func BuildAgentValues(cluster *fleet.Cluster, cfg *config.Config, bootstrap *Boo
 	lease, renew, retry := cfg.GetAgentLeaderElection()
 	v.LeaderElection.LeaseDuration, v.LeaderElection.RenewDeadline, v.LeaderElection.RetryPeriod = lease.String(), renew.String(), retry.String()
 	v.Proxy.HTTPProxy, v.Proxy.HTTPSProxy, v.Proxy.NoProxy = cfg.AgentProxy.HTTPProxy, cfg.AgentProxy.HTTPSProxy, cfg.AgentProxy.NoProxy
+	return v, errs
+}
 
-	if bootstrap != nil {
-		v.Bootstrap.Enabled = true
-		v.APIServerURL = cfg.APIServerURL
-		if bootstrap.APIServerURL != "" {
-			v.APIServerURL = bootstrap.APIServerURL
-		}
-		v.APIServerCA = string(cfg.APIServerCA)
-		if len(bootstrap.APIServerCA) > 0 {
-			v.APIServerCA = string(bootstrap.APIServerCA)
-		}
-		if v.APIServerURL == "" {
-			errs = append(errs, errors.New("no upstream API server URL for the agent: set apiServerURL in the fleet-controller config, or key apiServerURL in the kubeconfig Secret"))
-		}
-		if err := cfg.CheckAPIServerURLScheme(v.APIServerURL); err != nil {
-			errs = append(errs, err)
-		}
-		v.InsecureAPIServerURL = strings.HasPrefix(strings.ToLower(v.APIServerURL), "http://")
-		v.TokenName = bootstrap.TokenName
-		v.ClusterNamespace = bootstrap.ClusterNamespace
-		if bootstrap.SystemRegistrationNamespace != "" {
-			v.SystemRegistrationNamespace = bootstrap.SystemRegistrationNamespace
-		}
-		v.Token = bootstrap.Token
-		if v.Token == "" {
-			v.Token = TokenPlaceholder
-		}
+// setBootstrap adds the values of the fleet-agent-bootstrap Secret: the
+// upstream URL and CA (the bootstrap's, else the configuration's), the
+// names, and the import token (TokenPlaceholder when it has none).
+func (v *AgentValues) setBootstrap(cfg *config.Config, b *Bootstrap) []error {
+	var errs []error
+	v.Bootstrap.Enabled = true
+	v.APIServerURL = cfg.APIServerURL
+	if b.APIServerURL != "" {
+		v.APIServerURL = b.APIServerURL
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	v.APIServerCA = string(cfg.APIServerCA)
+	if len(b.APIServerCA) > 0 {
+		v.APIServerCA = string(b.APIServerCA)
 	}
-	return v, nil
+	if err := cfg.CheckAPIServerURLScheme(v.APIServerURL); err != nil {
+		errs = append(errs, err)
+	}
+	v.InsecureAPIServerURL = strings.HasPrefix(strings.ToLower(v.APIServerURL), "http://")
+	v.TokenName = b.TokenName
+	v.ClusterNamespace = b.ClusterNamespace
+	if b.SystemRegistrationNamespace != "" {
+		v.SystemRegistrationNamespace = b.SystemRegistrationNamespace
+	}
+	v.Token = b.Token
+	if v.Token == "" {
+		v.Token = TokenPlaceholder
+	}
+	return errs
 }
 
 // AgentNamespace returns the downstream namespace of a Cluster's agent.
@@ -311,7 +381,7 @@ func InjectBootstrapToken(objs []*unstructured.Unstructured, token string) ([]*u
 	placeholder := base64.StdEncoding.EncodeToString([]byte(TokenPlaceholder))
 	for i, o := range objs {
 		out[i] = o
-		if o.GetKind() != "Secret" || o.GetName() != BootstrapSecretName {
+		if o.GetKind() != "Secret" || o.GetName() != registration.BootstrapSecretName {
 			continue
 		}
 		cur, _, _ := unstructured.NestedString(o.Object, "data", "token")
@@ -326,7 +396,7 @@ func InjectBootstrapToken(objs []*unstructured.Unstructured, token string) ([]*u
 		found = true
 	}
 	if !found {
-		return nil, fmt.Errorf("the rendered agent has no %s Secret", BootstrapSecretName)
+		return nil, fmt.Errorf("the rendered agent has no %s Secret", registration.BootstrapSecretName)
 	}
 	return out, nil
 }
@@ -345,10 +415,6 @@ func ShortDuration(d time.Duration) string {
 	}
 	return s
 }
-
-// SplitImage splits "registry/repo:tag" into repository and tag, as the
-// agent chart's image values take it.
-func SplitImage(ref string) (repo, tag string, err error) { return splitImage(ref) }
 
 // splitImage splits "registry/repo:tag" into repository and tag.
 func splitImage(ref string) (repo, tag string, err error) {
@@ -406,7 +472,7 @@ func OfflineAgentValues(cluster *fleet.Cluster, cfg *config.Config, withBootstra
 	if withBootstrap {
 		b = OfflineBootstrap(c)
 	}
-	return BuildAgentValues(c, cfg, b)
+	return AgentValuesForCluster(c, cfg, b)
 }
 
 // OfflineBootstrap is the bootstrap of a manager-initiated Cluster as far as

@@ -3,6 +3,7 @@ package renderer_test
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -13,15 +14,19 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -352,11 +357,11 @@ func TestAgentRender_AdoptionChangesOnlyTheBootstrapSecret(t *testing.T) {
 	r := newRenderer(t)
 	c := loadCluster(t, "testdata/clusters/05-resources.yaml")
 	cfg := loadConfig(t)
-	first, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+	first, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	managed, err := renderer.BuildAgentValues(c, cfg, nil)
+	managed, err := renderer.AgentValuesForCluster(c, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +375,7 @@ func TestAgentRender_AdoptionChangesOnlyTheBootstrapSecret(t *testing.T) {
 	}
 	var withoutSecret []*unstructured.Unstructured
 	for _, o := range objects(t, a) {
-		if o.GetName() != renderer.BootstrapSecretName {
+		if o.GetName() != registration.BootstrapSecretName {
 			withoutSecret = append(withoutSecret, o)
 		}
 	}
@@ -386,7 +391,7 @@ func TestAgentRender_TokenOnlyInTheAppliedCopy(t *testing.T) {
 	r := newRenderer(t)
 	c := loadCluster(t, "testdata/clusters/02-env-vars.yaml")
 	const secretToken = "eyJhbGciOiJSUzI1NiJ9.secret-token-value"
-	v, err := renderer.BuildAgentValues(c, loadConfig(t), renderer.OfflineBootstrap(c))
+	v, err := renderer.AgentValuesForCluster(c, loadConfig(t), renderer.OfflineBootstrap(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,11 +407,11 @@ func TestAgentRender_TokenOnlyInTheAppliedCopy(t *testing.T) {
 	if bytes.Contains(out.YAML, []byte(enc)) || bytes.Contains(out.YAML, []byte(secretToken)) {
 		t.Error("the stored render contains the token")
 	}
-	s := find(t, applied, "Secret", renderer.BootstrapSecretName)
+	s := find(t, applied, "Secret", registration.BootstrapSecretName)
 	if got, _, _ := unstructured.NestedString(s.Object, "data", "token"); got != enc {
 		t.Errorf("applied token %q", got)
 	}
-	orig := find(t, objects(t, out), "Secret", renderer.BootstrapSecretName)
+	orig := find(t, objects(t, out), "Secret", registration.BootstrapSecretName)
 	if got, _, _ := unstructured.NestedString(orig.Object, "data", "token"); got == enc {
 		t.Error("InjectBootstrapToken changed the stored render")
 	}
@@ -485,6 +490,31 @@ func TestAgentValues_BadInputNamesTheField(t *testing.T) {
 	}
 }
 
+// What the import turns into a condition reason is told by the error's
+// type, not its text, even among other problems.
+func TestAgentValues_UpstreamURLProblemsAreTyped(t *testing.T) {
+	c := loadCluster(t, "testdata/clusters/02-env-vars.yaml")
+	c.Spec.AgentEnvVars = append(c.Spec.AgentEnvVars, corev1.EnvVar{Name: "apiServerURL=x"})
+	cfg := loadConfig(t)
+	cfg.APIServerURL = ""
+	_, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	if !errors.Is(err, renderer.ErrNoAPIServerURL) {
+		t.Errorf("no URL: %v, want ErrNoAPIServerURL", err)
+	}
+	cfg.APIServerURL = "http://upstream.example.com"
+	_, err = renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	var insecure *config.InsecureAPIServerURLError
+	if !errors.As(err, &insecure) || errors.Is(err, renderer.ErrNoAPIServerURL) || insecure.URL != cfg.APIServerURL {
+		t.Errorf("plain http URL: %v, want an InsecureAPIServerURLError", err)
+	}
+	// An env var named after the key is a problem of its own, not a URL one.
+	cfg.APIServerURL = "https://upstream.example.com"
+	_, err = renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	if err == nil || errors.Is(err, renderer.ErrNoAPIServerURL) || errors.As(err, &insecure) {
+		t.Errorf("bad env var only: %v", err)
+	}
+}
+
 func TestAgentChart_RejectsBadValuesWithClearMessages(t *testing.T) {
 	ch, err := renderer.LoadChartDir("../charts/fleet-agent")
 	if err != nil {
@@ -524,12 +554,12 @@ func TestAgentValues_PlainHTTPUpstreamNeedsTheOptIn(t *testing.T) {
 	c := loadCluster(t, "../examples/gitops/clusters/more/prod-eu.yaml")
 	cfg := loadConfig(t)
 	cfg.APIServerURL = "http://upstream.example.com"
-	_, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+	_, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
 	if err == nil || !strings.Contains(err.Error(), "allowInsecureAPIServerURL") {
 		t.Fatalf("an http upstream without the opt-in: %v", err)
 	}
 	cfg.AllowInsecureAPIServerURL = true
-	v, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+	v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
 	if err != nil || !v.InsecureAPIServerURL {
 		t.Fatalf("with the opt-in: %v (insecureAPIServerURL %v)", err, v != nil && v.InsecureAPIServerURL)
 	}
@@ -544,7 +574,7 @@ func BenchmarkRenderAgent(b *testing.B) {
 	cfg := loadConfig(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		v, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+		v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -562,7 +592,7 @@ func BenchmarkRenderAgentObjects(b *testing.B) {
 	cfg := loadConfig(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		v, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+		v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -587,5 +617,84 @@ func TestShortDuration(t *testing.T) {
 		if back, err := time.ParseDuration(want); err != nil || back != d {
 			t.Errorf("%q does not parse back to %s", want, d)
 		}
+	}
+}
+
+// The hash of the values decides whether the controller pushes a
+// manager-initiated agent again (status.agentValuesHash): a change of the
+// values' JSON encoding (a field renamed, reordered, given omitempty) would
+// push every agent once more at the next controller upgrade, with a fresh
+// bootstrap and a new registration. These are the hashes of the values as
+// released; a change here must be deliberate.
+func TestAgentValues_HashIsStable(t *testing.T) {
+	for file, want := range map[string]string{
+		"01-minimal-manager.yaml": "ba194c7b6331b251a9f3bce918f7c54a4b2b5c3e16b3f84dd182e3ee44af81d5",
+		"08-scheduling.yaml":      "e1fcbc5f9a4e298ec50150b51fd332aba36dd9923de781fdd272ce402be51ba5",
+		"10-agent-initiated.yaml": "774b1330777e22947e9856a4cb62b08f483db362c2436ac3175d1c17635fafec",
+	} {
+		c := loadCluster(t, "testdata/clusters/"+file)
+		v, err := renderer.OfflineAgentValues(c, loadConfig(t), c.Spec.KubeConfigSecret != "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := v.Hash(); got != want {
+			t.Errorf("%s: values hash %s, want %s: every agent would be pushed again", file, got, want)
+		}
+	}
+}
+
+// The agent chart writes the downstream side of the handshake contract
+// (internal/registration): the bootstrap Secret the agent registers with and
+// the ConfigMap of its settings, under the names and keys the agent reads,
+// from a token's values file as an admin installs it.
+func TestAgentChart_WritesTheHandshakeContract(t *testing.T) {
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "edge"}, Spec: fleet.ClusterRegistrationTokenSpec{ClientID: "edge-1"}}
+	cfg := loadConfig(t)
+	v, err := renderer.AgentValuesForToken(tok, cfg, "eyJhbGciOi.bearer.token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := newRenderer(t).Render(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := find(t, objects(t, out), "Secret", registration.BootstrapSecretName)
+	if s == nil {
+		t.Fatalf("no Secret %s rendered", registration.BootstrapSecretName)
+	}
+	sec := &corev1.Secret{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(s.Object, sec); err != nil {
+		t.Fatal(err)
+	}
+	b, err := registration.ParseBootstrap(sec.Data)
+	if err != nil {
+		t.Fatalf("the agent cannot read the bootstrap Secret the chart writes: %v", err)
+	}
+	want := &registration.Bootstrap{APIServerURL: cfg.APIServerURL, APIServerCA: cfg.APIServerCA, ClusterNamespace: "fleet-default",
+		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS, Token: "eyJhbGciOi.bearer.token", TokenName: "edge"}
+	if diff := cmp.Diff(want, b); diff != "" {
+		t.Errorf("bootstrap (-want +got):\n%s", diff)
+	}
+	for k := range sec.Data {
+		switch k {
+		case registration.BootstrapKeyAPIServerURL, registration.BootstrapKeyAPIServerCA, registration.BootstrapKeyClusterNamespace,
+			registration.BootstrapKeySystemRegistrationNamespace, registration.BootstrapKeyToken, registration.BootstrapKeyTokenName:
+		default:
+			t.Errorf("bootstrap Secret key %q is not in the contract", k)
+		}
+	}
+
+	cm := find(t, objects(t, out), "ConfigMap", registration.AgentConfigMapName)
+	if cm == nil {
+		t.Fatalf("no ConfigMap %s rendered", registration.AgentConfigMapName)
+	}
+	doc, _, _ := unstructured.NestedString(cm.Object, "data", registration.AgentConfigKey)
+	got := &registration.AgentConfig{}
+	if err := strictyaml.Unmarshal([]byte(doc), got); err != nil {
+		t.Fatalf("ConfigMap key %s %q does not decode strictly into registration.AgentConfig: %v", registration.AgentConfigKey, doc, err)
+	}
+	wantCfg := &registration.AgentConfig{Labels: map[string]string{}, ClientID: "edge-1", AgentTLSMode: cfg.GetAgentTLSMode(), CheckinInterval: renderer.ShortDuration(cfg.GetAgentCheckinInterval())}
+	if diff := cmp.Diff(wantCfg, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("agent config (-want +got):\n%s", diff)
 	}
 }

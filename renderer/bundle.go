@@ -13,11 +13,10 @@ import (
 	"testing/fstest"
 
 	"helm.sh/helm/v3/pkg/chartutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/targeting"
 )
 
 // BundleFiles decodes a Bundle's resources into files by path, within the
@@ -124,32 +123,6 @@ func readAtMost(r io.Reader, limit int64) ([]byte, error) {
 	}
 }
 
-// TargetFor returns the first target of the Bundle that selects the cluster
-// by name or labels, and whether one did. Cluster groups need the API and are
-// resolved by the controller.
-func TargetFor(bundle *fleet.Bundle, cluster *fleet.Cluster) (*fleet.BundleTarget, bool, error) {
-	for i := range bundle.Spec.Targets {
-		t := &bundle.Spec.Targets[i]
-		if t.ClusterName != "" && t.ClusterName != cluster.Name {
-			continue
-		}
-		if t.ClusterSelector != nil {
-			sel, err := metav1.LabelSelectorAsSelector(t.ClusterSelector)
-			if err != nil {
-				return nil, false, fmt.Errorf("targets[%d].clusterSelector: %w", i, err)
-			}
-			if !sel.Matches(labels.Set(cluster.Labels)) {
-				continue
-			}
-		}
-		if t.ClusterName == "" && t.ClusterSelector == nil {
-			continue
-		}
-		return t, true, nil
-	}
-	return nil, false, nil
-}
-
 // MergeOptions lays a target's options over the Bundle's: set fields win,
 // Helm values are merged key by key.
 func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeploymentOptions {
@@ -213,38 +186,49 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 	return out
 }
 
-// RenderBundle renders a Bundle for one cluster (nil: no target
-// customisation): the Helm chart if there is one, then the kustomize overlay
-// if there is one; otherwise every YAML file of the Bundle, in path order.
-// It renders in this process: Bundles from untrusted authors render in a
-// render worker (internal/renderworker) instead.
-func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster) (*Output, error) {
+// RenderBundle renders, in this process, what the controller deploys of a
+// Bundle to one cluster: the Helm chart if there is one, then the kustomize
+// overlay if there is one; otherwise every YAML file of the Bundle, in path
+// order. A nil cluster renders the Bundle's own options (no target
+// customisation). groups are the ClusterGroups the caller has (targeting
+// treats them as given, not as the whole workspace: a target needing
+// another one is a *targeting.MissingGroupsError); a cluster the Bundle
+// deploys nothing to is a *NotDeployedError. Bundles from untrusted authors
+// render in a render worker (internal/renderworker) instead.
+func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fleet.ClusterGroup) (*Output, error) {
 	files, err := BundleFiles(bundle.Spec.Resources)
 	if err != nil {
 		return nil, err
 	}
-	opts, err := OptionsFor(bundle, cluster)
-	if err != nil {
-		return nil, err
+	opts := bundle.Spec.BundleDeploymentOptions
+	if cluster != nil {
+		o, t, err := OptionsFor(bundle, cluster, targeting.Groups{Items: groups, Given: true})
+		if err != nil {
+			return nil, err
+		}
+		if t == nil || t.DoNotDeploy {
+			return nil, &NotDeployedError{Message: targeting.Describe(bundle, cluster, t)}
+		}
+		opts = o
 	}
 	return RenderFiles(bundle.Name, files, opts)
 }
 
-// OptionsFor returns the options a Bundle renders with for one cluster (nil:
-// no target customisation): the first target that selects the cluster by
-// name or labels lays its options over the Bundle's.
-func OptionsFor(bundle *fleet.Bundle, cluster *fleet.Cluster) (fleet.BundleDeploymentOptions, error) {
-	opts := bundle.Spec.BundleDeploymentOptions
-	if cluster != nil {
-		t, ok, err := TargetFor(bundle, cluster)
-		if err != nil {
-			return opts, err
-		}
-		if ok {
-			opts = MergeOptions(opts, t.BundleDeploymentOptions)
-		}
+// NotDeployedError: the Bundle deploys nothing to the cluster.
+type NotDeployedError struct{ Message string }
+
+func (e *NotDeployedError) Error() string { return e.Message }
+
+// OptionsFor returns what a Bundle deploys to a cluster: the target that
+// selects it (targeting.Match; nil when none does) and, unless there is none
+// or it has doNotDeploy, the Bundle's options with the target's laid over
+// them. The controller and `fleet render bundle` both decide with it.
+func OptionsFor(bundle *fleet.Bundle, cluster *fleet.Cluster, groups targeting.Groups) (fleet.BundleDeploymentOptions, *fleet.BundleTarget, error) {
+	t, err := targeting.Match(bundle, cluster, groups)
+	if err != nil || t == nil || t.DoNotDeploy {
+		return fleet.BundleDeploymentOptions{}, t, err
 	}
-	return opts, nil
+	return MergeOptions(bundle.Spec.BundleDeploymentOptions, t.BundleDeploymentOptions), t, nil
 }
 
 // RenderFiles renders a Bundle's decoded files with its options.

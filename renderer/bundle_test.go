@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 
@@ -76,7 +77,7 @@ func TestRenderBundle_ChartValuesTargetAndOverlay(t *testing.T) {
 	}
 	for _, tc := range cases {
 		cluster := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: tc.labels}}
-		out, err := renderer.RenderBundle(chartBundle(), cluster)
+		out, err := renderer.RenderBundle(chartBundle(), cluster, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,13 +97,32 @@ func TestRenderBundle_ChartValuesTargetAndOverlay(t *testing.T) {
 	}
 }
 
+// A cluster the Bundle deploys nothing to (no target selects it, or the one
+// that does has doNotDeploy) renders nothing: a *NotDeployedError that says
+// why, not the Bundle's own options.
+func TestRenderBundle_NothingForAClusterItDoesNotDeployTo(t *testing.T) {
+	b := chartBundle()
+	b.Spec.Targets = b.Spec.Targets[:1] // env=prod only
+	dev := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "dev-1", Labels: map[string]string{"env": "dev"}}}
+	var nd *renderer.NotDeployedError
+	if _, err := renderer.RenderBundle(b, dev, nil); !errors.As(err, &nd) || !strings.Contains(err.Error(), "no target of Bundle web selects cluster dev-1") {
+		t.Errorf("untargeted cluster: %v", err)
+	}
+	b.Spec.Targets[0].DoNotDeploy = true
+	b.Spec.Targets[0].Name = "prod"
+	prod := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod-1", Labels: map[string]string{"env": "prod"}}}
+	if _, err := renderer.RenderBundle(b, prod, nil); !errors.As(err, &nd) || !strings.Contains(err.Error(), "target prod of Bundle web selects cluster prod-1 with doNotDeploy") {
+		t.Errorf("doNotDeploy: %v", err)
+	}
+}
+
 func TestRenderBundle_RawManifestsInPathOrder(t *testing.T) {
 	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Name: "raw"}, Spec: fleet.BundleSpec{Resources: []fleet.BundleResource{
 		{Name: "b/svc.yaml", Content: "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"},
 		{Name: "a/cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: one}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: two}\n"},
 		{Name: "README.md", Content: "not a manifest"},
 	}}}
-	out, err := renderer.RenderBundle(b, nil)
+	out, err := renderer.RenderBundle(b, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +133,7 @@ func TestRenderBundle_RawManifestsInPathOrder(t *testing.T) {
 	if strings.Join(names, ",") != "one,two,s" {
 		t.Errorf("got %v", names)
 	}
-	again, _ := renderer.RenderBundle(b, nil)
+	again, _ := renderer.RenderBundle(b, nil, nil)
 	if !bytes.Equal(again.YAML, out.YAML) {
 		t.Error("not deterministic")
 	}
@@ -147,7 +167,7 @@ func TestRenderBundle_BadInputGivesClearErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := chartBundle()
 			tc.mutate(b)
-			_, err := renderer.RenderBundle(b, nil)
+			_, err := renderer.RenderBundle(b, nil, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}

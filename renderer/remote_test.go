@@ -137,7 +137,7 @@ func TestRenderBundle_RemoteOverlayResourceNamesTheBundleFile(t *testing.T) {
 			{Name: "overlay/kustomization.yaml", Content: "resources:\n- cm.yaml\n- base\n- https://example.com/deploy.yaml\n"},
 		},
 	}}
-	_, err := renderer.RenderBundle(b, nil)
+	_, err := renderer.RenderBundle(b, nil, nil)
 	want := `kustomize overlay: overlay/kustomization.yaml resources[2] "https://example.com/deploy.yaml" is a remote resource; Bundles may only use their own files`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)

@@ -70,7 +70,8 @@ type Options struct {
 	// ClusterName and ClusterNamespace are the agent's own Cluster and its
 	// workspace upstream, as its credential names them. Only
 	// BundleDeployments labelled for exactly this cluster are applied, and
-	// fleet-agent-<ClusterName> is the agent's own Bundle.
+	// the one of them also labelled fleet.AgentBundleLabel is the agent's
+	// own Bundle.
 	ClusterName      string
 	ClusterNamespace string
 

@@ -763,16 +763,23 @@ spec:
 	}
 }
 
+// asAgentBundle labels a BundleDeployment as the controller labels the one
+// of a Cluster's agent Bundle.
+func asAgentBundle(bd *fleet.BundleDeployment) { bd.Labels[fleet.AgentBundleLabel] = "true" }
+
+// The agent's own Bundle is dry-run as a whole before anything of it is
+// applied. The deployer knows it by the controller's label, whatever its
+// name (the name here is not fleet-agent-<cluster>).
 func TestDeployer_AgentBundleNeverHalfApplies(t *testing.T) {
 	f := newFixture(t)
 	appNS := "agent-bundle-" + f.suffix
 	role := "agent-bundle-" + f.suffix
-	name := names.AgentBundle(f.cluster)
+	name := "marked-by-label"
 	roleYAML := "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: " + role + "\nrules: []\n"
 	// The Service is invalid (port out of range): only a dry run finds it.
 	badService := "apiVersion: v1\nkind: Service\nmetadata:\n  name: broken\nspec:\n  ports:\n  - port: 99999\n"
 	opts := fleet.BundleDeploymentOptions{DefaultNamespace: appNS}
-	f.deploy(name, docs(roleYAML, configMapYAML("cfg", "1"), badService), opts)
+	f.deploy(name, docs(roleYAML, configMapYAML("cfg", "1"), badService), opts, asAgentBundle)
 	bd, took := f.waitBD(name, 30*time.Second, "ErrApplied", stateIs(fleet.ErrApplied))
 	t.Logf("dry-run failure reported in %s", took)
 	if c := condition(bd, fleet.DeployedCondition); c.Reason != fleet.ApplyFailedReason || !strings.Contains(c.Message, "dry run") || !strings.Contains(c.Message, "broken") {
@@ -783,7 +790,7 @@ func TestDeployer_AgentBundleNeverHalfApplies(t *testing.T) {
 	}
 
 	// A fixed agent bundle applies, including into the namespace it makes.
-	id := f.deploy(name, docs(roleYAML, configMapYAML("cfg", "1")), opts)
+	id := f.deploy(name, docs(roleYAML, configMapYAML("cfg", "1")), opts, asAgentBundle)
 	f.waitBD(name, 30*time.Second, "Ready", readyFor(id))
 	if !f.exists(cm(appNS, "cfg")) {
 		t.Error("configmap cfg missing")
@@ -899,7 +906,7 @@ spec:
 
 	// The agent Bundle as the controller makes it: defaultNamespace is the
 	// agent's namespace.
-	id := f.deploy(name, manifests, fleet.BundleDeploymentOptions{DefaultNamespace: sysNS})
+	id := f.deploy(name, manifests, fleet.BundleDeploymentOptions{DefaultNamespace: sysNS}, asAgentBundle)
 	f.waitBD(name, 30*time.Second, "applied (the Deployment is never ready here)", func(bd *fleet.BundleDeployment) bool {
 		return bd.Status.AppliedDeploymentID == id && bd.Status.Display.State == string(fleet.NotReady) && bd.Status.NonModified
 	})

@@ -17,7 +17,6 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
-	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
@@ -47,11 +46,13 @@ func clusterMismatch(labels map[string]string, clusterNamespace, clusterName str
 		show(name, nameOK), show(ns, nsOK), fleet.ClusterLabel, fleet.ClusterNamespaceLabel, clusterName, clusterNamespace)
 }
 
-// isAgentBundle reports whether a BundleDeployment is this cluster's own
-// agent Bundle, fleet-agent-<cluster> (a user Bundle named fleet-agent-foo
-// is not).
-func isAgentBundle(bundleDeployment, clusterName string) bool {
-	return bundleDeployment == names.AgentBundle(clusterName)
+// isAgentBundle reports whether a BundleDeployment, by its labels, is this
+// cluster's own agent Bundle: marked fleet.AgentBundleLabel (which the
+// controller passes on only from the agent Bundle it made for the Cluster,
+// never from a user's Bundle) and labelled for this agent's cluster. Its
+// name plays no part.
+func isAgentBundle(labels map[string]string, clusterNamespace, clusterName string) bool {
+	return labels[fleet.AgentBundleLabel] == "true" && clusterMismatch(labels, clusterNamespace, clusterName) == ""
 }
 
 // identity applies a BundleDeployment's objects downstream: the agent

@@ -3,6 +3,7 @@ package deployer
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -10,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/names"
 )
 
 func TestClusterMismatch_OnlyTheAgentsOwnClusterPasses(t *testing.T) {
@@ -48,23 +48,34 @@ func TestClusterMismatch_OnlyTheAgentsOwnClusterPasses(t *testing.T) {
 	}
 }
 
-func TestIsAgentBundle_ExactlyTheClustersOwn(t *testing.T) {
-	long := strings.Repeat("c", 70)
+func TestIsAgentBundle_ByItsLabelForThisCluster(t *testing.T) {
+	own := map[string]string{fleet.ClusterLabel: "prod", fleet.ClusterNamespaceLabel: "fleet-default"}
+	with := func(l map[string]string, kv ...string) map[string]string {
+		out := maps.Clone(l)
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == "" {
+				delete(out, kv[i])
+				continue
+			}
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
 	cases := []struct {
-		bd, cluster string
-		want        bool
+		name   string
+		labels map[string]string
+		want   bool
 	}{
-		{"fleet-agent-prod", "prod", true},
-		{"fleet-agent-foo", "prod", false},    // a user Bundle with the prefix
-		{"fleet-agent-prod-2", "prod", false}, // another cluster's name starts with ours
-		{"fleet-agent-", "", true},            // degenerate, but exact
-		{"fleet-agent-" + long, long, false},  // long names are shortened by names.AgentBundle
-		{"xfleet-agent-prod", "prod", false},
-		{names.AgentBundle(long), long, true},
+		{"the controller's label for this cluster", with(own, fleet.AgentBundleLabel, "true"), true},
+		{"no label: a Bundle named fleet-agent-prod is not enough", own, false},
+		{"label for another cluster", with(own, fleet.AgentBundleLabel, "true", fleet.ClusterLabel, "prod-2"), false},
+		{"label for another workspace", with(own, fleet.AgentBundleLabel, "true", fleet.ClusterNamespaceLabel, "fleet-local"), false},
+		{"label without cluster labels", map[string]string{fleet.AgentBundleLabel: "true"}, false},
+		{"label with another value", with(own, fleet.AgentBundleLabel, "yes"), false},
 	}
 	for _, c := range cases {
-		if got := isAgentBundle(c.bd, c.cluster); got != c.want {
-			t.Errorf("isAgentBundle(%q, %q) = %v, want %v", c.bd, c.cluster, got, c.want)
+		if got := isAgentBundle(c.labels, "fleet-default", "prod"); got != c.want {
+			t.Errorf("%s: isAgentBundle(%v) = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 }

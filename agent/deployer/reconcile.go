@@ -333,7 +333,7 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 			}
 			return fmt.Errorf("the bundle was not applied, its dry run as %s failed: %w", id.name(d.opts.AgentNamespace), err)
 		}
-	case isAgentBundle(bd.Name, d.opts.ClusterName):
+	case isAgentBundle(bd.Labels, d.opts.ClusterNamespace, d.opts.ClusterName):
 		if err := d.dryRunAll(ctx, id, objs); err != nil {
 			return fmt.Errorf("the agent bundle was not applied, its dry run failed: %w", err)
 		}

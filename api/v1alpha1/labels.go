@@ -41,6 +41,14 @@ const (
 	BundleLabel          = "fleet.cattle.io/bundle-name"
 	BundleNamespaceLabel = "fleet.cattle.io/bundle-namespace"
 
+	// AgentBundleLabel with value "true" marks a Cluster's agent Bundle
+	// fleet-agent-<cluster> and its BundleDeployment; the agent's deployer
+	// recognises its own Bundle by it (and the cluster labels). Only the
+	// controller sets it: the Bundle reconciler passes it on to the
+	// BundleDeployment only for the agent Bundle it made for that Cluster
+	// (named for it, controlled by it), and ignores it on any other Bundle.
+	AgentBundleLabel = "fleet.cattle.io/agent-bundle"
+
 	// ShardLabel assigns a Cluster (and what is made for it) to a controller
 	// shard.
 	ShardLabel = "fleet.cattle.io/shard-id"

@@ -36,8 +36,10 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
+	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -184,42 +186,32 @@ func TestGitopsExample_BuildsIntoStrictlyValidObjects(t *testing.T) {
 // renderer.RenderFiles. It returns nil when no target selects the cluster.
 func controllerRender(t *testing.T, b *fleet.Bundle, c *fleet.Cluster, groups []*fleet.ClusterGroup) *renderer.Output {
 	t.Helper()
-	matches := func(s *metav1.LabelSelector, l map[string]string) bool {
-		sel, err := metav1.LabelSelectorAsSelector(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sel.Matches(labels.Set(l))
+	// The controller's decision (controller/bundle): every group of the
+	// workspace, the same targeting rule as fleet render bundle.
+	opts, tg, err := renderer.OptionsFor(b, c, targeting.Groups{Items: derefGroups(groups)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tg := range b.Spec.Targets {
-		if tg.ClusterName == "" && tg.ClusterSelector == nil && tg.ClusterGroup == "" && tg.ClusterGroupSelector == nil {
-			continue
-		}
-		if tg.ClusterGroupSelector != nil {
-			t.Fatal("clusterGroupSelector targets are not modelled here; extend controllerRender")
-		}
-		if (tg.ClusterName != "" && tg.ClusterName != c.Name) || (tg.ClusterSelector != nil && !matches(tg.ClusterSelector, c.Labels)) {
-			continue
-		}
-		if tg.ClusterGroup != "" && !slices.ContainsFunc(groups, func(g *fleet.ClusterGroup) bool {
-			return g.Name == tg.ClusterGroup && g.Spec.Selector != nil && matches(g.Spec.Selector, c.Labels)
-		}) {
-			continue
-		}
-		if tg.DoNotDeploy {
-			return nil
-		}
-		files, err := renderer.BundleFiles(b.Spec.Resources)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := renderer.RenderFiles(b.Name, files, renderer.MergeOptions(b.Spec.BundleDeploymentOptions, tg.BundleDeploymentOptions))
-		if err != nil {
-			t.Fatalf("Bundle %s does not render for cluster %s: %v", b.Name, c.Name, err)
-		}
-		return out
+	if tg == nil || tg.DoNotDeploy {
+		return nil
 	}
-	return nil
+	files, err := renderer.BundleFiles(b.Spec.Resources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := renderer.RenderFiles(b.Name, files, opts)
+	if err != nil {
+		t.Fatalf("Bundle %s does not render for cluster %s: %v", b.Name, c.Name, err)
+	}
+	return out
+}
+
+func derefGroups(groups []*fleet.ClusterGroup) []fleet.ClusterGroup {
+	out := make([]fleet.ClusterGroup, len(groups))
+	for i, g := range groups {
+		out[i] = *g
+	}
+	return out
 }
 
 // helloDeployment checks the rendered Bundle is exactly the hello Deployment
@@ -291,7 +283,7 @@ func TestGitopsExample_BundleRendersForDevClusters(t *testing.T) {
 			}
 			// What a reviewer sees with `fleet render bundle` is what the
 			// controller deploys to a dev cluster.
-			review, err := renderer.RenderBundle(bundle, c)
+			review, err := renderer.RenderBundle(bundle, c, derefGroups(groups))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -314,7 +306,7 @@ func TestGitopsExample_BundleRendersForDevClusters(t *testing.T) {
 	if d := helloDeployment(t, out); d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("prod-eu: replicas %v, want 2 from the prod target", d.Spec.Replicas)
 	}
-	review, err := renderer.RenderBundle(bundle, prod)
+	review, err := renderer.RenderBundle(bundle, prod, derefGroups(groups))
 	if err != nil || !bytes.Equal(review.YAML, out.YAML) {
 		t.Errorf("fleet render bundle for prod-eu differs from the controller's render (%v)", err)
 	}
@@ -364,7 +356,7 @@ func TestGitopsExample_ClustersRenderWithFleetRenderAgent(t *testing.T) {
 				if o.GetKind() == "Deployment" && o.GetName() == "fleet-agent" {
 					deploy = o
 				}
-				bootstrap = bootstrap || (o.GetKind() == "Secret" && o.GetName() == renderer.BootstrapSecretName)
+				bootstrap = bootstrap || (o.GetKind() == "Secret" && o.GetName() == registration.BootstrapSecretName)
 			}
 			if deploy == nil {
 				t.Fatalf("no fleet-agent Deployment in:\n%s", manifests)
@@ -507,6 +499,20 @@ func TestGitopsExample_AppliedToARealUpstream(t *testing.T) {
 		return nil
 	})
 	checkReadmeTokenValues(t, tokenValues)
+	// `fleet render agent --token` shows the same values file offline, with
+	// the bearer token as a placeholder.
+	offline, err := runCLI(t, "render", "agent", "--token", gitopsDir+"/tokens/dev-token.yaml", "--config", gitopsConfig, "-o", "values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	written, err := renderer.ParseAgentValues(tokenValues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written.Token = renderer.TokenPlaceholder
+	if want, _ := written.YAML(); !bytes.Equal(offline, want) {
+		t.Errorf("fleet render agent --token prints another values file than the controller writes:\n--- fleet render agent\n%s\n--- values Secret (token replaced)\n%s", offline, want)
+	}
 
 	wait("ClusterGroup dev counting dev-1", func() error {
 		g := &fleet.ClusterGroup{}

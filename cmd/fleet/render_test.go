@@ -11,19 +11,28 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // runCLI runs the fleet command in-process and returns its standard output.
 func runCLI(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	out, _, err := runCLIStderr(t, args...)
+	return out, err
+}
+
+// runCLIStderr runs the fleet command in-process and returns its standard
+// output and standard error.
+func runCLIStderr(t *testing.T, args ...string) (stdout, stderr []byte, err error) {
+	t.Helper()
 	cmd := newRootCommand()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.Bytes(), err
+	err = cmd.Execute()
+	return out.Bytes(), errOut.Bytes(), err
 }
 
 func helmBinary(t *testing.T) string {
@@ -125,8 +134,8 @@ func TestRenderAgent_ClearErrors(t *testing.T) {
 // TestRenderBundle_WorkerRendersWhatTheRendererRenders: `fleet render bundle`
 // renders in a worker, as the controller does; the output is the renderer's.
 func TestRenderBundle_WorkerRendersWhatTheRendererRenders(t *testing.T) {
-	const bundleFile, clusterFile = "../../examples/gitops/bundles/hello.yaml", "../../examples/gitops/clusters/more/prod-eu.yaml"
-	got, err := runCLI(t, "render", "bundle", "--bundle", bundleFile, "--cluster", clusterFile)
+	const bundleFile, clusterFile, groupFile = "../../examples/gitops/bundles/hello.yaml", "../../examples/gitops/clusters/more/prod-eu.yaml", "../../examples/gitops/clustergroups/dev.yaml"
+	got, err := runCLI(t, "render", "bundle", "--bundle", bundleFile, "--cluster", clusterFile, "--group", groupFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +151,21 @@ func TestRenderBundle_WorkerRendersWhatTheRendererRenders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := renderer.RenderBundle(b, c)
+	groups, err := readClusterGroups(groupFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := renderer.RenderBundle(b, c, groups)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want.YAML) || len(got) == 0 {
 		t.Errorf("fleet render bundle printed\n%s\nthe renderer renders\n%s", got, want.YAML)
+	}
+	// edge-042 (env=edge) is in no target: nothing, and a note saying so.
+	got, stderr, err := runCLIStderr(t, "render", "bundle", "--bundle", bundleFile, "--cluster", "../../examples/gitops/clusters/more/edge-042.yaml", "--group", groupFile)
+	if err != nil || len(got) != 0 || !strings.Contains(string(stderr), "the controller deploys nothing to it") {
+		t.Errorf("edge-042: err %v, stdout %q, stderr %q", err, got, stderr)
 	}
 }
 
@@ -195,5 +213,129 @@ spec:
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+const mixedTarget = "../../internal/targeting/testdata/mixed-target/"
+
+// TestRenderBundle_MixedTargetShowsWhatTheControllerDeploys: a Bundle whose
+// first target needs both a cluster selector and a ClusterGroup renders in
+// `fleet render bundle` exactly what the controller deploys, for a cluster
+// inside the group (the first target), one outside it (the second target)
+// and one no target selects (nothing). The controller's side is its own
+// decision, renderer.OptionsFor over every group of the workspace;
+// controller/bundle_test.go checks the BundleDeployments the running
+// controller writes for the same files against the same renders.
+func TestRenderBundle_MixedTargetShowsWhatTheControllerDeploys(t *testing.T) {
+	data, err := os.ReadFile(mixedTarget + "bundle.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &fleet.Bundle{}
+	if err := yaml.UnmarshalStrict(data, b); err != nil {
+		t.Fatal(err)
+	}
+	groups, err := readClusterGroups(mixedTarget + "groups.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := renderer.BundleFiles(b.Spec.Resources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cluster, target, replicas string // target "": none, nothing deployed
+	}{
+		{"prod-eu", "eu-prod", `replicas: "3"`},
+		{"prod-us", "prod", `replicas: "1"`},
+		{"dev-eu", "", ""},
+	} {
+		t.Run(tc.cluster, func(t *testing.T) {
+			clusterFile := mixedTarget + tc.cluster + ".yaml"
+			c, err := readCluster(clusterFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, stderr, err := runCLIStderr(t, "render", "bundle", "--bundle", mixedTarget+"bundle.yaml", "--cluster", clusterFile, "--group", mixedTarget+"groups.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// What the controller decides for this cluster.
+			opts, target, err := renderer.OptionsFor(b, c, targeting.Groups{Items: groups})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.target == "" {
+				if target != nil {
+					t.Fatalf("the controller selects %s by target %s", tc.cluster, target.Name)
+				}
+				if len(got) != 0 || !strings.Contains(string(stderr), "no target of Bundle web selects cluster "+tc.cluster) {
+					t.Errorf("a cluster the controller deploys nothing to: stdout %q, stderr %q", got, stderr)
+				}
+				return
+			}
+			if target == nil || target.Name != tc.target {
+				t.Fatalf("the controller selects %s by %+v, want target %s", tc.cluster, target, tc.target)
+			}
+			want, err := renderer.RenderFiles(b.Name, files, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want.YAML) || !strings.Contains(string(got), tc.replicas) {
+				t.Errorf("fleet render bundle printed\n%s\nthe controller deploys (%s)\n%s", got, tc.replicas, want.YAML)
+			}
+			inProcess, err := renderer.RenderBundle(b, c, groups)
+			if err != nil || !bytes.Equal(inProcess.YAML, got) {
+				t.Errorf("renderer.RenderBundle differs from fleet render bundle (%v)", err)
+			}
+		})
+	}
+}
+
+// TestRenderBundle_TargetsNeedingGroupsNotGivenFailClearly: without the
+// ClusterGroups a target consults, fleet render bundle says which group to
+// give instead of guessing; bad group files are refused with the reason.
+func TestRenderBundle_TargetsNeedingGroupsNotGivenFailClearly(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	otherWorkspace := write("other.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata: {name: eu, namespace: elsewhere}\nspec: {selector: {}}\n")
+	notGroup := write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: eu}\n")
+	typo := write("typo.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata: {name: eu}\nspec: {selektor: {}}\n")
+	onlyUS := write("us.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata: {name: us}\nspec: {selector: {}}\n")
+	bundle, prodEU := mixedTarget+"bundle.yaml", mixedTarget+"prod-eu.yaml"
+	for _, tc := range []struct {
+		groups []string
+		want   string
+	}{
+		{nil, "spec.targets[0] needs ClusterGroup eu to decide whether it selects the cluster: give its YAML (--group FILE)"},
+		{[]string{onlyUS}, "spec.targets[0] needs ClusterGroup eu"},
+		{[]string{otherWorkspace}, "ClusterGroup eu is in workspace elsewhere, Bundle web in fleet-default"},
+		{[]string{notGroup}, "document 1: want kind ClusterGroup"},
+		{[]string{typo}, `unknown field "spec.selektor"`},
+		{[]string{mixedTarget + "groups.yaml", mixedTarget + "groups.yaml"}, "ClusterGroup eu is given twice"},
+	} {
+		args := []string{"render", "bundle", "--bundle", bundle, "--cluster", prodEU}
+		for _, g := range tc.groups {
+			args = append(args, "--group", g)
+		}
+		out, err := runCLI(t, args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("groups %v: got %v, want an error containing %q", tc.groups, err, tc.want)
+		}
+		if len(out) != 0 {
+			t.Errorf("groups %v: printed manifests although it failed:\n%s", tc.groups, out)
+		}
+	}
+	// A cluster a name or selector rules out needs no group: dev-eu is not
+	// env=prod, so no target needs eu to decide.
+	if _, err := runCLI(t, "render", "bundle", "--bundle", bundle, "--cluster", mixedTarget+"dev-eu.yaml"); err != nil {
+		t.Errorf("dev-eu without groups: %v", err)
 	}
 }

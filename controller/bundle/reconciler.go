@@ -29,6 +29,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -94,6 +95,20 @@ type placement struct {
 	bd        *fleet.BundleDeployment // nil: none yet
 }
 
+// isAgentBundleFor reports whether b is the agent Bundle the controller made
+// for cluster c (controller/cluster): labelled fleet.AgentBundleLabel, named
+// fleet-agent-<c> and controlled by that very Cluster (its UID). Only the
+// BundleDeployment of such a Bundle, for that cluster, carries the label,
+// which the agent's deployer recognises its own Bundle by; a Bundle author
+// cannot give it to their Bundle.
+func isAgentBundleFor(b *fleet.Bundle, c *fleet.Cluster) bool {
+	if b.Labels[fleet.AgentBundleLabel] != "true" || b.Name != names.AgentBundle(c.Name) {
+		return false
+	}
+	ref := metav1.GetControllerOf(b)
+	return ref != nil && ref.APIVersion == fleet.GroupVersion.String() && ref.Kind == "Cluster" && ref.Name == c.Name && ref.UID == c.UID
+}
+
 // keepsContent reports whether the content in force stays: a paused Bundle
 // or Cluster only stages a new deployment.
 func (p *placement) keepsContent(b *fleet.Bundle) bool {
@@ -129,7 +144,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 		if !c.DeletionTimestamp.IsZero() {
 			continue
 		}
-		t, err := matchTarget(b, c, groups.Items)
+		opts, t, err := renderer.OptionsFor(b, c, targeting.Groups{Items: groups.Items})
 		if err != nil {
 			r.setStalled(b, fleet.TargetsInvalidReason, err.Error())
 			return ctrl.Result{}, nil
@@ -145,7 +160,6 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 			pending++
 			continue
 		}
-		opts := renderer.MergeOptions(b.Spec.BundleDeploymentOptions, t.BundleDeploymentOptions)
 		rd, err := renders.get(ctx, opts)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -308,6 +322,12 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 	want.Labels[fleet.ClusterLabel] = c.Name
 	want.Labels[fleet.ClusterNamespaceLabel] = c.Namespace
 	want.Labels[fleet.ManagedLabel] = "true"
+	claimed := b.Labels[fleet.AgentBundleLabel] != ""
+	if isAgentBundleFor(b, c) {
+		want.Labels[fleet.AgentBundleLabel] = "true"
+	} else {
+		delete(want.Labels, fleet.AgentBundleLabel)
+	}
 	want.Spec.StagedDeploymentID = depID
 	want.Spec.StagedOptions = opts
 	want.Spec.Paused = paused
@@ -316,15 +336,22 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 		want.Spec.Options = opts
 		want.Spec.CorrectDrift = opts.CorrectDrift.DeepCopy()
 	}
+	written := false
 	switch {
 	case !exists:
 		if err := r.Client.Create(ctx, want); err != nil {
 			return fmt.Errorf("creating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
 		}
+		written = true
 	case !equality.Semantic.DeepEqual(bd.Spec, want.Spec) || !equality.Semantic.DeepEqual(bd.Labels, want.Labels):
 		if err := r.Client.Update(ctx, want); err != nil {
 			return fmt.Errorf("updating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
 		}
+		written = true
+	}
+	if written && claimed && want.Labels[fleet.AgentBundleLabel] == "" {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "ReservedLabelIgnored", "Target",
+			"label %s is reserved for the agent Bundles the controller makes; it was not passed on to BundleDeployment %s/%s", fleet.AgentBundleLabel, want.Namespace, want.Name)
 	}
 	if p.keepsContent(b) {
 		return nil // the content of the deployment in force stays

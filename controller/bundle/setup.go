@@ -26,7 +26,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bundle").
-		For(&fleet.Bundle{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Labels too: fleet.AgentBundleLabel on a Bundle reaches its
+		// BundleDeployment (or, on a user's Bundle, is refused there).
+		For(&fleet.Bundle{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Watches(&fleet.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.bundlesInNamespace), builder.WithPredicates(clusterTargetingChanged())).
 		Watches(&fleet.ClusterGroup{}, handler.EnqueueRequestsFromMapFunc(r.bundlesInNamespace), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(bundleOf)).

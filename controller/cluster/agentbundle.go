@@ -31,7 +31,8 @@ func (e *inputError) Error() string { return e.msg }
 
 // reconcileAgentBundle writes Bundle fleet-agent-<cluster>: the agent as
 // rendered from charts/fleet-agent by the same values builder as the import
-// path, without the bootstrap Secret, targeted at the cluster. It is the
+// path, without the bootstrap Secret, targeted at the cluster, labelled
+// fleet.AgentBundleLabel and controlled by the Cluster. It is the
 // reviewable record of the agent, and (manageagent) what the agent applies
 // to itself after registration. It never holds a credential.
 func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cluster) error {
@@ -49,7 +50,7 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cl
 		target = cluster.DeepCopy()
 		target.Spec.AgentNamespace = cluster.Status.Agent.Namespace
 	}
-	values, err := renderer.BuildAgentValues(target, cfg, nil)
+	values, err := renderer.AgentValuesForCluster(target, cfg, nil)
 	if err != nil {
 		return &inputError{reason: fleet.RenderFailedReason, msg: fmt.Sprintf("cannot build the agent: %v", err)}
 	}
@@ -66,7 +67,7 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cl
 		return err
 	}
 	exists := err == nil
-	if exists && bundle.Annotations[AgentValuesHashAnnotation] == hash {
+	if exists && bundle.Annotations[AgentValuesHashAnnotation] == hash && bundle.Labels[fleet.AgentBundleLabel] == "true" {
 		return nil
 	}
 	out, err := r.Renderer.Render(values)
@@ -81,6 +82,7 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cl
 	}
 	bundle.Labels[fleet.ManagedLabel] = "true"
 	bundle.Labels[fleet.ClusterLabel] = cluster.Name
+	bundle.Labels[fleet.AgentBundleLabel] = "true"
 	if bundle.Annotations == nil {
 		bundle.Annotations = map[string]string{}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -262,7 +263,7 @@ func observe(t *testing.T, ds *controlplane.ControlPlane, c *fleet.Cluster) obse
 		for _, it := range items {
 			obj := it.(client.Object)
 			o.downstream[fmt.Sprintf("%T/%s", obj, obj.GetName())] = obj.GetResourceVersion()
-			if _, ok := obj.(*corev1.Secret); ok && obj.GetName() == cluster.CredentialSecretName {
+			if _, ok := obj.(*corev1.Secret); ok && obj.GetName() == registration.AgentCredentialSecretName {
 				o.credentialExists = true
 			}
 			if d, ok := obj.(*appsv1.Deployment); ok && d.Name == "fleet-agent" {
@@ -328,7 +329,7 @@ func managerCluster(t *testing.T, ds *controlplane.ControlPlane) *fleet.Cluster 
 func credential(t *testing.T, ds *controlplane.ControlPlane, c *fleet.Cluster) {
 	t.Helper()
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Spec.AgentNamespace, Name: cluster.CredentialSecretName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Spec.AgentNamespace, Name: registration.AgentCredentialSecretName},
 		StringData: map[string]string{"kubeconfig": "x"},
 	}
 	if err := ds.Client.Create(t.Context(), s); err != nil {

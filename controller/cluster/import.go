@@ -18,15 +18,16 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/yaml"
 
 	"github.com/fluxcd/pkg/ssa"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/metrics"
 	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -36,9 +37,6 @@ const (
 	KubeconfigKeyYAML = "value.yaml"
 	APIServerURLKey   = "apiServerURL"
 	APIServerCAKey    = "apiServerCA"
-
-	// CredentialSecretName is the agent's request credential downstream.
-	CredentialSecretName = "fleet-agent"
 )
 
 // Why a deploy happens, for events and metrics.
@@ -73,11 +71,15 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS,
 		Token:                       renderer.TokenPlaceholder,
 	}
-	values, err := renderer.BuildAgentValues(cluster, cfg, bootstrap)
+	values, err := renderer.AgentValuesForCluster(cluster, cfg, bootstrap)
 	if err != nil {
 		reason := fleet.RenderFailedReason
-		if strings.Contains(err.Error(), "apiServerURL") {
+		var insecure *config.InsecureAPIServerURLError
+		switch {
+		case errors.Is(err, renderer.ErrNoAPIServerURL):
 			reason = fleet.MissingAPIServerURLReason
+		case errors.As(err, &insecure):
+			reason = fleet.APIServerURLInsecureReason
 		}
 		return ctrl.Result{}, stalled(reason, "cannot build the agent: %v", err), nil
 	}
@@ -270,13 +272,11 @@ func (r *Reconciler) importToken(ctx context.Context, cluster *fleet.Cluster, cf
 		}
 		return "", nil, err
 	}
-	var v struct {
-		Token string `json:"token"`
-	}
-	if err := yaml.Unmarshal(secret.Data["values"], &v); err != nil || v.Token == "" {
+	bearer := token.Bearer(secret)
+	if bearer == "" {
 		return "", waiting(fleet.WaitingForTokenReason, "the values Secret of import token %s holds no token yet", name), nil
 	}
-	return v.Token, nil, nil
+	return bearer, nil, nil
 }
 
 // deploy renders the agent with its bootstrap Secret and applies it to the
@@ -309,7 +309,7 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 	bundleObjs := make([]*unstructured.Unstructured, 0, len(objs))
 	for i, o := range objs {
 		objs[i] = o.DeepCopy()
-		if o.GetKind() != "Secret" || o.GetName() != renderer.BootstrapSecretName {
+		if o.GetKind() != "Secret" || o.GetName() != registration.BootstrapSecretName {
 			bundleObjs = append(bundleObjs, objs[i])
 		}
 	}
@@ -324,7 +324,7 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 	case err != nil:
 		return host, err
 	}
-	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: CredentialSecretName}}
+	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: registration.AgentCredentialSecretName}}
 	if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
 		return host, err
 	}
@@ -347,7 +347,7 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	// URL only has to be non-empty.
 	b := renderer.OfflineBootstrap(cluster)
 	b.APIServerURL = "https://unused.invalid"
-	values, err := renderer.BuildAgentValues(cluster, cfg, b)
+	values, err := renderer.AgentValuesForCluster(cluster, cfg, b)
 	if err != nil {
 		return err
 	}
@@ -366,7 +366,7 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	ctx, cancel := context.WithTimeout(ctx, remote.RequestTimeout)
 	defer cancel()
 	nsName := values.Internal.SystemNamespace
-	del := []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: CredentialSecretName}}}
+	del := []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: registration.AgentCredentialSecretName}}}
 	for _, o := range objs {
 		del = append(del, o)
 	}

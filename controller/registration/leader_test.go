@@ -21,8 +21,8 @@ import (
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // The tests in this file prove that whether a registration is granted is
@@ -41,7 +41,7 @@ type process struct {
 	r       *ctrlreg.Reconciler
 	checker *admission.Checker
 	cancel  context.CancelFunc
-	done    chan error
+	run     *testenv.Runner
 }
 
 // startProcess starts a registration controller with a manager of its own.
@@ -50,8 +50,8 @@ type process struct {
 func startProcess(t *testing.T, hook func(step string), lagging *fleet.ClusterRegistration) *process {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &process{cancel: cancel, done: make(chan error, 1)}
-	mgr, err := ctrl.NewManager(env.Upstream.Config, managerOptions(ctx))
+	p := &process{cancel: cancel}
+	mgr, err := ctrl.NewManager(env.Upstream.Config, testenv.ManagerOptions(ctx))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func startProcess(t *testing.T, hook func(step string), lagging *fleet.ClusterRe
 		cancel()
 		t.Fatal(err)
 	}
-	go func() { p.done <- mgr.Start(ctx) }()
+	p.run = testenv.Go(ctx, "registration controller", mgr.Start)
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
@@ -92,18 +92,9 @@ func startProcess(t *testing.T, hook func(step string), lagging *fleet.ClusterRe
 func (p *process) stop(t *testing.T) {
 	t.Helper()
 	p.cancel()
-	if p.done == nil {
-		return
+	if err := p.run.Stop(60 * time.Second); err != nil {
+		t.Error(err)
 	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Errorf("controller manager: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Error("controller manager did not stop within 60s")
-	}
-	p.done = nil
 }
 
 // laggingCache is a cache that has not caught up: it shows one
@@ -210,7 +201,7 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 		runIsolated(t)
 		return
 	}
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg := a.create(t, randomID("cid-"), nil)
 	key := client.ObjectKeyFromObject(reg)
@@ -250,7 +241,7 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 		steps = append(steps, step)
 		mu.Unlock()
 	}, stale)
-	controlplane.Eventually(t, 30*time.Second, "the admission policies checked", func() error {
+	testenv.Eventually(t, 30*time.Second, "the admission policies checked", func() error {
 		if !second.checker.Checked() {
 			return fmt.Errorf("not checked yet")
 		}
@@ -294,7 +285,7 @@ func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 		runIsolated(t)
 		return
 	}
-	ws := newWorkspace(t)
+	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg := a.create(t, randomID("cid-"), nil)
 	events := watchSecret(t, reg)

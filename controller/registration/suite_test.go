@@ -157,14 +157,9 @@ func tokenWith(t *testing.T, ws, name string, spec fleet.ClusterRegistrationToke
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: tok.Status.SecretName}, s); err != nil {
 			return err
 		}
-		v, err := token.ParseValues(s.Data[token.ValuesKey])
-		if err != nil {
-			return err
-		}
-		if v.Token == "" {
+		if bearer = token.Bearer(s); bearer == "" {
 			return errors.New("no token in values")
 		}
-		bearer = v.Token
 		return nil
 	})
 	remember(bearer)

@@ -6,6 +6,7 @@ package remote
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
@@ -13,11 +14,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa"
+	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -144,29 +145,50 @@ func (e *InputError) Error() string { return e.Err.Error() }
 func (e *InputError) Unwrap() error { return e.Err }
 
 // Classify names what went wrong talking to a downstream cluster, as a
-// condition reason and a message that says what to check.
+// condition reason and a message that says what to check. It goes by the
+// errors' types (crypto/tls, crypto/x509, the API status, net), never by
+// their text.
 func Classify(host string, err error) (reason, message string) {
 	var inputErr *InputError
-	var unknownAuthority x509.UnknownAuthorityError
-	var hostnameErr x509.HostnameError
-	var certInvalid x509.CertificateInvalidError
 	var urlErr *url.Error
 	var netErr net.Error
 	var opErr *net.OpError
 	switch {
 	case errors.As(err, &inputErr):
 		return inputErr.Reason, inputErr.Error()
-	case errors.As(err, &unknownAuthority), errors.As(err, &hostnameErr), errors.As(err, &certInvalid),
-		strings.Contains(err.Error(), "x509:"), strings.Contains(err.Error(), "tls:"):
+	case tlsFailure(err):
 		return fleet.DownstreamTLSErrorReason, fmt.Sprintf("TLS with %s failed: the kubeconfig's certificate-authority-data does not match the server's certificate (%v); update the kubeconfig Secret", host, err)
 	case apierrors.IsUnauthorized(err):
 		return fleet.DownstreamUnauthorizedReason, fmt.Sprintf("%s rejected the kubeconfig's credentials (401 Unauthorized); refresh the credentials in the kubeconfig Secret", host)
 	case apierrors.IsForbidden(err):
 		return fleet.DownstreamForbiddenReason, fmt.Sprintf("the kubeconfig's identity may not deploy the agent on %s (403 Forbidden: %v); it needs cluster-admin rights", host, apierrors.ReasonForError(err))
-	case strings.Contains(err.Error(), "field is immutable") || apierrors.IsConflict(err) || strings.Contains(err.Error(), "conflict with"):
+	case ssaerrors.IsImmutableError(err):
+		// A field manager conflict (409) or an update the API server
+		// refuses over the object that is there (422, an immutable field):
+		// fluxcd/pkg/ssa's rule, which is kubectl's.
 		return fleet.ApplyConflictReason, fmt.Sprintf("the agent cannot be applied to %s over what is there: %v; delete the conflicting object downstream (fleet recreates it)", host, err)
 	case errors.As(err, &opErr), errors.As(err, &urlErr), errors.As(err, &netErr):
 		return fleet.DownstreamUnreachableReason, fmt.Sprintf("cannot reach %s: %v; check the server URL in the kubeconfig Secret and the network path from the fleet controller", host, err)
 	}
 	return fleet.ApplyFailedReason, fmt.Sprintf("deploying the agent to %s failed: %v", host, err)
+}
+
+// tlsFailure reports whether err is a failed TLS handshake or certificate
+// check, by the error types crypto/tls and crypto/x509 return.
+func tlsFailure(err error) bool {
+	var (
+		verification     *tls.CertificateVerificationError
+		recordHeader     tls.RecordHeaderError
+		alert            tls.AlertError
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalid          x509.CertificateInvalidError
+		systemRoots      x509.SystemRootsError
+		constraint       x509.ConstraintViolationError
+		critical         x509.UnhandledCriticalExtension
+		algorithm        x509.InsecureAlgorithmError
+	)
+	return errors.As(err, &verification) || errors.As(err, &recordHeader) || errors.As(err, &alert) ||
+		errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
+		errors.As(err, &systemRoots) || errors.As(err, &constraint) || errors.As(err, &critical) || errors.As(err, &algorithm)
 }

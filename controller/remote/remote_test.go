@@ -1,12 +1,37 @@
 package remote
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
 const kubeconfig = `apiVersion: v1
@@ -126,5 +151,94 @@ func TestRESTConfig_UnusedEntriesAreCheckedToo(t *testing.T) {
 	_, err := RESTConfig([]byte(kc), config.InsecureKubeconfig{})
 	if err == nil || !strings.Contains(err.Error(), `users["laptop"].exec`) {
 		t.Errorf("an exec user outside the current context: %v", err)
+	}
+}
+
+// selfSignedCA is a CA certificate no server here is signed by.
+func selfSignedCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other-ca"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// kubeconfigFor is a kubeconfig for server trusting ca, with a bearer token.
+func kubeconfigFor(t *testing.T, server string, ca []byte) []byte {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "t"}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// Classify goes by the errors' types: real failures of a client built from
+// a kubeconfig, and API errors as the ssa manager wraps them.
+func TestClassify_ByErrorType(t *testing.T) {
+	tlsServer := httptest.NewTLSServer(http.NotFoundHandler())
+	defer tlsServer.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := strings.Replace(closed.URL, "http://", "https://", 1)
+	closed.Close()
+
+	get := func(t *testing.T, server string, ca []byte) error {
+		t.Helper()
+		rc, err := NewCache(scheme.Scheme).Get(types.NamespacedName{Name: t.Name()}, kubeconfigFor(t, server, ca), config.InsecureKubeconfig{})
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		return rc.Client.Get(ctx, client.ObjectKey{Name: "kube-system"}, &corev1.Namespace{})
+	}
+	gr := schema.GroupResource{Group: "apps", Resource: "deployments"}
+	immutable := apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "fleet-agent",
+		field.ErrorList{field.Invalid(field.NewPath("spec", "selector"), "x", apivalidation.FieldImmutableErrorMsg)})
+	for _, tc := range []struct {
+		name string
+		err  func(t *testing.T) error
+		want string
+	}{
+		{"server certificate not signed by the kubeconfig's CA", func(t *testing.T) error { return get(t, tlsServer.URL, selfSignedCA(t)) }, fleet.DownstreamTLSErrorReason},
+		{"nobody listening", func(t *testing.T) error { return get(t, closedURL, selfSignedCA(t)) }, fleet.DownstreamUnreachableReason},
+		{"x509 error, wrapped", func(*testing.T) error {
+			return fmt.Errorf("applying: %w", &url.Error{Op: "Get", URL: "https://x", Err: x509.UnknownAuthorityError{}})
+		}, fleet.DownstreamTLSErrorReason},
+		{"TLS record from a non-TLS server", func(*testing.T) error {
+			return fmt.Errorf("dial: %w", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"})
+		}, fleet.DownstreamTLSErrorReason},
+		{"401", func(*testing.T) error { return apierrors.NewUnauthorized("no") }, fleet.DownstreamUnauthorizedReason},
+		{"403", func(*testing.T) error { return apierrors.NewForbidden(gr, "fleet-agent", errors.New("no")) }, fleet.DownstreamForbiddenReason},
+		{"field manager conflict", func(*testing.T) error {
+			return fmt.Errorf("Deployment/x/fleet-agent apply failed: %w", apierrors.NewConflict(gr, "fleet-agent", errors.New("conflict with \"kubectl\"")))
+		}, fleet.ApplyConflictReason},
+		{"immutable field", func(*testing.T) error { return fmt.Errorf("Deployment/x/fleet-agent dry-run failed: %w", immutable) }, fleet.ApplyConflictReason},
+		{"a kubeconfig problem", func(*testing.T) error {
+			return &InputError{Reason: fleet.KubeConfigInvalidReason, Err: errors.New("bad")}
+		}, fleet.KubeConfigInvalidReason},
+		{"anything else", func(*testing.T) error { return errors.New("tls: x509: words are not types") }, fleet.ApplyFailedReason},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.err(t)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if reason, msg := Classify("https://downstream", err); reason != tc.want || msg == "" {
+				t.Errorf("Classify(%v) = %s, want %s", err, reason, tc.want)
+			}
+		})
 	}
 }

@@ -314,8 +314,7 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
 		}
 	}
 
-	current, _ := ParseValues(secret.Data[ValuesKey]) // unreadable: mint anew
-	bearer := current.Token
+	bearer := Bearer(secret) // none, or unreadable: mint anew
 	issued, exp, ok := bearerTimes(secret, sa)
 	renew := time.Time{}
 	if ok {
@@ -339,7 +338,7 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
 		log.Info("minted import token", "serviceAccount", sa.Namespace+"/"+sa.Name, "secret", key.String(), "tokenExpires", exp.UTC().Format(time.RFC3339))
 	}
 
-	values, err := NewValues(p.cfg, token, bearer).Marshal()
+	values, err := valuesFile(p.cfg, token, bearer)
 	if err != nil {
 		return err
 	}

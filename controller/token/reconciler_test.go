@@ -26,6 +26,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/controlplane"
 	"github.com/gitops-fleet/fleet/internal/testenv"
+	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // seenBearers collects every bearer token the tests read, for
@@ -54,12 +55,12 @@ func createToken(t *testing.T, ns, name, ttl, clientID string) *fleet.ClusterReg
 
 // waitReady waits until the token is Ready and its values Secret holds a
 // bearer token; it returns both.
-func waitReady(t *testing.T, ns, name string) (*fleet.ClusterRegistrationToken, *corev1.Secret, Values) {
+func waitReady(t *testing.T, ns, name string) (*fleet.ClusterRegistrationToken, *corev1.Secret, *renderer.AgentValues) {
 	t.Helper()
 	c := env.Upstream.Client
 	tok := &fleet.ClusterRegistrationToken{}
 	secret := &corev1.Secret{}
-	var vals Values
+	var vals *renderer.AgentValues
 	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("ClusterRegistrationToken %s/%s Ready with a values Secret", ns, name), func() (bool, error) {
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, tok); err != nil {
 			return false, err
@@ -70,7 +71,7 @@ func waitReady(t *testing.T, ns, name string) (*fleet.ClusterRegistrationToken, 
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: tok.Status.SecretName}, secret); err != nil {
 			return false, err
 		}
-		v, err := ParseValues(secret.Data[ValuesKey])
+		v, err := renderer.ParseAgentValues(secret.Data[ValuesKey])
 		if err != nil {
 			return false, err
 		}
@@ -145,14 +146,28 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 		"systemRegistrationNamespace": "cattle-fleet-clusters-system",
 		"token":                       vals.Token,
 		"tokenName":                   "reg",
+		"clientID":                    "",
+		"bootstrap":                   map[string]any{"enabled": true},
 		// The controller's agent settings, so a helm-installed agent runs
 		// what its Bundle applies later (defaults here).
 		"agentTLSMode":    "system-store",
 		"checkinInterval": "1m",
 		"image":           map[string]any{"repository": "gitops-fleet/fleet", "tag": "0.1.0", "imagePullPolicy": "IfNotPresent"},
+		"replicas":        float64(1),
+		"leaderElection":  map[string]any{"leaseDuration": "30s", "renewDeadline": "25s", "retryPeriod": "10s"},
 	}
-	if diff := cmp.Diff(want, doc); diff != "" {
-		t.Errorf("values (-want +got):\n%s", diff)
+	for k, w := range want {
+		if diff := cmp.Diff(w, doc[k]); diff != "" {
+			t.Errorf("values %s (-want +got):\n%s", k, diff)
+		}
+	}
+	// It is the one agent values type, built for this token: nothing else.
+	fromToken, err := renderer.AgentValuesForToken(tok, initialConfig(), vals.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fromToken, vals); diff != "" {
+		t.Errorf("values Secret differs from renderer.AgentValuesForToken (-want +got):\n%s", diff)
 	}
 	if vals.Token == "" || vals.APIServerURL != want["apiServerURL"] || vals.ClusterNamespace != ns {
 		t.Errorf("values = %+v", vals)
@@ -265,7 +280,7 @@ func TestToken_ExpiryDeletesTokenAndEverythingItMade(t *testing.T) {
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "short"}, s); err != nil {
 			return false, err
 		}
-		v, err := ParseValues(s.Data[ValuesKey])
+		v, err := renderer.ParseAgentValues(s.Data[ValuesKey])
 		if err != nil || tok.Status.Expires == nil {
 			return false, err
 		}
@@ -455,15 +470,18 @@ func TestToken_ConfigChangeRewritesValuesKeepingToken(t *testing.T) {
 	store.Set(cfg)
 	t.Cleanup(func() { store.Set(initialConfig()) })
 
-	var now Values
+	var now *renderer.AgentValues
 	s := &corev1.Secret{}
 	testenv.Eventually(t, 10*time.Second, "the values to carry the new apiServerURL and CA", func() (bool, error) {
 		if err := env.Upstream.Client.Get(t.Context(), client.ObjectKeyFromObject(secret), s); err != nil {
 			return false, err
 		}
-		v, err := ParseValues(s.Data[ValuesKey])
+		v, err := renderer.ParseAgentValues(s.Data[ValuesKey])
+		if err != nil {
+			return false, err
+		}
 		now = v
-		return err == nil && v.APIServerURL == cfg.APIServerURL && v.APIServerCA == "new-ca-pem", err
+		return v.APIServerURL == cfg.APIServerURL && v.APIServerCA == "new-ca-pem", nil
 	})
 	if now.Token != vals.Token {
 		t.Error("the bearer token changed with the configuration; it must be kept")
@@ -483,15 +501,18 @@ func TestToken_DeletedValuesSecretIsRemadeWithNewToken(t *testing.T) {
 	if err := c.Delete(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
-	var remade Values
+	var remade *renderer.AgentValues
 	testenv.Eventually(t, 10*time.Second, "a new values Secret", func() (bool, error) {
 		s := &corev1.Secret{}
 		if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), s); err != nil {
 			return false, err
 		}
-		v, err := ParseValues(s.Data[ValuesKey])
+		v, err := renderer.ParseAgentValues(s.Data[ValuesKey])
+		if err != nil {
+			return false, err
+		}
 		remade = v
-		return s.UID != secret.UID && v.Token != "", err
+		return s.UID != secret.UID && v.Token != "", nil
 	})
 	seenBearers.Lock()
 	seenBearers.tokens = append(seenBearers.tokens, remade.Token)

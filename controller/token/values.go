@@ -2,19 +2,19 @@ package token
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	corev1 "k8s.io/api/core/v1"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // ValuesKey is the key of the values Secret that holds the values file for
 // `helm install fleet-agent charts/fleet-agent -f values.yaml`.
-const ValuesKey = "values"
+const ValuesKey = registration.TokenValuesKey
 
 // Annotations on the values Secret that describe the bearer token it holds,
 // so the controller mints it once and renews it only when it must.
@@ -46,74 +46,28 @@ const (
 	renewFraction  = 5
 )
 
-// Values is the values file an agent is installed with. Its keys are valid
-// against charts/fleet-agent/values.schema.json.
-type Values struct {
-	APIServerURL string `json:"apiServerURL"`
-	// InsecureAPIServerURL is set for a plain http URL, which the
-	// controller configuration allowed (allowInsecureAPIServerURL): the
-	// agent chart refuses one without it.
-	InsecureAPIServerURL        bool   `json:"insecureAPIServerURL,omitempty"`
-	APIServerCA                 string `json:"apiServerCA"`
-	ClientID                    string `json:"clientID,omitempty"`
-	ClusterNamespace            string `json:"clusterNamespace"`
-	SystemRegistrationNamespace string `json:"systemRegistrationNamespace"`
-	Token                       string `json:"token"`
-	TokenName                   string `json:"tokenName"`
-	// AgentTLSMode and Image carry the controller's agent settings, so an
-	// agent installed with this file runs exactly what the agent's own
-	// Bundle (manageagent) applies later: adoption then restarts nothing.
-	AgentTLSMode    string      `json:"agentTLSMode,omitempty"`
-	CheckinInterval string      `json:"checkinInterval,omitempty"`
-	Image           *ImageValue `json:"image,omitempty"`
-}
-
-// ImageValue is the agent chart's image value.
-type ImageValue struct {
-	Repository      string `json:"repository"`
-	Tag             string `json:"tag"`
-	ImagePullPolicy string `json:"imagePullPolicy"`
-}
-
-// NewValues returns the values for a registration token, given the
-// controller configuration and the import ServiceAccount's bearer token.
-func NewValues(cfg *config.Config, token *fleet.ClusterRegistrationToken, bearer string) Values {
-	v := Values{
-		APIServerURL:                cfg.APIServerURL,
-		InsecureAPIServerURL:        strings.HasPrefix(strings.ToLower(cfg.APIServerURL), "http://"),
-		APIServerCA:                 string(cfg.APIServerCA),
-		ClientID:                    token.Spec.ClientID,
-		ClusterNamespace:            token.Namespace,
-		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS,
-		Token:                       bearer,
-		TokenName:                   token.Name,
-		AgentTLSMode:                cfg.GetAgentTLSMode(),
-		CheckinInterval:             renderer.ShortDuration(cfg.GetAgentCheckinInterval()),
+// valuesFile is the values file of a token's values Secret: the token's
+// agent values (renderer.AgentValuesForToken) with the bearer token.
+func valuesFile(cfg *config.Config, token *fleet.ClusterRegistrationToken, bearer string) ([]byte, error) {
+	v, err := renderer.AgentValuesForToken(token, cfg, bearer)
+	if err != nil {
+		return nil, err
 	}
-	// The configuration was validated when loaded; an image that does not
-	// split is left to the chart's default rather than written half.
-	if repo, tag, err := renderer.SplitImage(cfg.GetAgentImage()); err == nil {
-		v.Image = &ImageValue{Repository: repo, Tag: tag, ImagePullPolicy: string(cfg.GetAgentImagePullPolicy())}
-	}
-	return v
-}
-
-// Marshal returns the values file.
-func (v Values) Marshal() ([]byte, error) {
-	b, err := yaml.Marshal(v)
+	b, err := v.YAML()
 	if err != nil {
 		return nil, fmt.Errorf("marshalling agent values: %w", err)
 	}
 	return b, nil
 }
 
-// ParseValues reads a values file written by Marshal.
-func ParseValues(data []byte) (Values, error) {
-	var v Values
-	if err := yaml.Unmarshal(data, &v); err != nil {
-		return Values{}, fmt.Errorf("parsing agent values: %w", err)
+// Bearer returns the import bearer token in a token's values Secret, or ""
+// when it holds none (or no readable values file).
+func Bearer(secret *corev1.Secret) string {
+	v, err := renderer.ParseAgentValues(secret.Data[ValuesKey])
+	if err != nil || v.Token == renderer.TokenPlaceholder {
+		return ""
 	}
-	return v, nil
+	return v.Token
 }
 
 // tokenTTL returns the registration token's TTL; zero means no expiry.

@@ -3,11 +3,13 @@ package token
 import (
 	"encoding/base64"
 	"errors"
-	"github.com/google/go-cmp/cmp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,7 +35,7 @@ func TestValues_InstallTheAgentChart(t *testing.T) {
 	cfg := &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")}
 	for _, clientID := range []string{"", "my-cluster"} {
 		tok.Spec.ClientID = clientID
-		values, err := NewValues(cfg, tok, "bearer-xyz").Marshal()
+		values, err := valuesFile(cfg, tok, "bearer-xyz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,22 +73,63 @@ func TestValues_InstallTheAgentChart(t *testing.T) {
 	}
 }
 
-func TestValues_RoundTrip(t *testing.T) {
+// oldValuesFile is a values file as controllers before the one agent values
+// type wrote it (keys of the bootstrap, image, TLS mode, check-in interval):
+// admins keep such files, and the values Secrets of tokens made then hold one
+// until the controller rewrites them.
+const oldValuesFile = `agentTLSMode: system-store
+apiServerCA: |
+  -----BEGIN CERTIFICATE-----
+  MIIB
+  -----END CERTIFICATE-----
+apiServerURL: https://upstream.example.com:6443
+checkinInterval: 1m
+clusterNamespace: fleet-default
+image:
+  imagePullPolicy: IfNotPresent
+  repository: gitops-fleet/fleet
+  tag: 0.1.0
+systemRegistrationNamespace: cattle-fleet-clusters-system
+token: bearer-old
+tokenName: reg
+`
+
+func TestBearer_ReadsCurrentAndOldValuesFiles(t *testing.T) {
 	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "reg"}}
-	v := NewValues(&config.Config{APIServerURL: "https://x", APIServerCA: []byte("ca")}, tok, "t")
-	b, err := v.Marshal()
+	current, err := valuesFile(&config.Config{APIServerURL: "https://x", APIServerCA: []byte("ca")}, tok, "bearer-now")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ParseValues(b)
+	placeholder, err := valuesFile(&config.Config{APIServerURL: "https://x"}, tok, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(v, got); diff != "" {
-		t.Fatalf("round trip (-want +got):\n%s", diff)
+	for name, tc := range map[string]struct {
+		data []byte
+		want string
+	}{
+		"current":          {current, "bearer-now"},
+		"old format":       {[]byte(oldValuesFile), "bearer-old"},
+		"placeholder only": {placeholder, ""},
+		"no values":        {nil, ""},
+		"not YAML":         {[]byte("token: [1, 2"), ""},
+	} {
+		s := &corev1.Secret{Data: map[string][]byte{ValuesKey: tc.data}}
+		if got := Bearer(s); got != tc.want {
+			t.Errorf("%s: Bearer = %q, want %q", name, got, tc.want)
+		}
 	}
-	if strings.Contains(string(b), "clientID") {
-		t.Errorf("clientID written though the token has none:\n%s", b)
+}
+
+// A values file an admin kept from an older controller still installs the
+// agent chart of this one.
+func TestValues_OldValuesFilesStillInstall(t *testing.T) {
+	chart, err := renderer.LoadChartFS(charts.FleetAgent(), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renderer.Render(renderer.Input{Chart: chart, ReleaseName: "fleet-agent", Namespace: config.DefaultSystemNamespace, Values: []byte(oldValuesFile)}); err != nil {
+		t.Fatalf("an old values file no longer installs: %v", err)
 	}
 }
 
@@ -193,77 +236,81 @@ func TestSetStatus(t *testing.T) {
 	}
 }
 
-// An agent installed with the token's values runs the image and TLS mode the
-// controller is configured with, as its own Bundle (manageagent) will: a
-// different image there would restart the agent at adoption.
-func TestValues_CarryTheConfiguredAgentImageAndTLSMode(t *testing.T) {
+// An agent installed with `helm install -f values.yaml` and the token's
+// values file renders the pod template its own Bundle (manageagent) applies
+// after registration, for a controller configuration that sets every agent
+// setting it has: adoption then restarts nothing. Both sides are the one
+// agent values type (renderer.AgentValues), built by its token and Cluster
+// constructors; the install side goes through the YAML file, as helm reads
+// it, with the labels an admin adds with --set-string.
+func TestValues_AgentInstalledWithThemRendersItsBundlesPodTemplate(t *testing.T) {
 	chart, err := renderer.LoadChartFS(charts.FleetAgent(), ".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "reg"}}
-	cfg := &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("ca"),
-		AgentImage: "registry.example.com:5000/team/fleet:1.2.3", AgentImagePullPolicy: "Always", AgentTLSMode: config.TLSModeStrict}
-	values, err := NewValues(cfg, tok, "bearer").Marshal()
+	bundleRenderer, err := renderer.NewAgentRenderer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := renderer.Render(renderer.Input{Chart: chart, ReleaseName: "fleet-agent", Namespace: config.DefaultSystemNamespace, Values: values})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, values)
+	replicas := int32(2)
+	cfg := &config.Config{
+		APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("ca"),
+		AgentImage: "registry.example.com:5000/team/fleet:1.2.3", AgentImagePullPolicy: "Always", AgentTLSMode: config.TLSModeStrict,
+		AgentCheckinInterval: metav1.Duration{Duration: 90 * time.Second}, AgentReplicas: &replicas,
+		AgentImagePullSecrets: []string{"regcred"}, SystemDefaultRegistry: "mirror.example.com",
+		AgentLeaderElection: config.LeaderElection{LeaseDuration: metav1.Duration{Duration: time.Minute}, RenewDeadline: metav1.Duration{Duration: 40 * time.Second}, RetryPeriod: metav1.Duration{Duration: 15 * time.Second}},
+		AgentProxy:          config.Proxy{HTTPProxy: "http://proxy:3128", HTTPSProxy: "http://proxy:3128", NoProxy: "10.0.0.0/8"},
 	}
-	objs, err := out.Objects()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "edge"}}
+	values, err := valuesFile(cfg, tok, "bearer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" {
-			continue
-		}
-		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		c := containers[0].(map[string]any)
-		if c["image"] != cfg.AgentImage || c["imagePullPolicy"] != "Always" {
-			t.Errorf("agent container image %v pull policy %v, want %s Always", c["image"], c["imagePullPolicy"], cfg.AgentImage)
-		}
-		return
+	installed, err := renderer.Render(renderer.Input{Chart: chart, ReleaseName: "fleet-agent", Namespace: config.DefaultSystemNamespace,
+		Values: append(values, []byte("labels:\n  env: dev\n")...)})
+	if err != nil {
+		t.Fatalf("helm install with the values file fails: %v\n%s", err, values)
 	}
-	t.Fatal("no agent Deployment rendered")
-}
 
-// FuzzParseValues feeds arbitrary bytes to the values file parser (the
-// controller reads its own values Secret back with it, and tests read what
-// a person installing the agent gets): it never panics, and what it
-// accepts writes back to a file that parses to the same values.
-func FuzzParseValues(f *testing.F) {
-	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "edge"}, Spec: fleet.ClusterRegistrationTokenSpec{ClientID: "edge-1"}}
-	seed, err := NewValues(&config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")}, tok, "bearer").Marshal()
-	if err != nil {
-		f.Fatal(err)
+	// The Cluster the registration makes, as the agent Bundle sees it
+	// once the agent reported its namespace (controller/cluster/agentbundle.go).
+	cluster := &fleet.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "cluster-0123456789ab", Labels: map[string]string{"env": "dev"}},
+		Spec:       fleet.ClusterSpec{ClientID: "kube-system-uid", AgentNamespace: config.DefaultSystemNamespace},
 	}
-	f.Add(seed)
-	f.Add([]byte(""))
-	f.Add([]byte("token: [1, 2]\n"))
-	f.Add([]byte("image: {repository: r, tag: 1}\nunknown: x\n"))
-	f.Add([]byte("apiServerURL: &a x\ntoken: *a\n"))
-	f.Add([]byte("{\"token\": \"\\u00ff\", \"image\": null}"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		v, err := ParseValues(data)
+	bv, err := renderer.AgentValuesForCluster(cluster, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := bundleRenderer.Render(bv)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	spec := func(out *renderer.Output) map[string]any {
+		t.Helper()
+		objs, err := out.Objects()
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "parsing agent values") {
-				t.Fatalf("error %q does not say what failed", err)
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" {
+				s, _, _ := unstructured.NestedMap(o.Object, "spec")
+				return s
 			}
-			return
 		}
-		out, err := v.Marshal()
-		if err != nil {
-			t.Fatalf("parsed values do not marshal: %v", err)
-		}
-		again, err := ParseValues(out)
-		if err != nil {
-			t.Fatalf("written values do not parse: %v\n%s", err, out)
-		}
-		if diff := cmp.Diff(v, again); diff != "" {
-			t.Fatalf("values changed on the way through a file (-parsed +again):\n%s", diff)
-		}
-	})
+		t.Fatal("no agent Deployment rendered")
+		return nil
+	}
+	got, want := spec(installed), spec(bundle)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the helm-installed agent's Deployment differs from its Bundle's: adoption would restart it (-bundle +installed):\n%s", diff)
+	}
+	containers, _, _ := unstructured.NestedSlice(got, "template", "spec", "containers")
+	if c := containers[0].(map[string]any); c["image"] != "mirror.example.com/registry.example.com:5000/team/fleet:1.2.3" || c["imagePullPolicy"] != "Always" {
+		t.Errorf("agent container image %v pull policy %v: the configured agent image is not installed", c["image"], c["imagePullPolicy"])
+	}
 }

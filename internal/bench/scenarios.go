@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -30,19 +29,9 @@ import (
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
-// tokenValues is what a ClusterRegistrationToken's values file holds.
-type tokenValues struct {
-	APIServerURL                string `json:"apiServerURL"`
-	APIServerCA                 string `json:"apiServerCA"`
-	ClusterNamespace            string `json:"clusterNamespace"`
-	SystemRegistrationNamespace string `json:"systemRegistrationNamespace"`
-	Token                       string `json:"token"`
-	TokenName                   string `json:"tokenName"`
-}
-
 // newWorkspace makes a namespace and a ClusterRegistrationToken in it, and
 // returns the token's values.
-func (h *harness) newWorkspace(ctx context.Context, name string) (*tokenValues, error) {
+func (h *harness) newWorkspace(ctx context.Context, name string) (*renderer.AgentValues, error) {
 	up := h.env.Upstream.Client
 	if err := up.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		return nil, err
@@ -54,9 +43,9 @@ func (h *harness) newWorkspace(ctx context.Context, name string) (*tokenValues, 
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		s := &corev1.Secret{}
-		if err := up.Get(ctx, client.ObjectKey{Namespace: name, Name: "bench"}, s); err == nil && len(s.Data["values"]) > 0 {
-			v := &tokenValues{}
-			if err := yaml.Unmarshal(s.Data["values"], v); err != nil {
+		if err := up.Get(ctx, client.ObjectKey{Namespace: name, Name: "bench"}, s); err == nil && len(s.Data[registration.TokenValuesKey]) > 0 {
+			v, err := renderer.ParseAgentValues(s.Data[registration.TokenValuesKey])
+			if err != nil {
 				return nil, err
 			}
 			if v.Token != "" {
@@ -70,12 +59,12 @@ func (h *harness) newWorkspace(ctx context.Context, name string) (*tokenValues, 
 
 // installBootstrap writes what `helm install fleet-agent` gives the agent to
 // start from: its namespace, the bootstrap Secret and the ConfigMap.
-func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns string, v *tokenValues, clientID string) error {
+func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns string, v *renderer.AgentValues, clientID string) error {
 	c := ds.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: renderer.BootstrapSecretName}, Data: map[string][]byte{
+	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.BootstrapSecretName}, Data: map[string][]byte{
 		registration.BootstrapKeyAPIServerURL:                []byte(v.APIServerURL),
 		registration.BootstrapKeyAPIServerCA:                 []byte(v.APIServerCA),
 		registration.BootstrapKeyClusterNamespace:            []byte(v.ClusterNamespace),
@@ -86,8 +75,8 @@ func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns str
 	if err := c.Create(ctx, boot); err != nil {
 		return err
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: agent.ConfigMapName},
-		Data: map[string]string{agent.ConfigMapKey: fmt.Sprintf(`{"clientID": %q, "labels": {"bench": "true"}}`, clientID)}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.AgentConfigMapName},
+		Data: map[string]string{registration.AgentConfigKey: fmt.Sprintf(`{"clientID": %q, "labels": {"bench": "true"}}`, clientID)}}
 	return c.Create(ctx, cm)
 }
 
@@ -294,7 +283,7 @@ func (h *harness) managerInitiated(ctx context.Context, n int) (Result, error) {
 		if err := up.Create(ctx, c); err != nil {
 			return r, err
 		}
-		if err := waitForSecret(ctx, ds, agentNS, renderer.BootstrapSecretName, time.Minute); err != nil {
+		if err := waitForSecret(ctx, ds, agentNS, registration.BootstrapSecretName, time.Minute); err != nil {
 			return r, fmt.Errorf("agent not pushed to cluster %s: %w", name, err)
 		}
 		if _, err := as.start(ds, agentNS, h.heartbeat); err != nil {
@@ -473,7 +462,7 @@ func renderScenario(n int) (Result, error) {
 		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: fmt.Sprintf("c-%d", i)},
 			Spec: fleet.ClusterSpec{KubeConfigSecret: "kc", ClientID: fmt.Sprint(i), RedeployAgentGeneration: int64(i)}}
 		t0 := time.Now()
-		v, err := renderer.BuildAgentValues(c, cfg, renderer.OfflineBootstrap(c))
+		v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
 		if err != nil {
 			return r, err
 		}

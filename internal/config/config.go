@@ -417,13 +417,21 @@ func (c *Config) KubeConfigSecretNamespaceAllowed(workspace, secretNamespace str
 }
 
 // CheckAPIServerURLScheme refuses an http:// URL for agents unless the
-// configuration allows it.
+// configuration allows it, with an *InsecureAPIServerURLError.
 func (c *Config) CheckAPIServerURLScheme(apiServerURL string) error {
 	u, err := url.Parse(apiServerURL)
 	if err != nil || !strings.EqualFold(u.Scheme, "http") || c.AllowInsecureAPIServerURL {
 		return nil
 	}
-	return fmt.Errorf("apiServerURL %q is plain http: agents would send their bearer tokens unencrypted; use https, or set allowInsecureAPIServerURL in the controller configuration", apiServerURL)
+	return &InsecureAPIServerURLError{URL: apiServerURL}
+}
+
+// InsecureAPIServerURLError is a plain http upstream URL for agents that the
+// configuration does not allow (allowInsecureAPIServerURL).
+type InsecureAPIServerURLError struct{ URL string }
+
+func (e *InsecureAPIServerURLError) Error() string {
+	return fmt.Sprintf("apiServerURL %q is plain http: agents would send their bearer tokens unencrypted; use https, or set allowInsecureAPIServerURL in the controller configuration", e.URL)
 }
 
 // CAPIAllNamespaces in capiNamespaces opts in every namespace.

@@ -51,15 +51,28 @@ func (c *Cluster) start(name, bin string, args ...string) (*process, error) {
 	return p, nil
 }
 
-// failed says why p is gone, naming its log; nil while it runs.
+// failed says why p is gone, naming its log, as an *exitedError; nil while
+// it runs.
 func (p *process) failed() error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("%s exited (%v): read %s", p.name, p.err, p.log)
+		return &exitedError{name: p.name, err: p.err, log: p.log}
 	default:
 		return nil
 	}
 }
+
+// exitedError: a component of the cluster exited; waiting on it is over.
+type exitedError struct {
+	name, log string
+	err       error
+}
+
+func (e *exitedError) Error() string {
+	return fmt.Sprintf("%s exited (%v): read %s", e.name, e.err, e.log)
+}
+
+func (e *exitedError) Unwrap() error { return e.err }
 
 // ownProcesses lists the PIDs of components running from dir, never this
 // process or its ancestors (a shell that mentions dir is not ours to kill).

@@ -3,12 +3,12 @@ package devcluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -199,7 +199,7 @@ func waitFor(ctx context.Context, timeout time.Duration, check func() error) err
 		if err == nil {
 			return nil
 		}
-		if strings.Contains(err.Error(), " exited (") || time.Now().After(deadline) {
+		if errors.As(err, new(*exitedError)) || time.Now().After(deadline) {
 			return err
 		}
 		select {

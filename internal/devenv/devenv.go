@@ -27,6 +27,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/devcluster"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
@@ -151,7 +152,7 @@ func TokenValues(ctx context.Context, c client.Client, ns, token string) ([]byte
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tok.Status.SecretName}, s); err != nil {
 			return err
 		}
-		values = s.Data["values"]
+		values = s.Data[registration.TokenValuesKey]
 		return nil
 	})
 	return values, err

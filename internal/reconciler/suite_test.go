@@ -1,17 +1,10 @@
 package reconciler_test
 
 import (
-	"context"
-	"flag"
-	"fmt"
-	"os"
 	"testing"
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // env is a real kube-apiserver and etcd (no controller manager: nothing
@@ -19,33 +12,14 @@ import (
 var env *controlplane.Env
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if controlplane.Fuzzing() {
-		os.Exit(m.Run())
-	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var err error
-	env, err = controlplane.Start(ctx, controlplane.Options{NoControllerManager: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	return m.Run()
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{NoControllerManager: true}}, func(s *testenv.Suite) error {
+		env = s.Env
+		return nil
+	})
 }
 
 // newNamespace makes a namespace for one test.
 func newNamespace(t *testing.T) string {
-	c := env.Upstream.Client
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reconciler-"}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
+	return testenv.Namespace(t, env.Upstream.Client, "reconciler-")
 }

@@ -1,10 +1,19 @@
 // Package registration is the contract of the identity handshake between the
 // agent and the controller (shared/SPEC.md §4): the names, keys and labels
-// both sides use. The agent creates a ClusterRegistration with the import
-// identity of a ClusterRegistrationToken; the controller answers with a
-// credential Secret c-<hash> in the system registration namespace that only
-// the registering identity may read; the agent copies it into its local
-// fleet-agent Secret and forgets the import token.
+// both sides use, each defined here once. The agent creates a
+// ClusterRegistration with the import identity of a ClusterRegistrationToken;
+// the controller answers with a credential Secret c-<hash> in the system
+// registration namespace that only the registering identity may read; the
+// agent copies it into its local fleet-agent Secret and forgets the import
+// token.
+//
+// The agent chart (charts/fleet-agent) writes the downstream side of the
+// contract (the bootstrap Secret, the agent ConfigMap); a renderer test
+// checks that what it renders is what these names and types read. The labels
+// and annotations users and admission policies see on API objects
+// (fleet.RegistrationTokenLabel, fleet.CreatedByAgentPodLabel,
+// fleet.ApprovedAnnotation) are part of the API and live with it in
+// api/v1alpha1.
 package registration
 
 import (
@@ -12,6 +21,37 @@ import (
 
 	"github.com/gitops-fleet/fleet/internal/names"
 )
+
+// Names of the agent's objects downstream (shared/SPEC.md §2).
+const (
+	// AgentCredentialSecretName is the agent's local Secret holding its
+	// request credential. The agent writes it after registering; the
+	// controller deletes it before it pushes a fresh bootstrap Secret, so
+	// the agent registers again.
+	AgentCredentialSecretName = "fleet-agent"
+	// BootstrapSecretName is the local Secret holding the import credential
+	// (keys BootstrapKey*), rendered by the agent chart and deleted by the
+	// agent once it registered.
+	BootstrapSecretName = "fleet-agent-bootstrap"
+	// AgentConfigMapName is the local ConfigMap of the agent's settings; its
+	// key AgentConfigKey holds an AgentConfig as JSON.
+	AgentConfigMapName = "fleet-agent"
+	AgentConfigKey     = "config"
+)
+
+// TokenValuesKey is the key of a ClusterRegistrationToken's values Secret
+// (named like the token) that holds the values file for
+// `helm install fleet-agent charts/fleet-agent -f values.yaml`.
+const TokenValuesKey = "values"
+
+// AgentConfig is the document under AgentConfigKey of the agent's ConfigMap,
+// as the agent chart writes it from its values of the same names.
+type AgentConfig struct {
+	Labels          map[string]string `json:"labels,omitempty"`
+	ClientID        string            `json:"clientID,omitempty"`
+	AgentTLSMode    string            `json:"agentTLSMode,omitempty"`
+	CheckinInterval string            `json:"checkinInterval,omitempty"`
+}
 
 const (
 	// CredentialSecretType is the type of the c-<hash> Secret.
@@ -30,11 +70,8 @@ const (
 	KeyKubeconfig   = "kubeconfig"
 	KeyAPIServerURL = "apiServerURL"
 	KeyAPIServerCA  = "apiServerCA"
-
-	// BootstrapSecretName is the agent's local Secret holding the import
-	// credential (made by the agent chart, deleted by the agent once it has
-	// its own credential).
-	BootstrapSecretName = "fleet-agent-bootstrap"
+	KeyAgentTLSMode = "agentTLSMode" // the TLS mode the agent registered with
+	KeyIssued       = "issued"       // RFC 3339 time the token was issued
 
 	// Keys of the local fleet-agent-bootstrap Secret (the agent chart's).
 	BootstrapKeyAPIServerURL                = "apiServerURL"
