@@ -13,8 +13,8 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {

@@ -56,7 +56,7 @@ rule() {
 }
 
 # Test helpers: packages only tests import (renderer/renderertest,
-# charts/chartstest, internal/testenv).
+# charts/chartstest, internal/dev/testenv).
 helpers="^$m/(.*/)?([a-z0-9]*test|testenv)\$"
 
 # Forbidden: the Helm SDK and kustomize's build engine (kustomize/api, the
@@ -76,12 +76,12 @@ rule "agent without Helm or kustomize" \
 rule "no test code in production packages" \
 	"^$m(/|\$)" "$helpers" \
 	"^testing\$|$helpers" "" \
-	"only _test.go files and test helper packages may import testing or a test helper (test helpers belong in internal/testenv)"
+	"only _test.go files and test helper packages may import testing or a test helper (test helpers belong in internal/dev/testenv)"
 
 rule "production code does not start control planes" \
 	"^$m/(controller|agent|renderer)(/|\$)" "$helpers" \
-	"^$m/internal/(controlplane|devcluster|devenv|bench)(/|\$)" "" \
-	"controller/, agent/ and renderer/ must not import the test control planes, the dev environment or the benchmarks (use internal/scheme for the scheme)"
+	"^$m/internal/dev(/|\$)" "" \
+	"controller/, agent/ and renderer/ must not import internal/dev (test control planes, dev clusters and environment, images, benchmarks; use internal/scheme for the scheme)"
 
 if [[ $failed != 0 ]]; then
 	exit 1

@@ -9,7 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/gitops-fleet/fleet/internal/bench"
+	"github.com/gitops-fleet/fleet/internal/dev/bench"
 )
 
 func newBenchCommand() *cobra.Command {

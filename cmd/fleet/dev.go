@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gitops-fleet/fleet/internal/devcluster"
-	"github.com/gitops-fleet/fleet/internal/devenv"
-	"github.com/gitops-fleet/fleet/internal/images"
+	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
+	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/internal/dev/images"
 )
 
 func newDevCommand() *cobra.Command {

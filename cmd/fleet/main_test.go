@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/gitops-fleet/fleet/internal/testenv"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 )
 
 // TestMain lets this test binary be a render worker, as the fleet binary is

@@ -31,9 +31,9 @@ import (
 	"github.com/gitops-fleet/fleet/controller/capi"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 var (

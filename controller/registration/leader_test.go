@@ -21,8 +21,8 @@ import (
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // The tests in this file prove that whether a registration is granted is

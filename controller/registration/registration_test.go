@@ -19,9 +19,9 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 func countRBAC(t *testing.T, sel client.MatchingLabels) (roles, bindings int) {

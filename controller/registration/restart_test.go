@@ -28,8 +28,8 @@ import (
 	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/internal/testenv"
 )
 
 // restartPickupTimeout is the credential pickup timeout of the restart

@@ -1,4 +1,4 @@
-// Package e2e runs the product on real local clusters (internal/devcluster):
+// Package e2e runs the product on real local clusters (internal/dev/devcluster):
 // the controller installed with helm in the upstream, agents as real pods in
 // downstream clusters, registered both ways, with real rollouts. `make e2e`
 // runs it alone; `make test` includes it.
@@ -29,8 +29,8 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
-	"github.com/gitops-fleet/fleet/internal/devcluster"
-	"github.com/gitops-fleet/fleet/internal/devenv"
+	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
+	"github.com/gitops-fleet/fleet/internal/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )

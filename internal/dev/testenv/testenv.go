@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gitops-fleet/fleet/internal/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 )
 
