@@ -45,14 +45,19 @@ type Reconciler struct {
 	APIReader client.Reader
 	Config    *configstore.Store
 	Renderer  *renderer.AgentRenderer
-	Remotes   *remote.Cache
-	Recorder  recorder.EventRecorder
+	// Remotes keeps a client per downstream cluster, keyed by its
+	// kubeconfig: a cache, made again from the kubeconfig Secret when lost.
+	Remotes  *remote.Cache
+	Recorder recorder.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
 	// objects keeps the agent Bundle (set up by SetupWithManager).
 	objects *reconciler.Objects
-	memo    importMemo
+	// memo spares heartbeat reconciles a read of the kubeconfig Secret. It
+	// is the only state kept in memory between passes, and is safe to lose
+	// (see importMemo): everything a pass decides on is read from the API.
+	memo importMemo
 }
 
 // pass is what one reconcile of a Cluster works on and finds.
