@@ -54,9 +54,9 @@ type Reconciler struct {
 
 	// objects keeps the agent Bundle (set up by SetupWithManager).
 	objects *reconciler.Objects
-	// memo spares heartbeat reconciles a read of the kubeconfig Secret. It
-	// is the only state kept in memory between passes, and is safe to lose
-	// (see importMemo): everything a pass decides on is read from the API.
+	// memo spares heartbeat reconciles a read of the kubeconfig Secret.
+	// Like Remotes it is a cache, safe to lose (see importMemo): every
+	// decision of a pass is made on what it reads from the API.
 	memo importMemo
 }
 
