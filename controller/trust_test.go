@@ -266,9 +266,14 @@ func TestCluster_NamespaceMadeForAnotherClusterIsNeverShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newCluster(t, ws, "clash", map[string]string{"env": "x"})
-	got := waitCondition(t, c, fleet.StalledCondition, metav1.ConditionTrue, fleet.NamespaceConflictReason)
+	// A conflict with another object (not with the Cluster itself): the
+	// Cluster waits, and is looked at again, until a person resolves it.
+	got := waitCondition(t, c, fleet.ReconcilingCondition, metav1.ConditionTrue, fleet.NamespaceConflictReason)
 	if msg := findCondition(got, fleet.ReadyCondition).Message; !strings.Contains(msg, "another-workspace/another-cluster") {
 		t.Errorf("the message must name whose namespace it is: %s", msg)
+	}
+	if st := findCondition(got, fleet.StalledCondition); st != nil {
+		t.Errorf("Stalled: %+v", st)
 	}
 	b := webBundle(ws)
 	b.Spec.Targets = []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "x"}}}}

@@ -14,7 +14,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +28,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/sharding"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 const (
@@ -54,11 +54,15 @@ const (
 )
 
 // Reconciler keeps one fleet Cluster per opted-in CAPI cluster. Requests
-// are keyed by the shared namespace/name.
+// are keyed by the shared namespace/name. It writes fleet Clusters under
+// reconciler.FieldManager, and keeps nothing in memory but the served CAPI
+// version (found by discovery at every start): whose a fleet Cluster is, and
+// which labels it copied, are read from the Cluster itself (its
+// fleet.CAPIClusterLabel, owner reference and fleet.CAPILabelsAnnotation).
 type Reconciler struct {
 	// Shard is this replica's share (by namespace/name of the CAPI cluster).
 	Shard sharding.Shard
-	// Client writes fleet Clusters.
+	// Client writes fleet Clusters (under reconciler.FieldManager).
 	Client client.Client
 	// Cache reads CAPI cluster and Secret metadata and fleet Clusters.
 	Cache    client.Reader
@@ -115,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		log.Info("CAPI cluster deleted; deleting its fleet Cluster")
 		if !capiGone {
-			r.Recorder.Eventf(capi, nil, corev1.EventTypeNormal, DeregisteredReason, eventActionDeregister,
+			reconciler.Eventf(r.Recorder, capi, nil, corev1.EventTypeNormal, DeregisteredReason, eventActionDeregister,
 				"fleet Cluster %s deleted with this cluster", req.NamespacedName)
 		}
 		return ctrl.Result{}, nil
@@ -126,7 +130,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	switch {
 	case fcFound && !ours:
 		if selected {
-			r.Recorder.Eventf(capi, nil, corev1.EventTypeWarning, NameTakenReason, eventActionRegister,
+			reconciler.Eventf(r.Recorder, capi, nil, corev1.EventTypeWarning, NameTakenReason, eventActionRegister,
 				"fleet Cluster %s already exists and was not made by Cluster API auto-registration (no label %s); it is left as it is. Delete or rename it to let this cluster register.",
 				req.NamespacedName, fleet.CAPIClusterLabel)
 		}
@@ -178,19 +182,19 @@ func (r *Reconciler) create(ctx context.Context, capi *metav1.PartialObjectMetad
 		},
 		Spec: fleet.ClusterSpec{KubeConfigSecret: capi.Name + KubeconfigSuffix},
 	}
-	if err := r.Client.Create(ctx, fc); err != nil {
+	if err := r.Client.Create(ctx, fc, client.FieldOwner(reconciler.FieldManager)); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Made meanwhile (by hand?): look again once the cache has it.
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+			return reconciler.Failure(err).Result(0)
 		}
 		// Say why on the CAPI cluster (an admission policy, a quota...);
 		// the API server's message holds no secret.
-		r.Recorder.Eventf(capi, nil, corev1.EventTypeWarning, NotCreatedReason, eventActionRegister,
+		reconciler.Eventf(r.Recorder, capi, nil, corev1.EventTypeWarning, NotCreatedReason, eventActionRegister,
 			"fleet Cluster %s/%s could not be created: %v", fc.Namespace, fc.Name, err)
 		return ctrl.Result{}, fmt.Errorf("creating fleet Cluster %s/%s: %w", fc.Namespace, fc.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("fleet Cluster created for CAPI cluster", "kubeConfigSecret", fc.Spec.KubeConfigSecret)
-	r.Recorder.Eventf(capi, nil, corev1.EventTypeNormal, RegisteredReason, eventActionRegister,
+	reconciler.Eventf(r.Recorder, capi, nil, corev1.EventTypeNormal, RegisteredReason, eventActionRegister,
 		"fleet Cluster %s/%s created; it uses kubeconfig Secret %s", fc.Namespace, fc.Name, fc.Spec.KubeConfigSecret)
 	return ctrl.Result{}, nil
 }
@@ -228,7 +232,7 @@ func (r *Reconciler) update(ctx context.Context, capi *metav1.PartialObjectMetad
 		orig.Spec.KubeConfigSecret == fc.Spec.KubeConfigSecret && orig.Spec.KubeConfigSecretNamespace == "" {
 		return nil
 	}
-	if err := r.Client.Patch(ctx, fc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Patch(ctx, fc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(reconciler.FieldManager)); err != nil {
 		return fmt.Errorf("updating fleet Cluster %s/%s: %w", fc.Namespace, fc.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("fleet Cluster follows the CAPI cluster's labels")

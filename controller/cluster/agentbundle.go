@@ -6,11 +6,13 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -23,20 +25,18 @@ const (
 	AgentBundleFile = "fleet-agent.yaml"
 )
 
-// inputError is a problem with the Cluster's spec or the configuration that
-// retrying cannot fix.
-type inputError struct{ reason, msg string }
+// ObjectConflictReason (condition reason): the agent Bundle's name is taken
+// by a Bundle another object controls.
+const ObjectConflictReason = "ObjectConflict"
 
-func (e *inputError) Error() string { return e.msg }
-
-// reconcileAgentBundle writes Bundle fleet-agent-<cluster>: the agent as
+// reconcileAgentBundle keeps Bundle fleet-agent-<cluster>: the agent as
 // rendered from charts/fleet-agent by the same values builder as the import
 // path, without the bootstrap Secret, targeted at the cluster, labelled
 // fleet.AgentBundleLabel and controlled by the Cluster. It is the
 // reviewable record of the agent, and (manageagent) what the agent applies
 // to itself after registration. It never holds a credential.
-func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cluster) error {
-	cfg := r.Config.Get()
+func (r *Reconciler) reconcileAgentBundle(ctx context.Context, p *pass) error {
+	cluster, cfg := p.cluster, p.cfg
 	if !cfg.GetManageAgent() {
 		return nil
 	}
@@ -52,51 +52,80 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, cluster *fleet.Cl
 	}
 	values, err := renderer.AgentValuesForCluster(target, cfg, nil)
 	if err != nil {
-		return &inputError{reason: fleet.RenderFailedReason, msg: fmt.Sprintf("cannot build the agent: %v", err)}
+		return reconciler.Stall(fleet.RenderFailedReason, "cannot build the agent: %v", err)
 	}
 	// The chart is part of the hash: with the values alone, a controller
 	// upgrade shipping a changed agent chart would never reach this Bundle.
 	hash, err := r.Renderer.Hash(values)
 	if err != nil {
-		return err
+		return fmt.Errorf("hashing the agent's values: %w", err)
 	}
+	owner := agentBundleOwner{cluster: cluster, scheme: r.Client.Scheme()}
 	key := client.ObjectKey{Namespace: cluster.Namespace, Name: names.AgentBundle(cluster.Name)}
-	bundle := &fleet.Bundle{}
-	err = r.Client.Get(ctx, key, bundle)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	exists := err == nil
-	if exists && bundle.Annotations[AgentValuesHashAnnotation] == hash && bundle.Labels[fleet.AgentBundleLabel] == "true" {
+	existing := &fleet.Bundle{}
+	switch err := r.Client.Get(ctx, key, existing); {
+	case err == nil && existing.Annotations[AgentValuesHashAnnotation] == hash && existing.Labels[fleet.AgentBundleLabel] == "true" &&
+		owner.Check(existing) == nil:
+		// Rendered from these values and this chart already.
 		return nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading the agent Bundle %s: %w", key, err)
 	}
 	out, err := r.Renderer.Render(values)
 	if err != nil {
-		return &inputError{reason: fleet.RenderFailedReason, msg: fmt.Sprintf("cannot render the agent: %v", err)}
+		return reconciler.Stall(fleet.RenderFailedReason, "cannot render the agent: %v", err)
 	}
-	if !exists {
-		bundle = &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	bundle := &fleet.Bundle{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Annotations: map[string]string{AgentValuesHashAnnotation: hash}},
+		Spec: fleet.BundleSpec{
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{DefaultNamespace: values.Internal.SystemNamespace},
+			Resources:               []fleet.BundleResource{{Name: AgentBundleFile, Content: string(out.YAML)}},
+			Targets:                 []fleet.BundleTarget{{Name: "agent", ClusterName: cluster.Name}},
+		},
 	}
-	if bundle.Labels == nil {
-		bundle.Labels = map[string]string{}
+	if r.objects == nil {
+		r.objects = reconciler.NewObjects(r.Client, r.APIReader)
 	}
-	bundle.Labels[fleet.ManagedLabel] = "true"
-	bundle.Labels[fleet.ClusterLabel] = cluster.Name
-	bundle.Labels[fleet.AgentBundleLabel] = "true"
-	if bundle.Annotations == nil {
-		bundle.Annotations = map[string]string{}
+	_, err = r.objects.Ensure(ctx, owner, bundle)
+	return err
+}
+
+// agentBundleOwner makes and recognises a Cluster's agent Bundle: labelled
+// as its agent Bundle and controlled by the Cluster, so the garbage
+// collector removes it with the Cluster.
+type agentBundleOwner struct {
+	cluster *fleet.Cluster
+	scheme  *runtime.Scheme
+}
+
+// Own labels the Bundle as the Cluster's agent Bundle and makes the Cluster
+// its controller.
+func (o agentBundleOwner) Own(obj client.Object) error {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	bundle.Annotations[AgentValuesHashAnnotation] = hash
-	bundle.Spec = fleet.BundleSpec{
-		BundleDeploymentOptions: fleet.BundleDeploymentOptions{DefaultNamespace: values.Internal.SystemNamespace},
-		Resources:               []fleet.BundleResource{{Name: AgentBundleFile, Content: string(out.YAML)}},
-		Targets:                 []fleet.BundleTarget{{Name: "agent", ClusterName: cluster.Name}},
+	labels[fleet.ManagedLabel] = "true"
+	labels[fleet.ClusterLabel] = o.cluster.Name
+	labels[fleet.AgentBundleLabel] = "true"
+	obj.SetLabels(labels)
+	return controllerutil.SetControllerReference(o.cluster, obj, o.scheme)
+}
+
+// Check accepts a Bundle this Cluster controls, or one nobody controls
+// (which it adopts, as it always did); one controlled by anything else is
+// not its to take.
+func (o agentBundleOwner) Check(obj client.Object) error {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.UID == o.cluster.UID {
+		return nil
 	}
-	if err := controllerutil.SetControllerReference(cluster, bundle, r.Client.Scheme()); err != nil {
-		return err
+	key := client.ObjectKeyFromObject(obj)
+	if ref.Kind == "Cluster" && ref.Name == o.cluster.Name {
+		// The garbage collector removes it; the retry is a safety net.
+		return reconciler.Wait(fleet.WaitingReason, reconciler.ConflictRetry,
+			"waiting for the agent Bundle %s, left by an earlier Cluster of the same name, to be deleted", key)
 	}
-	if exists {
-		return r.Client.Update(ctx, bundle)
-	}
-	return r.Client.Create(ctx, bundle)
+	return reconciler.Wait(ObjectConflictReason, reconciler.ConflictRetry,
+		"Bundle %s exists and is controlled by %s %s, not by this Cluster: delete it, or rename it", key, ref.Kind, ref.Name)
 }

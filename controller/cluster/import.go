@@ -27,6 +27,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -52,16 +53,17 @@ const (
 // given to the agent or the agent chart changed, or the kubeconfig now points
 // at another server. Otherwise it writes nothing downstream and does not even
 // connect.
-func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster) (ctrl.Result, *stepResult, error) {
-	cfg := r.Config.Get()
+func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
+	p.imported = true
+	cluster, cfg := p.cluster, p.cfg
 	memoKey := r.importMemoKey(ctx, cluster, cfg)
 	if memoKey != nil && r.memo.seen(client.ObjectKeyFromObject(cluster), *memoKey) {
-		return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
+		return nil
 	}
-	in, step := r.readKubeconfig(ctx, cluster, cfg)
-	if step != nil {
+	in, err := r.readKubeconfig(ctx, cluster, cfg)
+	if err != nil {
 		metrics.RegistrationSteps.WithLabelValues("import", "invalid").Inc()
-		return ctrl.Result{}, step, nil
+		return err
 	}
 	bootstrap := &renderer.Bootstrap{
 		APIServerURL:                in.apiServerURL,
@@ -81,13 +83,13 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 		case errors.As(err, &insecure):
 			reason = fleet.APIServerURLInsecureReason
 		}
-		return ctrl.Result{}, stalled(reason, "cannot build the agent: %v", err), nil
+		return reconciler.Stall(reason, "cannot build the agent: %v", err)
 	}
 	// The hash covers the agent chart too: a controller upgrade that ships
 	// a changed chart redeploys once, a restart with the same chart does not.
 	valuesHash, err := r.Renderer.Hash(values)
 	if err != nil {
-		return ctrl.Result{}, waiting(fleet.RenderFailedReason, "%v", err), err
+		return reconciler.Retry(fleet.RenderFailedReason, err)
 	}
 
 	why := deployReason(cluster, valuesHash, in.serverHash)
@@ -102,17 +104,18 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 		if memoKey != nil {
 			r.memo.remember(client.ObjectKeyFromObject(cluster), *memoKey)
 		}
-		return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
+		return nil
 	}
 	cluster.Status.AgentConfigChanged = why == deploySettings || why == deployServer
 
-	token, step, err := r.importToken(ctx, cluster, cfg)
-	if step != nil || err != nil {
-		if step == nil {
-			step = waiting(fleet.WaitingForTokenReason, "preparing import token %s: %v", names.ImportToken(cluster.Name), err)
-		}
+	token, err := r.importToken(ctx, cluster, cfg, p.now)
+	if err != nil {
 		metrics.RegistrationSteps.WithLabelValues("token", "waiting").Inc()
-		return ctrl.Result{}, step, err
+		var w *reconciler.Waiting
+		if !errors.As(err, &w) {
+			err = reconciler.Retry(fleet.WaitingForTokenReason, fmt.Errorf("preparing import token %s: %w", names.ImportToken(cluster.Name), err))
+		}
+		return err
 	}
 
 	start := time.Now()
@@ -120,12 +123,14 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 	if err != nil {
 		reason, msg := remote.Classify(host, err)
 		metrics.RegistrationSteps.WithLabelValues("import", "error").Inc()
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, reason, "DeployAgent", "%s", msg)
+		reconciler.Eventf(r.Recorder, cluster, nil, corev1.EventTypeWarning, reason, "DeployAgent", "%s", msg)
 		var inErr *remote.InputError
 		if errors.As(err, &inErr) {
-			return ctrl.Result{}, stalled(reason, "%s", msg), nil
+			return reconciler.Stall(reason, "%s", msg)
 		}
-		return ctrl.Result{}, waiting(reason, "%s", msg), err
+		// The classified message, not err: a conflict or an AlreadyExists
+		// downstream is no race with another writer upstream.
+		return reconciler.Retry(reason, errors.New(msg))
 	}
 	metrics.AgentDeployDuration.Observe(time.Since(start).Seconds())
 	metrics.AgentDeploys.WithLabelValues(why).Inc()
@@ -136,10 +141,10 @@ func (r *Reconciler) reconcileImport(ctx context.Context, cluster *fleet.Cluster
 	if why != deployFirst {
 		event, verb = "AgentRedeployed", "redeployed ("+why+" changed)"
 	}
-	r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, event, "DeployAgent",
+	reconciler.Eventf(r.Recorder, cluster, nil, corev1.EventTypeNormal, event, "DeployAgent",
 		"agent %s to %s at generation %d in namespace %s", verb, host, cluster.Spec.RedeployAgentGeneration, values.Internal.SystemNamespace)
 	ctrl.LoggerFrom(ctx).Info("agent deployed", "reason", why, "server", host, "generation", cluster.Spec.RedeployAgentGeneration)
-	return ctrl.Result{}, okResult(fmt.Sprintf("agent deployed at generation %d", cluster.Spec.RedeployAgentGeneration)), nil
+	return nil
 }
 
 // deployedPerAPIServer reports whether the live Cluster says the agent is
@@ -176,33 +181,33 @@ type kubeconfigInput struct {
 	apiServerCA  []byte
 }
 
-// readKubeconfig reads and checks the kubeconfig Secret. A problem is a
-// stalled step: the user must fix the Secret or the Cluster. Nothing in the
+// readKubeconfig reads and checks the kubeconfig Secret. A problem with it
+// stalls the Cluster: the user must fix the Secret or the Cluster. Nothing in the
 // kubeconfig is used before it passed the controller's kubeconfig policy.
-func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config) (*kubeconfigInput, *stepResult) {
+func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config) (*kubeconfigInput, error) {
 	ns := cluster.Spec.KubeConfigSecretNamespace
 	if ns == "" {
 		ns = cluster.Namespace
 	}
 	if !cfg.KubeConfigSecretNamespaceAllowed(cluster.Namespace, ns) {
-		return nil, stalled(fleet.NamespaceNotAllowedReason,
+		return nil, reconciler.Stall(fleet.NamespaceNotAllowedReason,
 			"spec.kubeConfigSecretNamespace %q is not allowed: keep the kubeconfig Secret in the Cluster's own namespace %q, or list %q for workspace %q under kubeConfigSecretNamespaces in the controller configuration", ns, cluster.Namespace, ns, cluster.Namespace)
 	}
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: ns, Name: cluster.Spec.KubeConfigSecret}
 	if err := r.Client.Get(ctx, key, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, stalled(fleet.KubeConfigSecretMissingReason,
+			return nil, reconciler.Stall(fleet.KubeConfigSecretMissingReason,
 				"kubeconfig Secret %s not found: create it with the downstream cluster's kubeconfig under key %q (Cluster API format)", key, KubeconfigKey)
 		}
-		return nil, waiting(fleet.ProgressingReason, "reading kubeconfig Secret %s: %v", key, err)
+		return nil, fmt.Errorf("reading kubeconfig Secret %s: %w", key, err)
 	}
 	kc, ok := secret.Data[KubeconfigKey]
 	if !ok {
 		kc, ok = secret.Data[KubeconfigKeyYAML]
 	}
 	if !ok || len(kc) == 0 {
-		return nil, stalled(fleet.KubeConfigKeyMissingReason,
+		return nil, reconciler.Stall(fleet.KubeConfigKeyMissingReason,
 			"kubeconfig Secret %s has no key %q (nor %q): put the downstream kubeconfig under key %q", key, KubeconfigKey, KubeconfigKeyYAML, KubeconfigKey)
 	}
 	serverHash, err := remote.ServerHash(kc, cfg.InsecureKubeconfig)
@@ -212,11 +217,11 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster,
 		if errors.As(err, &inErr) {
 			reason = inErr.Reason
 		}
-		return nil, stalled(reason, "kubeconfig Secret %s: %v", key, err)
+		return nil, reconciler.Stall(reason, "kubeconfig Secret %s: %v", key, err)
 	}
 	apiServerURL := strings.TrimSpace(string(secret.Data[APIServerURLKey]))
 	if err := cfg.CheckAPIServerURLScheme(apiServerURL); err != nil {
-		return nil, stalled(fleet.APIServerURLInsecureReason, "kubeconfig Secret %s, key %q: %v", key, APIServerURLKey, err)
+		return nil, reconciler.Stall(fleet.APIServerURLInsecureReason, "kubeconfig Secret %s, key %q: %v", key, APIServerURLKey, err)
 	}
 	return &kubeconfigInput{
 		kubeconfig:   kc,
@@ -228,9 +233,10 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster,
 
 // importToken returns the bearer token of import-token-<cluster>, creating
 // the token (bound to the Cluster's clientID) or renewing it when less than
-// half its lifetime is left. While the token controller prepares it, the step
-// waits; the token's status change re-triggers this reconcile.
-func (r *Reconciler) importToken(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config) (string, *stepResult, error) {
+// half its lifetime is left. While the token controller prepares it, the pass
+// waits (a *reconciler.Waiting); the token's status change re-triggers this
+// reconcile.
+func (r *Reconciler) importToken(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config, now time.Time) (string, error) {
 	name := names.ImportToken(cluster.Name)
 	ttl := cfg.GetImportTokenTTL()
 	tok := &fleet.ClusterRegistrationToken{}
@@ -243,40 +249,40 @@ func (r *Reconciler) importToken(ctx context.Context, cluster *fleet.Cluster, cf
 			Spec: fleet.ClusterRegistrationTokenSpec{TTL: &metav1.Duration{Duration: ttl}, ClientID: cluster.Spec.ClientID},
 		}
 		if err := controllerutil.SetControllerReference(cluster, tok, r.Client.Scheme()); err != nil {
-			return "", nil, err
+			return "", err
 		}
-		if err := r.Client.Create(ctx, tok); err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", nil, err
+		if err := r.Client.Create(ctx, tok, client.FieldOwner(reconciler.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", err
 		}
-		return "", waiting(fleet.WaitingForTokenReason, "waiting for import token %s to be prepared", name), nil
+		return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "waiting for import token %s to be prepared", name)
 	}
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	if !tok.DeletionTimestamp.IsZero() {
-		return "", waiting(fleet.WaitingForTokenReason, "waiting for the old import token %s to be removed", name), nil
+		return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "waiting for the old import token %s to be removed", name)
 	}
-	if exp := tok.Status.Expires; exp != nil && exp.Sub(r.now()) < ttl/2 || tok.Spec.ClientID != cluster.Spec.ClientID {
+	if exp := tok.Status.Expires; exp != nil && exp.Sub(now) < ttl/2 || tok.Spec.ClientID != cluster.Spec.ClientID {
 		if err := r.Client.Delete(ctx, tok); err != nil && !apierrors.IsNotFound(err) {
-			return "", nil, err
+			return "", err
 		}
-		return "", waiting(fleet.WaitingForTokenReason, "renewing import token %s", name), nil
+		return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "renewing import token %s", name)
 	}
 	if tok.Status.SecretName == "" {
-		return "", waiting(fleet.WaitingForTokenReason, "waiting for import token %s to be prepared", name), nil
+		return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "waiting for import token %s to be prepared", name)
 	}
 	secret := &corev1.Secret{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tok.Namespace, Name: tok.Status.SecretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", waiting(fleet.WaitingForTokenReason, "waiting for the values Secret of import token %s", name), nil
+			return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "waiting for the values Secret of import token %s", name)
 		}
-		return "", nil, err
+		return "", err
 	}
 	bearer := token.Bearer(secret)
 	if bearer == "" {
-		return "", waiting(fleet.WaitingForTokenReason, "the values Secret of import token %s holds no token yet", name), nil
+		return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "the values Secret of import token %s holds no token yet", name)
 	}
-	return bearer, nil, nil
+	return bearer, nil
 }
 
 // deploy renders the agent with its bootstrap Secret and applies it to the
@@ -339,9 +345,9 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 // cluster still answers.
 func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.Cluster) error {
 	cfg := r.Config.Get()
-	in, step := r.readKubeconfig(ctx, cluster, cfg)
-	if step != nil {
-		return errors.New(step.message)
+	in, err := r.readKubeconfig(ctx, cluster, cfg)
+	if err != nil {
+		return err
 	}
 	// Render with a bootstrap so the object list includes its Secret; the
 	// URL only has to be non-empty.

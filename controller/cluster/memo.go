@@ -17,6 +17,14 @@ import (
 // that found nothing to deploy. Most reconciles are caused by heartbeats
 // (status only); with the same inputs they need not read the kubeconfig
 // Secret from the API server again.
+//
+// The memo is only an optimisation, safe to lose (a restart, another
+// replica taking the Cluster over): it decides nothing by itself. The
+// decision to deploy is made from upstream state alone (the Cluster's spec
+// and status, the kubeconfig Secret, the configuration, the agent chart),
+// and the memo only says that this exact set of inputs, every one of them
+// in the key, was checked already and needed no deploy. A Cluster missing
+// from it is checked in full: one read of its kubeconfig Secret.
 type importMemo struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]memoKey
@@ -24,6 +32,7 @@ type importMemo struct {
 
 // memoKey is everything the import decision depends on.
 type memoKey struct {
+	uid          types.UID
 	generation   int64
 	config       *config.Config // the store hands out a new pointer on every change
 	secret       string         // UID and resourceVersion of the kubeconfig Secret
@@ -73,6 +82,7 @@ func (r *Reconciler) importMemoKey(ctx context.Context, cluster *fleet.Cluster, 
 	}
 	st := &cluster.Status
 	return &memoKey{
+		uid:          cluster.UID,
 		generation:   cluster.Generation,
 		config:       cfg,
 		secret:       string(meta.UID) + "/" + meta.ResourceVersion,

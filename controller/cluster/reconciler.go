@@ -14,19 +14,22 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/clusterns"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/summary"
+	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -42,23 +45,45 @@ type Reconciler struct {
 	APIReader client.Reader
 	Config    *configstore.Store
 	Renderer  *renderer.AgentRenderer
-	Remotes   *remote.Cache
-	Recorder  recorder.EventRecorder
+	// Remotes keeps a client per downstream cluster, keyed by its
+	// kubeconfig: a cache, made again from the kubeconfig Secret when lost.
+	Remotes  *remote.Cache
+	Recorder recorder.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
+	// objects keeps the agent Bundle (set up by SetupWithManager).
+	objects *reconciler.Objects
+	// memo spares heartbeat reconciles a read of the kubeconfig Secret.
+	// Like Remotes it is a cache, safe to lose (see importMemo): every
+	// decision of a pass is made on what it reads from the API.
 	memo importMemo
 }
 
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+// pass is what one reconcile of a Cluster works on and finds.
+type pass struct {
+	cluster *fleet.Cluster
+	cfg     *config.Config
+	now     time.Time
+	// bundles summarises the cluster's BundleDeployments.
+	bundles fleet.BundleSummary
+	// imported is set when the import phase ran.
+	imported bool
+}
+
+// phases bring a Cluster to its desired state, in order; the first that
+// fails ends the pass and decides Ready.
+func (r *Reconciler) phases() reconciler.Phases[*pass] {
+	return reconciler.Phases[*pass]{
+		{Name: "namespace", Run: r.ensureNamespace},
+		{Name: "agent-bundle", Run: r.reconcileAgentBundle},
+		{Name: "bundle-summary", Run: r.summarizeBundles},
+		{Name: "import", Run: r.reconcileImport, Skip: func(p *pass) bool { return p.cluster.Spec.KubeConfigSecret == "" }},
 	}
-	return time.Now()
 }
 
 // Reconcile brings one Cluster to its desired state.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cluster := &fleet.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -67,7 +92,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, nil
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, cluster)
+		return ctrl.Result{}, r.reconcileDelete(ctx, cluster)
 	}
 	// The finalizer and a generated clientID go in one write.
 	addedFinalizer := controllerutil.AddFinalizer(cluster, fleet.ClusterFinalizer)
@@ -76,7 +101,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, err
 	}
 	if addedFinalizer || generatedID {
-		if err := r.Client.Update(ctx, cluster); err != nil {
+		if err := r.Client.Update(ctx, cluster, client.FieldOwner(reconciler.FieldManager)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("updating cluster %s: %w", req.NamespacedName, err)
 		}
 	}
@@ -85,49 +110,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, nil
 	}
 
-	orig := cluster.DeepCopy()
 	// The status is patched once, at the end, from what this pass observed.
-	defer func() {
-		if equalStatus(orig, cluster) {
-			return
-		}
-		if err := r.Client.Status().Patch(ctx, cluster, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = kerrors.NewAggregate([]error{retErr, fmt.Errorf("patching status of cluster %s: %w", req.NamespacedName, err)})
-		}
-	}()
-
+	patcher, err := reconciler.NewStatusPatcher(r.Client, cluster, ownedConditions...)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	readyBefore := meta.FindStatusCondition(cluster.Status.Conditions, fleet.ReadyCondition).DeepCopy()
 	cfg := r.Config.Get()
-	o := outcome{now: r.now(), offlineAfter: cfg.OfflineAfter()}
-	defer func() {
-		computeConditions(cluster, o)
-		result = requeueForHeartbeat(result, cluster, o)
-	}()
+	p := &pass{cluster: cluster, cfg: cfg, now: reconciler.Clock(r.Now).Now()}
+	err = r.phases().Run(ctx, nil, p)
+	o := observation{now: p.now, offlineAfter: cfg.OfflineAfter(), bundles: p.bundles, imported: p.imported, err: err}
+	out := computeConditions(cluster, o)
+	if err := patcher.Patch(ctx, cluster); err != nil {
+		return ctrl.Result{}, errors.Join(out.Err, err)
+	}
+	r.report(ctx, cluster, readyBefore, out)
+	return out.Result(heartbeatSchedule(cluster, o))
+}
 
-	if step := r.ensureNamespace(ctx, cluster); step != nil {
-		o.failure = step
-		if step.stalled {
-			return ctrl.Result{}, nil
+// report logs a pass that raced, and records the event a wait asks for
+// once, when Ready changes to it.
+func (r *Reconciler) report(ctx context.Context, cluster *fleet.Cluster, readyBefore *metav1.Condition, out reconciler.Outcome) {
+	switch out.Kind() {
+	case reconciler.KindRaced:
+		ctrl.LoggerFrom(ctx).V(1).Info("object changed meanwhile or not in the cache yet; retrying", "error", out.Err.Error())
+	case reconciler.KindWaiting:
+		w := out.Waiting()
+		if w.Event != "" && (readyBefore == nil || readyBefore.Reason != w.Reason || readyBefore.Message != w.Message) {
+			reconciler.Eventf(r.Recorder, cluster, nil, w.Event, w.Reason, "Reconcile", "%s", w.Message)
 		}
-		return ctrl.Result{}, errors.New(step.message)
 	}
-	if err := r.reconcileAgentBundle(ctx, cluster); err != nil {
-		var inErr *inputError
-		if errors.As(err, &inErr) {
-			o.failure = stalled(inErr.reason, "%s", inErr.msg)
-			return ctrl.Result{}, nil
-		}
-		o.failure = waiting(fleet.ProgressingReason, "writing the agent Bundle failed: %v", err)
-		return ctrl.Result{}, err
-	}
-	if err := r.summarizeBundles(ctx, cluster, &o); err != nil {
-		return ctrl.Result{}, err
-	}
-	if cluster.Spec.KubeConfigSecret != "" {
-		res, step, err := r.reconcileImport(ctx, cluster)
-		o.imported = step
-		return res, err
-	}
-	return ctrl.Result{}, nil
 }
 
 func (r *Reconciler) owns(c *fleet.Cluster) bool {
@@ -149,53 +161,51 @@ func ensureClientID(cluster *fleet.Cluster) (bool, error) {
 }
 
 // ensureNamespace makes the per-cluster namespace that holds the cluster's
-// BundleDeployments and request identity, and records its name in the
-// status once it exists. A namespace of that name made for another Cluster
-// (names are shortened with a hash, so two Clusters could be given the same
-// one) is never shared: that is a conflict the user must resolve.
-func (r *Reconciler) ensureNamespace(ctx context.Context, cluster *fleet.Cluster) *stepResult {
-	name := names.ClusterNamespace(cluster.Namespace, cluster.Name)
-	ns := &corev1.Namespace{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns)
-	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		// The registration controller may have just made it: ask the API
-		// server (a read) before a create that would fail (a write).
-		err = r.APIReader.Get(ctx, client.ObjectKey{Name: name}, ns)
+// BundleDeployments and request identity (by the rule the registration
+// reconciler, which may make it first, follows too), and records its name
+// in the status once it exists.
+func (r *Reconciler) ensureNamespace(ctx context.Context, p *pass) error {
+	c := p.cluster
+	if err := clusterns.Ensure(ctx, r.Client, r.APIReader, names.NewClusterNamespace(c.Namespace, c.Name)); err != nil {
+		return err
 	}
-	switch {
-	case err == nil && !names.NamespaceIsFor(ns, cluster.Namespace, cluster.Name):
-		return stalled(fleet.NamespaceConflictReason,
-			"the cluster namespace %s exists and was not made for this Cluster (its labels name %s/%s): delete or rename whichever of the two is wrong",
-			name, ns.Labels[fleet.ClusterNamespaceLabel], ns.Labels[fleet.ClusterLabel])
-	case err == nil && !ns.DeletionTimestamp.IsZero():
-		return waiting(fleet.ProgressingReason, "the cluster namespace %s is still being deleted", name)
-	case err == nil:
-		cluster.Status.Namespace = name
-		return nil
-	case !apierrors.IsNotFound(err):
-		return waiting(fleet.ProgressingReason, "reading the cluster namespace %s: %v", name, err)
+	c.Status.Namespace = names.ClusterNamespace(c.Namespace, c.Name)
+	return nil
+}
+
+// summarizeBundles aggregates the cluster's BundleDeployments into its
+// status (the BUNDLES-READY column).
+func (r *Reconciler) summarizeBundles(ctx context.Context, p *pass) error {
+	cluster := p.cluster
+	ns := names.ClusterNamespace(cluster.Namespace, cluster.Name)
+	list := &fleet.BundleDeploymentList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return fmt.Errorf("listing the BundleDeployments in %s: %w", ns, err)
 	}
-	if err := r.Client.Create(ctx, names.NewClusterNamespace(cluster.Namespace, cluster.Name)); err != nil {
-		// AlreadyExists: made meanwhile; the next pass checks whose it is.
-		return waiting(fleet.ProgressingReason, "creating the cluster namespace %s failed: %v", name, err)
+	p.bundles = summary.Summarize(list.Items)
+	cluster.Status.Summary = p.bundles
+	cluster.Status.Display.ReadyBundles = fmt.Sprintf("%d/%d", p.bundles.Ready, p.bundles.DesiredReady)
+	a := cluster.Status.Agent
+	if a.NodeCount > 0 {
+		cluster.Status.Display.ReadyNodes = fmt.Sprintf("%d/%d", a.ReadyNodeCount, a.NodeCount)
+		cluster.Status.Display.SampleNode = a.SampleNode
 	}
-	cluster.Status.Namespace = name
 	return nil
 }
 
 // reconcileDelete removes everything made for the cluster upstream (and, for
 // a manager-initiated cluster that is still reachable, the agent
 // downstream), then lets the Cluster go.
-func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster) (ctrl.Result, error) {
+func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster) error {
 	if !controllerutil.ContainsFinalizer(cluster, fleet.ClusterFinalizer) {
-		return ctrl.Result{}, nil
+		return nil
 	}
 	log := ctrl.LoggerFrom(ctx)
 	if cluster.Spec.KubeConfigSecret != "" && cluster.Status.AgentDeployedGeneration != nil {
 		if err := r.removeAgentDownstream(ctx, cluster); err != nil {
 			// The Cluster is going whether or not its cluster answers.
 			log.Info("could not remove the agent downstream; leaving it", "error", err.Error())
-			r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, "AgentNotRemoved", "Delete", "the agent could not be removed from the downstream cluster: %v", err)
+			reconciler.Eventf(r.Recorder, cluster, nil, corev1.EventTypeWarning, "AgentNotRemoved", "Delete", "the agent could not be removed from the downstream cluster: %v", err)
 		}
 	}
 	r.Remotes.Forget(client.ObjectKeyFromObject(cluster))
@@ -221,36 +231,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster
 	}
 	del(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.ClusterNamespace(cluster.Namespace, cluster.Name)}})
 	if len(errs) > 0 {
-		return ctrl.Result{}, fmt.Errorf("cleaning up after cluster %s/%s: %w", cluster.Namespace, cluster.Name, errors.Join(errs...))
+		return fmt.Errorf("cleaning up after cluster %s/%s: %w", cluster.Namespace, cluster.Name, errors.Join(errs...))
 	}
 	controllerutil.RemoveFinalizer(cluster, fleet.ClusterFinalizer)
-	if err := r.Client.Update(ctx, cluster); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
+	if err := r.Client.Update(ctx, cluster, client.FieldOwner(reconciler.FieldManager)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing the finalizer of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
 	log.Info("cluster deleted; its namespace, agent Bundle, import token and registrations were removed")
-	return ctrl.Result{}, nil
-}
-
-// equalStatus reports whether a reconcile left the status as it found it,
-// ignoring condition timestamps that SetStatusCondition keeps stable anyway.
-func equalStatus(a, b *fleet.Cluster) bool {
-	return statusEqual(a.Status, b.Status)
-}
-
-// summarizeBundles aggregates the cluster's BundleDeployments into its
-// status (the BUNDLES-READY column) and the outcome.
-func (r *Reconciler) summarizeBundles(ctx context.Context, cluster *fleet.Cluster, o *outcome) error {
-	list := &fleet.BundleDeploymentList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(names.ClusterNamespace(cluster.Namespace, cluster.Name))); err != nil {
-		return err
-	}
-	o.bundles = summary.Summarize(list.Items)
-	cluster.Status.Summary = o.bundles
-	cluster.Status.Display.ReadyBundles = fmt.Sprintf("%d/%d", o.bundles.Ready, o.bundles.DesiredReady)
-	a := cluster.Status.Agent
-	if a.NodeCount > 0 {
-		cluster.Status.Display.ReadyNodes = fmt.Sprintf("%d/%d", a.ReadyNodeCount, a.NodeCount)
-		cluster.Status.Display.SampleNode = a.SampleNode
-	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 // kubeconfigSecretIndex indexes Clusters by "<namespace>/<name>" of their
@@ -38,6 +39,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 10
 	}
+	r.objects = reconciler.NewObjects(r.Client, mgr.GetAPIReader())
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &fleet.Cluster{}, kubeconfigSecretIndex, func(o client.Object) []string {
 		c := o.(*fleet.Cluster)
 		if c.Spec.KubeConfigSecret == "" {

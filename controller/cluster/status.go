@@ -4,100 +4,89 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/summary"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
-// outcome is what one reconcile observed; computeConditions turns it into
-// conditions. Keeping it a plain value keeps the status a pure function that
-// is table-tested without an API server.
-type outcome struct {
-	// imported: nil for agent-initiated clusters; otherwise the import
-	// step's result.
-	imported *stepResult
-	// failure is an error of a step other than import (namespace, bundle).
-	failure *stepResult
+// statusRules are the Cluster's kstatus rules: Ready says whether its agent
+// checks in and its Bundles are ready, once every phase of the pass
+// succeeded.
+var statusRules = reconciler.Conditions{Ready: fleet.ReadyCondition, Failing: "reconciling the cluster failed"}
+
+// ownedConditions are the conditions the Cluster reconciler writes.
+var ownedConditions = append(statusRules.Owned(), fleet.ImportedCondition)
+
+// observation is what one pass found and how it ended; computeConditions
+// turns it into the status. Keeping it a plain value keeps the status a pure
+// function that is table-tested without an API server.
+type observation struct {
+	now time.Time
 	// offlineAfter is how long without a heartbeat makes the agent offline.
 	offlineAfter time.Duration
-	now          time.Time
 	// bundles summarises the cluster's BundleDeployments.
 	bundles fleet.BundleSummary
+	// imported: the import phase ran (a manager-initiated cluster whose
+	// earlier phases succeeded); then err is the import's.
+	imported bool
+	// err is the error of the phase that ended the pass, nil when every
+	// phase succeeded.
+	err error
 }
 
-// stepResult is one step's condition: ok, or a reason and message, and
-// whether retrying can help (stalled: it cannot, the user must act).
-type stepResult struct {
-	ok      bool
-	reason  string
-	message string
-	stalled bool
-}
-
-func okResult(message string) *stepResult {
-	return &stepResult{ok: true, reason: fleet.SucceededReason, message: message}
-}
-
-func waiting(reason, format string, args ...any) *stepResult {
-	return &stepResult{reason: reason, message: fmt.Sprintf(format, args...)}
-}
-
-func stalled(reason, format string, args ...any) *stepResult {
-	return &stepResult{reason: reason, message: fmt.Sprintf(format, args...), stalled: true}
-}
-
-// computeConditions sets Ready, Reconciling, Stalled and Imported.
-func computeConditions(c *fleet.Cluster, o outcome) {
-	gen := c.Generation
-	set := func(t string, status bool, reason, msg string) {
-		s := metav1.ConditionFalse
-		if status {
-			s = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
-	}
-	if o.imported != nil {
-		set(fleet.ImportedCondition, o.imported.ok, o.imported.reason, o.imported.message)
-	} else {
-		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.ImportedCondition)
-	}
-
-	// The first failing step decides; otherwise the agent's presence does.
-	blocking := o.failure
-	if blocking == nil && o.imported != nil && !o.imported.ok {
-		blocking = o.imported
-	}
+// computeConditions sets Ready, Reconciling and Stalled (statusRules),
+// Imported and the display state, and returns the pass's outcome. A phase
+// that failed decides Ready; otherwise the agent's presence and its Bundles
+// do. Imported says how the last import went: what Ready says when the
+// import failed.
+func computeConditions(c *fleet.Cluster, o observation) reconciler.Outcome {
+	out := readiness(c, o)
+	statusRules.Set(c, out, o.now)
 	switch {
-	case blocking != nil && blocking.stalled:
-		set(fleet.ReadyCondition, false, blocking.reason, blocking.message)
-		set(fleet.StalledCondition, true, blocking.reason, blocking.message)
-		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.ReconcilingCondition)
-	case blocking != nil:
-		set(fleet.ReadyCondition, false, blocking.reason, blocking.message)
-		set(fleet.ReconcilingCondition, true, blocking.reason, blocking.message)
-		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.StalledCondition)
+	case c.Spec.KubeConfigSecret == "":
+		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.ImportedCondition)
+	case !o.imported || out.Kind() == reconciler.KindRaced:
+		// The import did not run (an earlier phase failed) or raced: what
+		// Imported said still holds.
+	case o.err == nil:
+		setImported(c, metav1.ConditionTrue, fleet.SucceededReason, fmt.Sprintf("agent deployed at generation %d", c.Spec.RedeployAgentGeneration), o.now)
 	default:
-		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.StalledCondition)
-		ready, reason, msg := agentState(c, o)
-		if ready && summary.WorstState(o.bundles) != "" {
-			ready, reason, msg = false, fleet.BundleDeploymentsNotReadyReason, summary.ReadyMessage(o.bundles)
-		}
-		set(fleet.ReadyCondition, ready, reason, msg)
-		if ready {
-			meta.RemoveStatusCondition(&c.Status.Conditions, fleet.ReconcilingCondition)
-		} else {
-			set(fleet.ReconcilingCondition, true, reason, msg)
-		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
+		setImported(c, metav1.ConditionFalse, ready.Reason, ready.Message, o.now)
 	}
 	c.Status.Display.State = displayState(c, o)
+	return out
+}
+
+// readiness is the outcome Ready is set from.
+func readiness(c *fleet.Cluster, o observation) reconciler.Outcome {
+	if o.err != nil {
+		return reconciler.Failure(o.err)
+	}
+	ready, reason, msg := agentState(c, o)
+	if ready && summary.WorstState(o.bundles) != "" {
+		ready, reason, msg = false, fleet.BundleDeploymentsNotReadyReason, summary.ReadyMessage(o.bundles)
+	}
+	if ready {
+		return reconciler.Success(reason, "%s", msg)
+	}
+	// Waiting on the agent or its Bundles: a heartbeat, a BundleDeployment's
+	// change or the heartbeat schedule brings the Cluster back.
+	return reconciler.Failure(reconciler.Wait(reason, 0, "%s", msg))
+}
+
+func setImported(c *fleet.Cluster, status metav1.ConditionStatus, reason, msg string, now time.Time) {
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type: fleet.ImportedCondition, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: c.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
 }
 
 // agentState reports whether the agent checks in.
-func agentState(c *fleet.Cluster, o outcome) (bool, string, string) {
+func agentState(c *fleet.Cluster, o observation) (bool, string, string) {
 	last := c.Status.Agent.LastSeen
 	if last.IsZero() {
 		if c.Spec.KubeConfigSecret != "" {
@@ -116,7 +105,7 @@ func heartbeatInterval(c *fleet.Cluster) time.Duration {
 	return time.Duration(c.Status.Agent.HeartbeatIntervalSeconds) * time.Second
 }
 
-func displayState(c *fleet.Cluster, o outcome) string {
+func displayState(c *fleet.Cluster, o observation) string {
 	if c.Status.Agent.LastSeen.IsZero() {
 		return "WaitCheckIn"
 	}
@@ -126,24 +115,19 @@ func displayState(c *fleet.Cluster, o outcome) string {
 	return string(summary.WorstState(o.bundles))
 }
 
-func statusEqual(a, b fleet.ClusterStatus) bool { return equality.Semantic.DeepEqual(a, b) }
-
-// requeueForHeartbeat schedules the next look at a Cluster whose agent is
-// online for the moment it would count as offline: a heartbeat in time
-// moves that moment on (the heartbeat itself triggers a reconcile); a
-// missing one turns the Cluster Offline exactly then, without polling.
-func requeueForHeartbeat(res ctrl.Result, c *fleet.Cluster, o outcome) ctrl.Result {
+// heartbeatSchedule is when to look again at a Cluster whose agent is
+// online: the moment it would count as offline. A heartbeat in time moves
+// that moment on (the heartbeat itself triggers a reconcile); a missing one
+// turns the Cluster Offline exactly then, without polling. Zero: no agent
+// online, nothing to schedule (the next heartbeat brings it back).
+func heartbeatSchedule(c *fleet.Cluster, o observation) time.Duration {
 	last := c.Status.Agent.LastSeen
 	if last.IsZero() || o.offlineAfter <= 0 {
-		return res
+		return 0
 	}
 	until := last.Add(o.offlineAfter).Sub(o.now)
 	if until <= 0 {
-		return res // already offline: the next heartbeat brings it back
+		return 0
 	}
-	until += time.Second
-	if res.RequeueAfter == 0 || until < res.RequeueAfter {
-		res.RequeueAfter = until
-	}
-	return res
+	return until + time.Second
 }

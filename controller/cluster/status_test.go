@@ -1,15 +1,20 @@
 package cluster
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 func TestComputeConditions(t *testing.T) {
@@ -17,31 +22,43 @@ func TestComputeConditions(t *testing.T) {
 	seen := func(ago time.Duration) metav1.Time { return metav1.NewTime(now.Add(-ago)) }
 	type want struct {
 		ready, reconciling, stalled, imported string // "True", "False" or "" (absent)
-		reason, state                         string
+		reason, message, state                string
+		kind                                  reconciler.Kind
 	}
 	cases := []struct {
 		name     string
 		manager  bool
 		lastSeen metav1.Time
-		o        outcome
+		o        observation
 		want     want
 	}{
-		{"agent-initiated, never seen", false, metav1.Time{}, outcome{},
-			want{ready: "False", reconciling: "True", reason: fleet.WaitingForRegistrationReason, state: "WaitCheckIn"}},
-		{"agent-initiated, fresh heartbeat", false, seen(30 * time.Second), outcome{offlineAfter: 3 * time.Minute},
-			want{ready: "True", reason: fleet.AgentHeartbeatReason}},
-		{"agent-initiated, offline", false, seen(10 * time.Minute), outcome{offlineAfter: 3 * time.Minute},
-			want{ready: "False", reconciling: "True", reason: fleet.OfflineReason, state: "Offline"}},
-		{"imported, waiting for agent", true, metav1.Time{}, outcome{imported: okResult("deployed")},
-			want{ready: "False", reconciling: "True", imported: "True", reason: fleet.WaitingForRegistrationReason, state: "WaitCheckIn"}},
-		{"import stalled on bad input", true, metav1.Time{}, outcome{imported: stalled(fleet.KubeConfigKeyMissingReason, "no key")},
-			want{ready: "False", stalled: "True", imported: "False", reason: fleet.KubeConfigKeyMissingReason, state: "WaitCheckIn"}},
-		{"import retrying", true, seen(time.Second), outcome{imported: waiting(fleet.DownstreamUnreachableReason, "down"), offlineAfter: time.Minute},
-			want{ready: "False", reconciling: "True", imported: "False", reason: fleet.DownstreamUnreachableReason}},
-		{"other step failed before import", true, seen(time.Second), outcome{failure: stalled(fleet.RenderFailedReason, "bad env"), offlineAfter: time.Minute},
-			want{ready: "False", stalled: "True", reason: fleet.RenderFailedReason}},
-		{"imported and checking in", true, seen(time.Second), outcome{imported: okResult("deployed"), offlineAfter: time.Minute},
-			want{ready: "True", imported: "True", reason: fleet.AgentHeartbeatReason}},
+		{"agent-initiated, never seen", false, metav1.Time{}, observation{},
+			want{ready: "False", reconciling: "True", reason: fleet.WaitingForRegistrationReason, state: "WaitCheckIn", kind: reconciler.KindWaiting,
+				message: "waiting for an agent to register for this cluster (helm install fleet-agent with a ClusterRegistrationToken's values)"}},
+		{"agent-initiated, fresh heartbeat", false, seen(30 * time.Second), observation{offlineAfter: 3 * time.Minute},
+			want{ready: "True", reason: fleet.AgentHeartbeatReason, kind: reconciler.KindSucceeded}},
+		{"agent-initiated, offline", false, seen(10 * time.Minute), observation{offlineAfter: 3 * time.Minute},
+			want{ready: "False", reconciling: "True", reason: fleet.OfflineReason, state: "Offline", kind: reconciler.KindWaiting,
+				message: "agent offline: last check-in 10m0s ago (2026-11-30T11:50:00Z), expected every 0s"}},
+		{"bundles not ready", false, seen(time.Second), observation{offlineAfter: time.Minute, bundles: fleet.BundleSummary{DesiredReady: 1, NotReady: 1}},
+			want{ready: "False", reconciling: "True", reason: fleet.BundleDeploymentsNotReadyReason, state: string(fleet.NotReady), kind: reconciler.KindWaiting}},
+		{"imported, waiting for agent", true, metav1.Time{}, observation{imported: true},
+			want{ready: "False", reconciling: "True", imported: "True", reason: fleet.WaitingForRegistrationReason, state: "WaitCheckIn", kind: reconciler.KindWaiting,
+				message: "agent deployed; waiting for it to register and check in"}},
+		{"import stalled on bad input", true, metav1.Time{}, observation{imported: true, err: reconciler.Stall(fleet.KubeConfigKeyMissingReason, "no key")},
+			want{ready: "False", stalled: "True", imported: "False", reason: fleet.KubeConfigKeyMissingReason, message: "no key", state: "WaitCheckIn", kind: reconciler.KindStalled}},
+		{"import waiting for its token", true, metav1.Time{}, observation{imported: true, err: reconciler.Wait(fleet.WaitingForTokenReason, 0, "waiting for import token")},
+			want{ready: "False", reconciling: "True", imported: "False", reason: fleet.WaitingForTokenReason, message: "waiting for import token", state: "WaitCheckIn", kind: reconciler.KindWaiting}},
+		{"import retrying", true, seen(time.Second), observation{imported: true, err: reconciler.Retry(fleet.DownstreamUnreachableReason, errors.New("down")), offlineAfter: time.Minute},
+			want{ready: "False", reconciling: "True", imported: "False", reason: fleet.DownstreamUnreachableReason, message: "reconciling the cluster failed, retrying: down", kind: reconciler.KindTransient}},
+		{"other step failed before import", true, seen(time.Second), observation{err: reconciler.Stall(fleet.RenderFailedReason, "bad env"), offlineAfter: time.Minute},
+			want{ready: "False", stalled: "True", reason: fleet.RenderFailedReason, message: "bad env", kind: reconciler.KindStalled}},
+		{"cluster namespace being deleted", false, seen(time.Second), observation{err: fmt.Errorf("phase: %w", reconciler.Wait(fleet.WaitingReason, time.Second, "namespace x is being deleted")), offlineAfter: time.Minute},
+			want{ready: "False", reconciling: "True", reason: fleet.WaitingReason, message: "namespace x is being deleted", kind: reconciler.KindWaiting}},
+		{"transient upstream error", false, seen(time.Second), observation{err: errors.New("boom"), offlineAfter: time.Minute},
+			want{ready: "False", reconciling: "True", reason: fleet.ProgressingReason, message: "reconciling the cluster failed, retrying: boom", kind: reconciler.KindTransient}},
+		{"imported and checking in", true, seen(time.Second), observation{imported: true, offlineAfter: time.Minute},
+			want{ready: "True", imported: "True", reason: fleet.AgentHeartbeatReason, kind: reconciler.KindSucceeded}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,7 +72,10 @@ func TestComputeConditions(t *testing.T) {
 			// A stale condition from an earlier pass must not survive.
 			meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: fleet.StalledCondition, Status: metav1.ConditionTrue, Reason: "Old"})
 			tc.o.now = now
-			computeConditions(c, tc.o)
+			out := computeConditions(c, tc.o)
+			if out.Kind() != tc.want.kind {
+				t.Errorf("outcome %v, want %v", out.Kind(), tc.want.kind)
+			}
 			check := func(condType, want string) {
 				cond := meta.FindStatusCondition(c.Status.Conditions, condType)
 				got := ""
@@ -73,13 +93,73 @@ func TestComputeConditions(t *testing.T) {
 			check(fleet.ReconcilingCondition, tc.want.reconciling)
 			check(fleet.StalledCondition, tc.want.stalled)
 			check(fleet.ImportedCondition, tc.want.imported)
-			if r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition); r.Reason != tc.want.reason {
+			r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
+			if r.Reason != tc.want.reason {
 				t.Errorf("Ready reason %q, want %q", r.Reason, tc.want.reason)
+			}
+			if tc.want.message != "" && r.Message != tc.want.message {
+				t.Errorf("Ready message %q, want %q", r.Message, tc.want.message)
+			}
+			// Imported says what Ready says when the import failed, and
+			// how far the push got when it succeeded.
+			if imp := meta.FindStatusCondition(c.Status.Conditions, fleet.ImportedCondition); imp != nil {
+				switch {
+				case imp.Status == metav1.ConditionFalse && (imp.Reason != r.Reason || imp.Message != r.Message):
+					t.Errorf("Imported %+v, want Ready's reason and message %q", imp, r.Message)
+				case imp.Status == metav1.ConditionTrue && (imp.Reason != fleet.SucceededReason || imp.Message != "agent deployed at generation 0"):
+					t.Errorf("Imported %+v", imp)
+				}
 			}
 			if c.Status.Display.State != tc.want.state {
 				t.Errorf("display state %q, want %q", c.Status.Display.State, tc.want.state)
 			}
 		})
+	}
+}
+
+// Imported keeps what it said while the import does not run (an earlier
+// phase failed) or raced, and goes when the Cluster stops being
+// manager-initiated.
+func TestComputeConditions_Imported(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := &fleet.Cluster{Spec: fleet.ClusterSpec{KubeConfigSecret: "kc", RedeployAgentGeneration: 2}}
+	computeConditions(c, observation{now: now, imported: true})
+	imported := *meta.FindStatusCondition(c.Status.Conditions, fleet.ImportedCondition)
+	if imported.Status != metav1.ConditionTrue || imported.Message != "agent deployed at generation 2" || !imported.LastTransitionTime.Time.Equal(now) {
+		t.Fatalf("Imported %+v", imported)
+	}
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "clusters"}, "c", errors.New("changed"))
+	for _, o := range []observation{
+		{err: reconciler.Wait(fleet.NamespaceConflictReason, time.Second, "taken")},
+		{imported: true, err: fmt.Errorf("updating: %w", conflict)},
+	} {
+		o.now = now.Add(time.Minute)
+		computeConditions(c, o)
+		if got := meta.FindStatusCondition(c.Status.Conditions, fleet.ImportedCondition); got == nil || *got != imported {
+			t.Errorf("after %v: Imported %+v, want %+v", o.err, got, imported)
+		}
+	}
+	c.Spec.KubeConfigSecret = ""
+	computeConditions(c, observation{now: now})
+	if meta.FindStatusCondition(c.Status.Conditions, fleet.ImportedCondition) != nil {
+		t.Error("Imported left on an agent-initiated Cluster")
+	}
+}
+
+func TestHeartbeatSchedule(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := &fleet.Cluster{}
+	o := observation{now: now, offlineAfter: time.Minute}
+	if got := heartbeatSchedule(c, o); got != 0 {
+		t.Errorf("never seen: %s", got)
+	}
+	c.Status.Agent.LastSeen = metav1.NewTime(now.Add(-20 * time.Second))
+	if got := heartbeatSchedule(c, o); got != 41*time.Second {
+		t.Errorf("online: %s, want the moment it would be offline (41s)", got)
+	}
+	c.Status.Agent.LastSeen = metav1.NewTime(now.Add(-2 * time.Minute))
+	if got := heartbeatSchedule(c, o); got != 0 {
+		t.Errorf("offline already: %s", got)
 	}
 }
 

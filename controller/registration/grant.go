@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/clusterns"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
@@ -310,59 +311,18 @@ func (r *Reconciler) ensureOwnerReference(ctx context.Context, g *grant) error {
 // namespace, and reads the credential Secret an earlier pass may have left.
 func (r *Reconciler) ensureNamespaces(ctx context.Context, g *grant) error {
 	g.deploymentNamespace = names.ClusterNamespace(g.reg.Namespace, g.clusterName)
-	if err := r.ensureNamespace(ctx, names.NewClusterNamespace(g.reg.Namespace, g.clusterName)); err != nil {
+	if err := clusterns.Ensure(ctx, r.Client, r.APIReader, names.NewClusterNamespace(g.reg.Namespace, g.clusterName)); err != nil {
 		return err
 	}
 	// Access to the credential Secret comes first, so the agent's watch on
 	// it starts as early as possible.
 	g.secretName = credentialSecretName(g.reg)
-	if err := r.ensureNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemRegistrationNS}}); err != nil {
+	if err := clusterns.Ensure(ctx, r.Client, r.APIReader, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultSystemRegistrationNS}}); err != nil {
 		return err
 	}
 	secret, err := r.getCredentialSecret(ctx, g.reg)
 	g.secret = secret
 	return err
-}
-
-// ensureNamespace creates ns if it is missing, and waits while a namespace
-// of that name is being deleted.
-func (r *Reconciler) ensureNamespace(ctx context.Context, ns *corev1.Namespace) error {
-	existing := &corev1.Namespace{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: ns.Name}, existing)
-	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		// The Cluster reconciler may have just made it: ask the API server
-		// (a read) before a create that would fail (a write).
-		err = r.APIReader.Get(ctx, client.ObjectKey{Name: ns.Name}, existing)
-	}
-	switch {
-	case err == nil && !existing.DeletionTimestamp.IsZero():
-		return reconciler.Wait(fleet.WaitingReason, namespaceRetry, "namespace %s is being deleted; waiting to create it again", ns.Name)
-	case err == nil && !sameCluster(existing, ns):
-		return reconciler.Wait(fleet.NamespaceConflictReason, reconciler.ConflictRetry,
-			"the cluster namespace %s exists and was not made for Cluster %s/%s: delete or rename whichever is wrong",
-			ns.Name, ns.Annotations[fleet.ClusterNamespaceAnnotation], ns.Annotations[fleet.ClusterAnnotation]).WithEvent(corev1.EventTypeWarning)
-	case err == nil:
-		return nil
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading namespace %s: %w", ns.Name, err)
-	}
-	if err := r.Client.Create(ctx, ns, client.FieldOwner(reconciler.FieldManager)); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Made meanwhile: look again (whose is it?).
-			return reconciler.Wait(fleet.ProgressingReason, reconciler.CacheLagRetry, "namespace %s was created meanwhile", ns.Name)
-		}
-		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("created namespace", "namespace", ns.Name)
-	return nil
-}
-
-// sameCluster reports whether an existing namespace may be used as want: a
-// per-cluster namespace only for the Cluster it was made for, any other (the
-// system registration namespace) as it is.
-func sameCluster(existing, want *corev1.Namespace) bool {
-	ws, cluster := want.Annotations[fleet.ClusterNamespaceAnnotation], want.Annotations[fleet.ClusterAnnotation]
-	return cluster == "" || names.NamespaceIsFor(existing, ws, cluster)
 }
 
 // getCredentialSecret reads the credential Secret (from the API server:

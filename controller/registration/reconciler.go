@@ -74,10 +74,6 @@ const (
 // tell whether the token still authenticates.
 const ServiceAccountUIDAnnotation = "fleet.cattle.io/request-service-account-uid"
 
-// namespaceRetry is how often to look again at a namespace that is still
-// being deleted (namespaces are not watched here).
-const namespaceRetry = 2 * time.Second
-
 // Reconciler reconciles ClusterRegistrations.
 type Reconciler struct {
 	// APIReader reads from the API server, past the cache (nil: the
