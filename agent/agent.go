@@ -21,6 +21,7 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent/deployer"
 	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
@@ -32,8 +33,11 @@ type Agent struct {
 	local client.WithWatch
 	kube  kubernetes.Interface
 
-	mu        sync.Mutex
-	stuck     *stuckError
+	mu sync.Mutex
+	// stuck is a state the agent cannot leave on its own (registration):
+	// the message says what a person must do. It is reported as an event
+	// and on /readyz.
+	stuck     *reconciler.Stalled
 	lastStuck string
 	session   *session
 
@@ -214,7 +218,7 @@ func isRejected(err error) bool { return apierrors.IsUnauthorized(err) || apierr
 // report records the agent's state: a stuck state is logged once, raised as
 // an event and served on /readyz; other errors are logged.
 func (a *Agent) report(ctx context.Context, err error) {
-	var stuck *stuckError
+	var stuck *reconciler.Stalled
 	a.mu.Lock()
 	if errors.As(err, &stuck) {
 		a.stuck = stuck
@@ -235,8 +239,8 @@ func (a *Agent) report(ctx context.Context, err error) {
 		a.log.Error(err, "registration attempt failed; retrying")
 		return
 	}
-	a.log.Info("agent cannot register: "+stuck.msg, "reason", stuck.reason)
-	a.event(ctx, corev1.EventTypeWarning, stuck.reason, stuck.msg)
+	a.log.Info("agent cannot register: "+stuck.Message, "reason", stuck.Reason)
+	a.event(ctx, corev1.EventTypeWarning, stuck.Reason, stuck.Message)
 }
 
 // event records a local event about the agent's pod (or namespace).

@@ -17,17 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
-
-// stuckError is a state the agent cannot leave on its own: the message says
-// what a person must do. It is reported as an event and on /readyz.
-type stuckError struct {
-	reason string
-	msg    string
-}
-
-func (e *stuckError) Error() string { return e.msg }
 
 // register runs the handshake with the import identity of the bootstrap
 // Secret: create a ClusterRegistration, wait (watching) for the credential
@@ -36,13 +28,13 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	log := a.log
 	b, err := readBootstrap(ctx, a.local, a.opts.Namespace)
 	if err != nil {
-		return nil, &stuckError{reason: fleet.NoBootstrapCredentialReason, msg: err.Error()}
+		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason, "%v", err)
 	}
 	if b == nil {
-		return nil, &stuckError{reason: fleet.NoBootstrapCredentialReason, msg: fmt.Sprintf(
+		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason,
 			"no working credential and no %s Secret in namespace %s: reinstall the agent with a ClusterRegistrationToken's values "+
 				"(helm upgrade --install fleet-agent charts/fleet-agent -n %s -f values.yaml) or, for a manager-initiated cluster, "+
-				"bump spec.redeployAgentGeneration of its Cluster upstream", registration.BootstrapSecretName, a.opts.Namespace, a.opts.Namespace)}
+				"bump spec.redeployAgentGeneration of its Cluster upstream", registration.BootstrapSecretName, a.opts.Namespace, a.opts.Namespace)
 	}
 	cfg, err := a.readConfig(ctx)
 	if err != nil {
@@ -59,7 +51,7 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	tokens := newTokenSource(b.Token)
 	importCfg, err := upstreamConfig(ctx, b.APIServerURL, b.APIServerCA, cfg.AgentTLSMode, tokens, a.opts.SystemCAs)
 	if err != nil {
-		return nil, &stuckError{reason: fleet.NoBootstrapCredentialReason, msg: err.Error()}
+		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason, "%v", err)
 	}
 	importClient, err := newUpstreamClient(importCfg)
 	if err != nil {
@@ -87,9 +79,9 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	}
 	if err := importClient.Create(ctx, reg); err != nil {
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
-			return nil, &stuckError{reason: fleet.CredentialRejectedReason, msg: fmt.Sprintf(
+			return nil, reconciler.Stall(fleet.CredentialRejectedReason,
 				"the upstream refused the import token of ClusterRegistrationToken %s/%s (%v): it has expired or was deleted; "+
-					"create a new token and reinstall the agent with its values", b.ClusterNamespace, b.TokenName, apierrors.ReasonForError(err))}
+					"create a new token and reinstall the agent with its values", b.ClusterNamespace, b.TokenName, apierrors.ReasonForError(err))
 		}
 		return nil, fmt.Errorf("creating a ClusterRegistration upstream: %w", err)
 	}
@@ -218,7 +210,7 @@ func (a *Agent) readConfig(ctx context.Context) (*registration.AgentConfig, erro
 	}
 	if raw := cm.Data[registration.AgentConfigKey]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), cfg); err != nil {
-			return nil, &stuckError{reason: fleet.ConfigInvalidReason, msg: fmt.Sprintf("ConfigMap %s/%s key %s is not valid JSON: %v", a.opts.Namespace, registration.AgentConfigMapName, registration.AgentConfigKey, err)}
+			return nil, reconciler.Stall(fleet.ConfigInvalidReason, "ConfigMap %s/%s key %s is not valid JSON: %v", a.opts.Namespace, registration.AgentConfigMapName, registration.AgentConfigKey, err)
 		}
 	}
 	return cfg, nil

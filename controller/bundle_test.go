@@ -23,6 +23,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -153,6 +154,19 @@ func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
 	if bd.Spec.Options.DefaultNamespace != "web" || !strings.HasPrefix(bd.Spec.DeploymentID, "s-") {
 		t.Errorf("BundleDeployment spec: %+v", bd.Spec)
 	}
+	// The controller writes the BundleDeployment and its content under its
+	// own field manager.
+	secret := &corev1.Secret{}
+	if err := up.Get(t.Context(), client.ObjectKey{Namespace: bd.Namespace, Name: bundlecontent.SecretName("web")}, secret); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{bd, secret} {
+		for _, m := range o.GetManagedFields() {
+			if m.Manager != reconciler.FieldManager {
+				t.Errorf("%T %s: fields managed by %q (%s), want only %q", o, o.GetName(), m.Manager, m.Operation, reconciler.FieldManager)
+			}
+		}
+	}
 
 	// Labels change: dev-1 joins prod, gold-1 leaves the group.
 	updateCluster(t, &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "dev-1"}}, func(c *fleet.Cluster) { c.Labels["env"] = "prod" })
@@ -168,6 +182,11 @@ func TestBundle_TargetsSelectedClustersAndFollowsLabelChanges(t *testing.T) {
 		r := meta.FindStatusCondition(b.Status.Conditions, fleet.ReadyCondition)
 		if b.Status.Display.ReadyClusters != "0/2" || b.Status.Summary.WaitApplied != 2 || r == nil || !strings.Contains(r.Message, "WaitApplied(2)") {
 			return fmt.Errorf("status %+v", b.Status)
+		}
+		// Waiting on the agents: Reconciling, not Stalled (kstatus).
+		if c := meta.FindStatusCondition(b.Status.Conditions, fleet.ReconcilingCondition); c == nil || c.Status != metav1.ConditionTrue ||
+			c.Reason != fleet.BundleDeploymentsNotReadyReason || meta.FindStatusCondition(b.Status.Conditions, fleet.StalledCondition) != nil {
+			return fmt.Errorf("conditions %+v", b.Status.Conditions)
 		}
 		return nil
 	})

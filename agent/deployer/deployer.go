@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -132,18 +131,8 @@ type Deployer struct {
 	// so BundleDeployments deleted while the agent was down are pruned.
 	orphans chan event.GenericEvent
 
-	mu        sync.Mutex
-	appliedAt map[string]appliedRecord
-
 	// reconciles counts Reconcile calls (tests).
 	reconciles atomic.Int64
-}
-
-// appliedRecord remembers when a deployment was last applied, for the
-// health timeout.
-type appliedRecord struct {
-	id string
-	at time.Time
 }
 
 // New checks the options and assembles the deployer; nothing runs until Run.
@@ -182,17 +171,16 @@ func New(opts Options) (*Deployer, error) {
 		return nil, fmt.Errorf("creating the upstream manager: %w", err)
 	}
 	d := &Deployer{
-		opts:      opts,
-		log:       log,
-		mgr:       mgr,
-		up:        mgr.GetClient(),
-		upReader:  mgr.GetAPIReader(),
-		local:     local,
-		self:      &identity{c: local, rm: apply.NewManager(local)},
-		imp:       impersonators{byName: map[string]*identity{}},
-		inv:       newInventoryStore(local, opts.AgentNamespace),
-		orphans:   make(chan event.GenericEvent),
-		appliedAt: map[string]appliedRecord{},
+		opts:     opts,
+		log:      log,
+		mgr:      mgr,
+		up:       mgr.GetClient(),
+		upReader: mgr.GetAPIReader(),
+		local:    local,
+		self:     &identity{c: local, rm: apply.NewManager(local)},
+		imp:      impersonators{byName: map[string]*identity{}},
+		inv:      newInventoryStore(local, opts.AgentNamespace),
+		orphans:  make(chan event.GenericEvent),
 	}
 	if err := d.setup(); err != nil {
 		return nil, err
@@ -248,26 +236,4 @@ func (d *Deployer) setup() error {
 func (d *Deployer) Run(ctx context.Context) error {
 	d.log.Info("starting", "agentNamespace", d.opts.AgentNamespace, "workers", d.opts.Workers)
 	return d.mgr.Start(ctx)
-}
-
-func (d *Deployer) recordApplied(name, id string, at time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.appliedAt[name] = appliedRecord{id: id, at: at}
-}
-
-func (d *Deployer) lastApplied(name, id string) (time.Time, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, ok := d.appliedAt[name]
-	if !ok || r.id != id {
-		return time.Time{}, false
-	}
-	return r.at, true
-}
-
-func (d *Deployer) forget(name string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.appliedAt, name)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -762,6 +763,99 @@ spec:
 		t.Errorf("state %s applied %s", got.Status.Display.State, got.Status.AppliedDeploymentID)
 	}
 }
+
+// The health timeout counts from when the deployment in force was applied,
+// as the status records it: a restarted agent neither counts from an
+// earlier apply (the Deployed condition's last transition does not move
+// when a forced sync or an options change applies again without Deployed
+// going False) nor starts the count again.
+func TestDeployer_HealthTimeoutSurvivesARestart(t *testing.T) {
+	const timeout = 8 * time.Second
+	f := newFixture(t, func(o *Options) { o.HealthTimeout = timeout })
+	appNS := "restart-" + f.suffix
+	id := f.deploy("app", docs(configMapYAML("a", "1"), neverReady), fleet.BundleDeploymentOptions{DefaultNamespace: appNS})
+	notReadyAt := func(sync int64) func(*fleet.BundleDeployment) bool {
+		return func(bd *fleet.BundleDeployment) bool {
+			return bd.Status.AppliedDeploymentID == id && bd.Status.SyncGeneration != nil && *bd.Status.SyncGeneration == sync &&
+				condition(bd, fleet.ReadyCondition).Reason == fleet.NotReadyReason
+		}
+	}
+	f.waitBD("app", 30*time.Second, "NotReady", notReadyAt(0))
+
+	// It was applied an hour ago (its status says so).
+	hourAgo := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		bd := f.getBD("app")
+		for i := range bd.Status.Conditions {
+			bd.Status.Conditions[i].LastTransitionTime = hourAgo
+		}
+		bd.Status.AppliedAt = &hourAgo
+		return f.up.Status().Update(t.Context(), bd)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A forced sync applies it again now.
+	f.updateBD("app", func(bd *fleet.BundleDeployment) { bd.Spec.Options.ForceSyncGeneration = 1 })
+	bd, _ := f.waitBD("app", 30*time.Second, "NotReady after the forced sync", notReadyAt(1))
+	appliedAt := bd.Status.AppliedAt
+	if appliedAt == nil || time.Since(appliedAt.Time) > timeout/2 {
+		t.Fatalf("appliedAt = %v, want the forced sync, moments ago", appliedAt)
+	}
+	if c := condition(bd, fleet.DeployedCondition); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Equal(&hourAgo) {
+		t.Errorf("Deployed = %+v, want True since an hour ago (its status did not change)", c)
+	}
+	if got := bd.ManagedFields; !slices.ContainsFunc(got, func(m metav1.ManagedFieldsEntry) bool {
+		return m.Manager == fieldManager && m.Subresource == "status"
+	}) {
+		t.Errorf("managed fields %+v: status not written by %s", got, fieldManager)
+	}
+
+	// The agent restarts: its first passes still count from the forced
+	// sync.
+	f.stop()
+	f.start()
+	testenv.Eventually(t, 10*time.Second, "two passes of the restarted deployer", func() error {
+		if n := f.d.reconciles.Load(); n < 2 {
+			return fmt.Errorf("%d passes", n)
+		}
+		return nil
+	})
+	bd = f.getBD("app")
+	if left := timeout - time.Since(appliedAt.Time); left < time.Second {
+		t.Fatalf("the restart took too long to tell (%s of the health timeout left)", left)
+	}
+	if c := condition(bd, fleet.ReadyCondition); c.Reason != fleet.NotReadyReason || !bd.Status.AppliedAt.Equal(appliedAt) {
+		t.Errorf("after the restart, before the health timeout: Ready = %s (%s), appliedAt %v; want %s since %s", c.Reason, c.Message, bd.Status.AppliedAt, fleet.NotReadyReason, appliedAt)
+	}
+
+	// And it times out when the timeout since the forced sync is up.
+	bd, _ = f.waitBD("app", timeout+10*time.Second, "HealthTimeout", func(bd *fleet.BundleDeployment) bool {
+		return condition(bd, fleet.ReadyCondition).Reason == HealthTimeoutReason
+	})
+	if at := time.Now(); at.Before(appliedAt.Add(timeout)) {
+		t.Errorf("HealthTimeout at %s, before %s", at, appliedAt.Add(timeout))
+	}
+}
+
+// neverReady is a Deployment whose image does not exist.
+const neverReady = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: registry.invalid/web:1
+`
 
 // asAgentBundle labels a BundleDeployment as the controller labels the one
 // of a Cluster's agent Bundle.

@@ -17,6 +17,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
@@ -78,14 +79,6 @@ func (id *identity) name(agentNamespace string) string {
 	return "serviceaccount " + agentNamespace + "/" + id.serviceAccount
 }
 
-// serviceAccountMissingError: the ServiceAccount a bundle names does not
-// exist downstream.
-type serviceAccountMissingError struct{ namespace, name string }
-
-func (e *serviceAccountMissingError) Error() string {
-	return fmt.Sprintf("serviceaccount %s/%s, named by the bundle's serviceAccount, does not exist in this cluster: create it and give it RBAC for what the bundle holds, or remove serviceAccount from the Bundle; nothing was applied", e.namespace, e.name)
-}
-
 // impersonators caches one client per ServiceAccount: made on first use,
 // dropped when the ServiceAccount is found missing. The ServiceAccounts
 // live in the agent's namespace, which only the downstream cluster's admins
@@ -98,14 +91,17 @@ type impersonators struct {
 // identityFor returns who applies a bundle with the given serviceAccount
 // option. The ServiceAccount is looked up in the agent's namespace (Fleet's
 // rule: a Bundle author can name only ServiceAccounts the downstream admin
-// put next to the agent, never one of an application namespace); a missing
-// one is a *serviceAccountMissingError, an invalid name an input error.
+// put next to the agent, never one of an application namespace). A missing
+// one is a *reconciler.Waiting (ServiceAccountMissing): only a downstream
+// admin can make it, and nothing tells the agent when they did, so it is
+// looked for again at every resync. An invalid name is a
+// *reconciler.Stalled: the Bundle's author must act.
 func (d *Deployer) identityFor(ctx context.Context, serviceAccount string) (*identity, error) {
 	if serviceAccount == "" {
 		return d.self, nil
 	}
 	if errs := validation.IsDNS1123Subdomain(serviceAccount); len(errs) > 0 {
-		return nil, inputErrorf("serviceAccount %q is not a valid ServiceAccount name: %s", serviceAccount, strings.Join(errs, "; "))
+		return nil, reconciler.Stall(fleet.ApplyFailedReason, "serviceAccount %q is not a valid ServiceAccount name: %s", serviceAccount, strings.Join(errs, "; "))
 	}
 	ns := d.opts.AgentNamespace
 	err := d.local.Get(ctx, client.ObjectKey{Namespace: ns, Name: serviceAccount}, &corev1.ServiceAccount{})
@@ -114,7 +110,8 @@ func (d *Deployer) identityFor(ctx context.Context, serviceAccount string) (*ide
 		d.imp.mu.Lock()
 		delete(d.imp.byName, serviceAccount)
 		d.imp.mu.Unlock()
-		return nil, &serviceAccountMissingError{namespace: ns, name: serviceAccount}
+		return nil, reconciler.Wait(fleet.ServiceAccountMissingReason, d.resync(),
+			"serviceaccount %s/%s, named by the bundle's serviceAccount, does not exist in this cluster: create it and give it RBAC for what the bundle holds, or remove serviceAccount from the Bundle; nothing was applied", ns, serviceAccount)
 	case err != nil:
 		return nil, fmt.Errorf("looking up serviceaccount %s/%s: %w", ns, serviceAccount, err)
 	}
@@ -146,24 +143,21 @@ func (d *Deployer) identityFor(ctx context.Context, serviceAccount string) (*ide
 	return id, nil
 }
 
-// refusedError is a bundle the downstream API server refused to the
-// impersonated ServiceAccount (403), object by object.
-type refusedError struct {
-	who     string   // "serviceaccount ns/name"
-	reasons []string // one per refused object
-	outcome string   // what happened to the deployment
-}
-
-func (e *refusedError) Error() string {
+// refused is a bundle the downstream API server refused to the
+// impersonated ServiceAccount who (403), object by object: a
+// *reconciler.Waiting (Forbidden), since only a downstream admin can grant
+// what is missing and nothing tells the agent when they did, so it is
+// tried again at every resync. outcome says what happened to the
+// deployment.
+func (d *Deployer) refused(who string, reasons []string, outcome string) *reconciler.Waiting {
 	const show = 5
-	rs := e.reasons
 	more := ""
-	if len(rs) > show {
-		more = fmt.Sprintf(" and %d more", len(rs)-show)
-		rs = rs[:show]
+	if len(reasons) > show {
+		more = fmt.Sprintf(" and %d more", len(reasons)-show)
+		reasons = reasons[:show]
 	}
-	return fmt.Sprintf("%s%s; %s: give %s get, create, patch and delete on what the bundle holds, or take those objects out of the bundle",
-		strings.Join(rs, "; "), more, e.outcome, e.who)
+	return reconciler.Wait(fleet.ForbiddenReason, d.resync(), "%s%s; %s: give %s get, create, patch and delete on what the bundle holds, or take those objects out of the bundle",
+		strings.Join(reasons, "; "), more, outcome, who)
 }
 
 // rbacDenial matches the message of the API server's authorizer refusal:

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -125,13 +126,17 @@ func TestDescribeRefusal_NamesWhoWhatAndWhere(t *testing.T) {
 	}
 }
 
-func TestRefusedError_ListsAtMostFiveAndSaysWhatToDo(t *testing.T) {
+func TestRefused_ListsAtMostFiveAndSaysWhatToDo(t *testing.T) {
 	var reasons []string
 	for i := range 7 {
 		reasons = append(reasons, fmt.Sprintf("r%d", i))
 	}
-	e := &refusedError{who: "serviceaccount ns/sa", reasons: reasons, outcome: "nothing of this deployment was applied"}
-	msg := e.Error()
+	d := &Deployer{opts: Options{ResyncInterval: time.Minute}}
+	w := d.refused("serviceaccount ns/sa", reasons, "nothing of this deployment was applied")
+	if w.Reason != fleet.ForbiddenReason || w.RequeueAfter < time.Minute {
+		t.Errorf("reason %s, requeue after %s: want %s, at the next resync", w.Reason, w.RequeueAfter, fleet.ForbiddenReason)
+	}
+	msg := w.Error()
 	for _, w := range []string{"r0; r1; r2; r3; r4 and 2 more", "nothing of this deployment was applied", "give serviceaccount ns/sa get, create, patch and delete"} {
 		if !strings.Contains(msg, w) {
 			t.Errorf("message %q lacks %q", msg, w)

@@ -32,9 +32,10 @@ const (
 	// InventoryKey is the ConfigMap key holding the inventory JSON.
 	InventoryKey = "inventory"
 
-	// inventoryFieldOwner writes the agent's own bookkeeping; applied
-	// objects are owned by apply.FieldManager.
-	inventoryFieldOwner = "fleet-agent"
+	// fieldManager owns every write the deployer makes itself: the
+	// inventories downstream and the BundleDeployment status upstream.
+	// Applied objects are owned by apply.FieldManager.
+	fieldManager = "fleet-agent"
 )
 
 // objRef names one applied object.
@@ -220,10 +221,10 @@ func (s *inventoryStore) put(ctx context.Context, inv *inventory) error {
 			},
 			Data: map[string]string{InventoryKey: string(b)},
 		}
-		err = s.c.Create(ctx, cm, client.FieldOwner(inventoryFieldOwner))
+		err = s.c.Create(ctx, cm, client.FieldOwner(fieldManager))
 	case err == nil:
 		cm.Data = map[string]string{InventoryKey: string(b)}
-		err = s.c.Update(ctx, cm, client.FieldOwner(inventoryFieldOwner))
+		err = s.c.Update(ctx, cm, client.FieldOwner(fieldManager))
 	}
 	if err != nil {
 		return fmt.Errorf("writing inventory configmap %s/%s: %w", s.namespace, name, err)

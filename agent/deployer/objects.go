@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 const (
@@ -21,17 +22,6 @@ const (
 
 	defaultNamespace = "default"
 )
-
-// inputError is a problem with the manifests themselves: the person who
-// wrote the bundle has to act, retrying alone does not help.
-type inputError struct{ err error }
-
-func (e *inputError) Error() string { return e.err.Error() }
-func (e *inputError) Unwrap() error { return e.err }
-
-func inputErrorf(format string, args ...any) error {
-	return &inputError{err: fmt.Errorf(format, args...)}
-}
 
 // prepared is a bundle made ready to apply.
 type prepared struct {
@@ -74,7 +64,10 @@ func (p *prepared) refs() []objRef {
 // the bundle has none), and ownership labels. A kind is namespaced as the
 // cluster's RESTMapper says, or, for a kind the cluster does not serve yet,
 // as a CustomResourceDefinition in the same bundle says; any other kind is
-// an input error naming the object.
+// an error naming the object, retried (its CRD may yet be installed
+// downstream). A bundle that cannot be applied as it is (an object without
+// kind or name, an object twice) is a *reconciler.Stalled: its author must
+// act.
 func prepareObjects(objs []*unstructured.Unstructured, opts fleet.BundleDeploymentOptions, mapper meta.RESTMapper, setOwner func([]*unstructured.Unstructured)) (*prepared, error) {
 	crdScopes := map[schema.GroupKind]bool{}
 	for _, o := range objs {
@@ -93,12 +86,12 @@ func prepareObjects(objs []*unstructured.Unstructured, opts fleet.BundleDeployme
 		o := in.DeepCopy()
 		gvk := o.GroupVersionKind()
 		if gvk.Kind == "" || gvk.Version == "" || o.GetName() == "" {
-			return nil, inputErrorf("object %d of the bundle (%s %q) has no apiVersion, kind or name", i+1, o.GetKind(), o.GetName())
+			return nil, reconciler.Stall(fleet.ApplyFailedReason, "object %d of the bundle (%s %q) has no apiVersion, kind or name", i+1, o.GetKind(), o.GetName())
 		}
 		namespaced, err := isNamespaced(gvk, mapper, crdScopes)
 		if err != nil {
 			if meta.IsNoMatchError(err) {
-				return nil, inputErrorf("%s %s (apiVersion %s): the cluster does not serve this kind and no CustomResourceDefinition in the bundle defines it", gvk.Kind, nameOf(o), o.GetAPIVersion())
+				return nil, fmt.Errorf("%s %s (apiVersion %s): the cluster does not serve this kind and no CustomResourceDefinition in the bundle defines it", gvk.Kind, nameOf(o), o.GetAPIVersion())
 			}
 			return nil, fmt.Errorf("looking up kind %s: %w", gvk, err)
 		}
@@ -114,7 +107,7 @@ func prepareObjects(objs []*unstructured.Unstructured, opts fleet.BundleDeployme
 		}
 		k := refOf(o).key()
 		if seen[k] {
-			return nil, inputErrorf("%s %s appears twice in the bundle", gvk.Kind, nameOf(o))
+			return nil, reconciler.Stall(fleet.ApplyFailedReason, "%s %s appears twice in the bundle", gvk.Kind, nameOf(o))
 		}
 		seen[k] = true
 		p.objects = append(p.objects, o)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -23,6 +24,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/manifest"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 const (
@@ -34,20 +36,25 @@ const (
 	healthPoll = 2 * time.Second
 )
 
+// ownedConditions are the BundleDeployment conditions the deployer writes;
+// any other is written back as read.
+var ownedConditions = []string{fleet.ReadyCondition, fleet.DeployedCondition, fleet.MonitoredCondition}
+
 // Reconcile applies one BundleDeployment, or prunes it when it is gone.
 //
-// Requeue table: API errors and kinds the cluster does not serve yet →
-// error (backoff 1s..5m); waiting for content → contentRetry; resources not
-// ready within the health timeout → healthPoll; a missing ServiceAccount or
-// objects it may not apply (only a downstream admin can fix those, and
-// nothing tells the agent when they did) → ResyncInterval, no error;
-// otherwise → ResyncInterval (drift and health check). Undecodable
-// manifests or an invalid serviceAccount → terminal error, and labels for
-// another cluster → nothing: only a new spec or new labels help, and those
-// wake the reconciler.
+// How the pass ends (internal/reconciler) decides when it runs again:
+// success → ResyncInterval (drift and health check), or sooner while
+// resources are not ready within the health timeout (healthPoll); a
+// transient error (API errors, kinds the cluster does not serve yet) →
+// backoff 1s..5m; *reconciler.Waiting: for content → contentRetry, for a
+// missing ServiceAccount or objects it may not apply (only a downstream
+// admin can fix those, and nothing tells the agent when they did) →
+// ResyncInterval; *reconciler.Stalled (undecodable content or manifests, a
+// bundle that cannot be applied as it is, an invalid serviceAccount, labels
+// for another cluster) → not retried: only a new spec, new content or new
+// labels help, and those wake the reconciler.
 func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	d.reconciles.Add(1)
-	log := ctrl.LoggerFrom(ctx)
 	bd := &fleet.BundleDeployment{}
 	if err := d.up.Get(ctx, req.NamespacedName, bd); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -55,37 +62,32 @@ func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.R
 		}
 		return d.removeDeleted(ctx, req.Name)
 	}
-	orig := bd.DeepCopy()
-	obs, res, rerr := d.reconcile(ctx, bd)
-	st := computeStatus(bd.Status, obs)
-	if !equality.Semantic.DeepEqual(st, bd.Status) {
-		bd.Status = st
-		if err := d.up.Status().Patch(ctx, bd, client.MergeFrom(orig)); err != nil {
-			if apierrors.IsNotFound(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil // deleted meanwhile: prune
-			}
-			if ctx.Err() != nil {
-				return ctrl.Result{}, nil // shutting down
-			}
-			return ctrl.Result{}, errors.Join(rerr, fmt.Errorf("patching status of bundledeployment %s/%s: %w", bd.Namespace, bd.Name, err))
+	patcher, err := reconciler.NewStatusPatcher(d.up, bd, ownedConditions...)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	before := bd.Status.DeepCopy()
+	obs, schedule, err := d.reconcile(ctx, bd)
+	bd.Status = computeStatus(bd.Status, obs)
+	// A BundleDeployment deleted meanwhile is not written; its deletion
+	// brings it back here to be pruned.
+	if perr := patcher.WithFieldManager(fieldManager).Patch(ctx, bd); perr != nil {
+		if ctx.Err() != nil {
+			return ctrl.Result{}, nil // shutting down
 		}
+		return ctrl.Result{}, errors.Join(err, perr)
 	}
-	if rerr != nil {
-		var ie *inputError
-		if errors.As(rerr, &ie) {
-			log.Info("bundle cannot be applied", "error", rerr.Error())
-		}
-		return ctrl.Result{}, rerr
+	if f := obs.Failed; f != nil && !equality.Semantic.DeepEqual(bd.Status.Conditions, before.Conditions) {
+		ctrl.LoggerFrom(ctx).Info("bundle not applied", "reason", f.Reason, "message", f.Message)
 	}
-	if f := obs.Failed; f != nil && !equality.Semantic.DeepEqual(st.Conditions, orig.Status.Conditions) {
-		log.Info("bundle not applied", "reason", f.Reason, "message", f.Message)
-	}
-	return res, nil
+	return reconciler.Failure(err).Result(schedule)
 }
 
 // reconcile is the deploy and monitor steps of a BundleDeployment that
-// exists, as a straight line.
-func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (observation, ctrl.Result, error) {
+// exists, as a straight line. It returns what it saw and did, when to look
+// again if the pass succeeded (zero: only when something changes), and how
+// the pass ended (see Reconcile).
+func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (observation, time.Duration, error) {
 	opts := bd.Spec.Options
 	o := observation{
 		Generation:          bd.Generation,
@@ -93,36 +95,40 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		ForceSyncGeneration: opts.ForceSyncGeneration,
 		Paused:              bd.Spec.Paused,
 	}
-	fail := func(reason string, err error) (observation, ctrl.Result, error) {
-		o.Failed = &failure{Reason: reason, Message: err.Error()}
-		return o, ctrl.Result{}, err
-	}
-	// blocked is a failure only someone downstream can end: reported, and
-	// tried again at every resync rather than with a growing backoff.
-	blocked := func(reason string, err error) (observation, ctrl.Result, error) {
-		o.Failed = &failure{Reason: reason, Message: err.Error()}
-		return o, ctrl.Result{RequeueAfter: d.resync()}, nil
+	// stop ends the pass with err. A *reconciler.Waiting or
+	// *reconciler.Stalled is reported under its reason: content on its way
+	// as waiting for it, anything else as a failed deploy. Another error is
+	// reported as a failed deploy under reason, or, with reason "", not at
+	// all (an API error before the deploy step got anywhere).
+	stop := func(reason string, err error) (observation, time.Duration, error) {
+		out := reconciler.Failure(err)
+		switch out.Kind() {
+		case reconciler.KindStalled:
+			o.Failed = &failure{Reason: out.Stalled().Reason, Message: err.Error()}
+		case reconciler.KindWaiting:
+			if w := out.Waiting(); w.Reason == WaitingForContentReason {
+				o.Waiting = w.Message
+			} else {
+				o.Failed = &failure{Reason: w.Reason, Message: err.Error()}
+			}
+		default:
+			if reason != "" {
+				o.Failed = &failure{Reason: reason, Message: err.Error()}
+			}
+		}
+		return o, 0, err
 	}
 
 	// Made for this cluster? Otherwise nothing happens: no apply, no prune,
 	// no health check.
 	if msg := clusterMismatch(bd.Labels, d.opts.ClusterNamespace, d.opts.ClusterName); msg != "" {
-		o.Failed = &failure{Reason: fleet.ClusterMismatchReason, Message: msg}
-		return o, ctrl.Result{}, nil
+		return stop("", reconciler.Stall(fleet.ClusterMismatchReason, "%s", msg))
 	}
 
 	// Who applies: the agent, or the ServiceAccount the options name.
 	id, err := d.identityFor(ctx, opts.ServiceAccount)
 	if err != nil {
-		var missing *serviceAccountMissingError
-		var ie *inputError
-		switch {
-		case errors.As(err, &missing):
-			return blocked(fleet.ServiceAccountMissingReason, err)
-		case errors.As(err, &ie):
-			return fail(fleet.ApplyFailedReason, reconcile.TerminalError(err))
-		}
-		return o, ctrl.Result{}, err
+		return stop("", err)
 	}
 
 	upToDate := bd.Spec.DeploymentID == bd.Status.AppliedDeploymentID &&
@@ -132,44 +138,35 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		// still watched for health.
 		prev, err := d.inv.get(ctx, bd.Name)
 		if err != nil || prev == nil {
-			return o, ctrl.Result{}, err
+			return o, 0, err
 		}
 		return d.monitor(ctx, bd, id, o, prev.Resources, nil)
 	}
 
 	// Content.
 	if bd.Spec.DeploymentID == "" {
-		o.Waiting = "the BundleDeployment names no deployment yet"
-		return o, ctrl.Result{}, nil
+		return stop("", reconciler.Wait(WaitingForContentReason, 0, "the BundleDeployment names no deployment yet"))
 	}
-	manifests, waiting, err := d.readContent(ctx, bd)
+	manifests, err := d.readContent(ctx, bd)
 	if err != nil {
-		var ie *inputError
-		if errors.As(err, &ie) {
-			return fail(ContentInvalidReason, err)
-		}
-		return o, ctrl.Result{}, err
-	}
-	if waiting != "" {
-		o.Waiting = waiting
-		return o, ctrl.Result{RequeueAfter: contentRetry}, nil
+		return stop("", err)
 	}
 
 	// Objects.
 	objs, err := manifest.Decode(manifests)
 	if err != nil {
-		return fail(fleet.ApplyFailedReason, reconcile.TerminalError(&inputError{err: err}))
+		return stop("", reconciler.Stall(fleet.ApplyFailedReason, "%v", err))
 	}
 	p, err := prepareObjects(objs, opts, d.local.RESTMapper(), func(objs []*unstructured.Unstructured) {
 		d.self.rm.SetOwnerLabels(objs, bd.Name, bd.Namespace)
 	})
 	if err != nil {
-		return fail(fleet.ApplyFailedReason, err)
+		return stop(fleet.ApplyFailedReason, err)
 	}
 	refs := p.refs()
 	prev, err := d.inv.get(ctx, bd.Name)
 	if err != nil {
-		return o, ctrl.Result{}, err
+		return o, 0, err
 	}
 
 	// Apply: a new deployment, a forced sync, an inventory that misses
@@ -180,7 +177,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	if !needApply {
 		if prev == nil {
 			// Paused before anything was applied: nothing to monitor.
-			return o, ctrl.Result{}, nil
+			return o, 0, nil
 		}
 		if drift, err = d.diff(ctx, id, p.objects); err != nil {
 			return d.monitorFailed(o, refs, err)
@@ -195,15 +192,14 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	}
 	if needApply {
 		if err := d.apply(ctx, bd, id, p, prev, correct); err != nil {
-			var refused *refusedError
-			if errors.As(err, &refused) {
-				return blocked(fleet.ForbiddenReason, err)
-			}
-			return fail(fleet.ApplyFailedReason, err)
+			return stop(fleet.ApplyFailedReason, err)
 		}
 		o.Applied = true
 		if !upToDate {
-			d.recordApplied(bd.Name, bd.Spec.DeploymentID, time.Now())
+			// A new deployment, or a forced sync: the health timeout
+			// counts from now (kept in the status, so a restarted agent
+			// counts from the same moment).
+			o.AppliedAt = ptr.To(metav1.Now())
 		}
 		if drift, err = d.diff(ctx, id, p.objects); err != nil {
 			return d.monitorFailed(o, refs, err)
@@ -214,7 +210,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 
 // monitor reports drift (already computed) and health of the inventory,
 // and says when to look again.
-func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *identity, o observation, refs []objRef, drift []driftEntry) (observation, ctrl.Result, error) {
+func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *identity, o observation, refs []objRef, drift []driftEntry) (observation, time.Duration, error) {
 	o.Resources = resources(refs)
 	o.Monitored = true
 	for _, e := range drift {
@@ -226,33 +222,44 @@ func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *
 	}
 	o.NonReady = nonReady
 	if len(nonReady) == 0 {
-		return o, ctrl.Result{RequeueAfter: d.resync()}, nil
+		return o, d.resync(), nil
 	}
 	timeout := d.opts.HealthTimeout
 	if h := bd.Spec.Options.Helm; h != nil && h.TimeoutSeconds > 0 {
 		timeout = time.Duration(h.TimeoutSeconds) * time.Second
 	}
-	since, ok := d.lastApplied(bd.Name, bd.Spec.DeploymentID)
-	if !ok {
-		// Applied by an earlier agent: count from the Deployed condition.
-		since = time.Now()
-		if c := meta.FindStatusCondition(bd.Status.Conditions, fleet.DeployedCondition); c != nil && c.Status == metav1.ConditionTrue {
-			since = c.LastTransitionTime.Time
-		}
-		d.recordApplied(bd.Name, bd.Spec.DeploymentID, since)
-	}
-	if left := timeout - time.Since(since); left > 0 {
-		return o, ctrl.Result{RequeueAfter: min(healthPoll, left+100*time.Millisecond, d.opts.ResyncInterval)}, nil
+	if left := timeout - time.Since(appliedSince(bd, &o)); left > 0 {
+		return o, min(healthPoll, left+100*time.Millisecond, d.opts.ResyncInterval), nil
 	}
 	o.HealthTimedOut = true
-	return o, ctrl.Result{RequeueAfter: d.resync()}, nil
+	return o, d.resync(), nil
 }
 
-func (d *Deployer) monitorFailed(o observation, refs []objRef, err error) (observation, ctrl.Result, error) {
+// appliedSince is when the deployment in force was applied: by this pass,
+// or as the status records it, so an agent that restarts counts the health
+// timeout from the same moment. A status that does not record it (written
+// by an earlier agent) counts from the Deployed condition's last transition
+// when it is True, or from now, and records that.
+func appliedSince(bd *fleet.BundleDeployment, o *observation) time.Time {
+	switch {
+	case o.AppliedAt != nil:
+		return o.AppliedAt.Time
+	case bd.Status.AppliedAt != nil:
+		return bd.Status.AppliedAt.Time
+	}
+	since := metav1.Now()
+	if c := meta.FindStatusCondition(bd.Status.Conditions, fleet.DeployedCondition); c != nil && c.Status == metav1.ConditionTrue {
+		since = c.LastTransitionTime
+	}
+	o.AppliedAt = &since
+	return since.Time
+}
+
+func (d *Deployer) monitorFailed(o observation, refs []objRef, err error) (observation, time.Duration, error) {
 	o.Monitored = true
 	o.Resources = resources(refs)
 	o.MonitorError = err.Error()
-	return o, ctrl.Result{}, err
+	return o, 0, err
 }
 
 // resync is ResyncInterval with up to 10% jitter, so many BundleDeployments
@@ -281,25 +288,28 @@ func resources(refs []objRef) []fleet.BundleDeploymentResource {
 	return out
 }
 
-// readContent returns the manifests of a BundleDeployment, or why it waits.
-func (d *Deployer) readContent(ctx context.Context, bd *fleet.BundleDeployment) ([]byte, string, error) {
+// readContent returns the manifests of a BundleDeployment. Content not
+// written yet is a *reconciler.Waiting (WaitingForContent), content that
+// cannot be read a *reconciler.Stalled (ContentInvalid): a new Secret
+// (watched) brings the BundleDeployment back.
+func (d *Deployer) readContent(ctx context.Context, bd *fleet.BundleDeployment) ([]byte, error) {
 	s := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: bd.Namespace, Name: bundlecontent.SecretName(bd.Name)}
 	if err := d.upReader.Get(ctx, key, s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Sprintf("waiting for the content secret %s/%s", key.Namespace, key.Name), nil
+			return nil, reconciler.Wait(WaitingForContentReason, contentRetry, "waiting for the content secret %s/%s", key.Namespace, key.Name)
 		}
-		return nil, "", fmt.Errorf("reading content secret %s/%s: %w", key.Namespace, key.Name, err)
+		return nil, fmt.Errorf("reading content secret %s/%s: %w", key.Namespace, key.Name, err)
 	}
 	manifests, err := bundlecontent.Decode(s, "")
 	if err != nil {
-		return nil, "", &inputError{err: err}
+		return nil, reconciler.Stall(ContentInvalidReason, "%v", err)
 	}
 	want := bundlecontent.SplitDeploymentID(bd.Spec.DeploymentID)
 	if got := bundlecontent.ManifestID(manifests); got != want {
-		return nil, fmt.Sprintf("waiting for content %s: the content secret %s/%s holds %s", shortID(want), key.Namespace, key.Name, shortID(got)), nil
+		return nil, reconciler.Wait(WaitingForContentReason, contentRetry, "waiting for content %s: the content secret %s/%s holds %s", shortID(want), key.Namespace, key.Name, shortID(got))
 	}
-	return manifests, "", nil
+	return manifests, nil
 }
 
 // apply applies a prepared bundle staged (CRDs, namespaces and cluster
@@ -307,7 +317,8 @@ func (d *Deployer) readContent(ctx context.Context, bd *fleet.BundleDeployment) 
 // The agent's own bundle, and a bundle applied as a ServiceAccount, are
 // dry-run as a whole first: a bundle that would fail half-way (an invalid
 // object, an object the ServiceAccount may not write) is not applied at
-// all. A refusal (403) to a ServiceAccount is a *refusedError.
+// all. A refusal (403) to a ServiceAccount is a *reconciler.Waiting
+// (Forbidden; see refused).
 func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *identity, p *prepared, prev *inventory, correct *fleet.CorrectDrift) error {
 	// A namespace that exists is left alone unless the options label or
 	// annotate it: applying it again under the same field manager would
@@ -327,9 +338,8 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 	switch {
 	case id.impersonated():
 		if err := d.dryRunAll(ctx, id, objs); err != nil {
-			var refused *refusedError
-			if errors.As(err, &refused) {
-				return err
+			if reconciler.Failure(err).Kind() == reconciler.KindWaiting {
+				return err // refused
 			}
 			return fmt.Errorf("the bundle was not applied, its dry run as %s failed: %w", id.name(d.opts.AgentNamespace), err)
 		}
@@ -348,7 +358,7 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 		// so a later prune finds them.
 		if id.impersonated() && apierrors.IsForbidden(err) {
 			who := id.name(d.opts.AgentNamespace)
-			err = &refusedError{who: who, reasons: []string{describeRefusal(who, "", err)}, outcome: "the deployment was applied only in part"}
+			err = d.refused(who, []string{describeRefusal(who, "", err)}, "the deployment was applied only in part")
 		}
 		if perr := d.inv.put(ctx, d.newInventory(bd, id, union(refs, prev))); perr != nil {
 			err = errors.Join(err, perr)
@@ -395,7 +405,7 @@ func changes(cs *ssa.ChangeSet) []string {
 // asks; the first attempt was authorized before the namespace was found
 // missing); custom resources whose CRD the set brings cannot be dry-run
 // before it is applied and are let through. Refusals to a ServiceAccount
-// are collected into one *refusedError.
+// are collected into one refusal (see refused).
 func (d *Deployer) dryRunAll(ctx context.Context, id *identity, objs []*unstructured.Unstructured) error {
 	newNS := map[string]bool{}
 	for _, o := range objs {
@@ -422,7 +432,7 @@ func (d *Deployer) dryRunAll(ctx context.Context, id *identity, objs []*unstruct
 		}
 	}
 	if len(refused) > 0 {
-		errs = append([]error{&refusedError{who: who, reasons: refused, outcome: "nothing of this deployment was applied"}}, errs...)
+		errs = append([]error{d.refused(who, refused, "nothing of this deployment was applied")}, errs...)
 	}
 	return errors.Join(errs...)
 }
@@ -461,7 +471,7 @@ func (d *Deployer) prune(ctx context.Context, id *identity, refs []objRef, name,
 		ctrl.LoggerFrom(ctx).Info("pruned", "resources", deleted, "as", who)
 	}
 	if len(refused) > 0 {
-		errs = append([]error{&refusedError{who: who, reasons: refused, outcome: "objects that left the bundle were not pruned"}}, errs...)
+		errs = append([]error{d.refused(who, refused, "objects that left the bundle were not pruned")}, errs...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pruning: %w", err)
@@ -474,7 +484,6 @@ func (d *Deployer) prune(ctx context.Context, id *identity, refs []objRef, name,
 func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result, error) {
 	inv, err := d.inv.get(ctx, name)
 	if err != nil || inv == nil {
-		d.forget(name)
 		return ctrl.Result{}, err
 	}
 	// The cache says it is gone; make sure before deleting anything.
@@ -500,11 +509,7 @@ func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result,
 			return ctrl.Result{}, err
 		}
 	}
-	if err := d.inv.remove(ctx, name); err != nil {
-		return ctrl.Result{}, err
-	}
-	d.forget(name)
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, d.inv.remove(ctx, name)
 }
 
 // driftEntry is one object that differs from the bundle.

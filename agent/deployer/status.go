@@ -43,6 +43,10 @@ type observation struct {
 
 	// Applied is set when this pass applied DeploymentID.
 	Applied bool
+	// AppliedAt is when the deployment in force was applied, when this
+	// pass knows it anew (it applied a new deployment or a forced sync, or
+	// the status did not record it); nil keeps the reported one.
+	AppliedAt *metav1.Time
 	// Resources is the inventory after this pass; nil keeps the reported one.
 	Resources []fleet.BundleDeploymentResource
 
@@ -64,6 +68,9 @@ func computeStatus(old fleet.BundleDeploymentStatus, o observation) fleet.Bundle
 		st.AppliedDeploymentID = o.DeploymentID
 		g := o.ForceSyncGeneration
 		st.SyncGeneration = &g
+	}
+	if o.AppliedAt != nil {
+		st.AppliedAt = o.AppliedAt
 	}
 	if o.Resources != nil {
 		st.Resources = o.Resources

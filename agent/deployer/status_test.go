@@ -1,9 +1,9 @@
 package deployer
 
 import (
-	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 func TestComputeStatus(t *testing.T) {
@@ -178,12 +179,53 @@ func TestComputeStatus(t *testing.T) {
 	}
 }
 
+// When the deployment in force was applied comes from the status, never
+// from the agent's memory; a status without it records where the count
+// started, so the next agent starts from the same moment.
+func TestAppliedSince(t *testing.T) {
+	earlier := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	deployedAt := metav1.NewTime(time.Now().Add(-2 * time.Hour).Truncate(time.Second))
+	deployed := []metav1.Condition{{Type: fleet.DeployedCondition, Status: metav1.ConditionTrue, LastTransitionTime: deployedAt}}
+
+	// This pass applied: its time.
+	now := metav1.Now()
+	bd := &fleet.BundleDeployment{Status: fleet.BundleDeploymentStatus{AppliedAt: &earlier, Conditions: deployed}}
+	if got := appliedSince(bd, &observation{AppliedAt: &now}); !got.Equal(now.Time) {
+		t.Errorf("applied by this pass: %s, want %s", got, now)
+	}
+	// Recorded in the status (by this agent or one before it): that time,
+	// not the Deployed condition's, which does not move when a deployment
+	// replaces another.
+	o := observation{}
+	if got := appliedSince(bd, &o); !got.Equal(earlier.Time) || o.AppliedAt != nil {
+		t.Errorf("recorded: %s (recording %v), want %s and nothing to record", got, o.AppliedAt, earlier)
+	}
+	// Not recorded (an earlier agent's status): the Deployed condition's
+	// transition, and recorded from now on.
+	bd.Status.AppliedAt = nil
+	if got := appliedSince(bd, &o); !got.Equal(deployedAt.Time) || o.AppliedAt == nil || !o.AppliedAt.Equal(&deployedAt) {
+		t.Errorf("not recorded, Deployed: %s (recording %v), want %s", got, o.AppliedAt, deployedAt)
+	}
+	st := computeStatus(bd.Status, o)
+	if st.AppliedAt == nil || !st.AppliedAt.Equal(&deployedAt) {
+		t.Errorf("status appliedAt = %v, want %s", st.AppliedAt, deployedAt)
+	}
+	// Not recorded, not Deployed: from now.
+	bd.Status.Conditions = nil
+	o = observation{}
+	if got := appliedSince(bd, &o); time.Since(got) > time.Minute || o.AppliedAt == nil {
+		t.Errorf("not recorded, not Deployed: %s (recording %v), want now", got, o.AppliedAt)
+	}
+	// A pass that knows nothing new keeps what the status says.
+	if st := computeStatus(fleet.BundleDeploymentStatus{AppliedAt: &earlier}, observation{Applied: true}); st.AppliedAt == nil || !st.AppliedAt.Equal(&earlier) {
+		t.Errorf("kept appliedAt = %v, want %s", st.AppliedAt, earlier)
+	}
+}
+
 // equalStatus is the comparison Reconcile makes before writing.
 func equalStatus(a, b fleet.BundleDeploymentStatus) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
-
-func asInputError(err error, target **inputError) bool { return errors.As(err, target) }
 
 func TestPrepareObjects(t *testing.T) {
 	mapper := meta.NewDefaultRESTMapper(nil)
@@ -277,21 +319,21 @@ func TestPrepareObjects(t *testing.T) {
 			}
 		}
 	})
-	t.Run("unknown kind names the object", func(t *testing.T) {
+	t.Run("unknown kind names the object and is retried", func(t *testing.T) {
+		// Its CRD may yet be installed downstream: not Stalled.
 		_, err := prepareObjects([]*unstructured.Unstructured{obj("example.com/v1", "Widget", "x", "w")}, fleet.BundleDeploymentOptions{}, mapper, owner)
-		var ie *inputError
-		if err == nil || !strings.Contains(err.Error(), "Widget x/w") || !asInputError(err, &ie) {
+		if err == nil || !strings.Contains(err.Error(), "Widget x/w") || reconciler.Failure(err).Kind() != reconciler.KindTransient {
 			t.Errorf("err = %v", err)
 		}
 	})
-	t.Run("duplicates and nameless objects are input errors", func(t *testing.T) {
+	t.Run("duplicates and nameless objects stall", func(t *testing.T) {
 		for _, objs := range [][]*unstructured.Unstructured{
 			{obj("v1", "ConfigMap", "", "a"), obj("v1", "ConfigMap", "default", "a")},
 			{obj("v1", "ConfigMap", "", "")},
 		} {
-			var ie *inputError
-			if _, err := prepareObjects(objs, fleet.BundleDeploymentOptions{}, mapper, owner); !asInputError(err, &ie) {
-				t.Errorf("err = %v, want an input error", err)
+			_, err := prepareObjects(objs, fleet.BundleDeploymentOptions{}, mapper, owner)
+			if s := reconciler.Failure(err).Stalled(); s == nil || s.Reason != fleet.ApplyFailedReason {
+				t.Errorf("err = %v, want Stalled (%s): the bundle's author must act", err, fleet.ApplyFailedReason)
 			}
 		}
 	})

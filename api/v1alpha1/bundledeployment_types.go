@@ -86,6 +86,10 @@ type BundleDeploymentStatus struct {
 	// syncGeneration is the forceSyncGeneration last applied.
 	// +optional
 	SyncGeneration *int64 `json:"syncGeneration,omitempty"`
+	// appliedAt is when the agent applied appliedDeploymentID at
+	// syncGeneration; the health timeout counts from it.
+	// +optional
+	AppliedAt *metav1.Time `json:"appliedAt,omitempty"`
 	// +optional
 	Display BundleDeploymentDisplay `json:"display,omitempty"`
 }

@@ -272,6 +272,10 @@ func (in *BundleDeploymentStatus) DeepCopyInto(out *BundleDeploymentStatus) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.AppliedAt != nil {
+		in, out := &in.AppliedAt, &out.AppliedAt
+		*out = (*in).DeepCopy()
+	}
 	out.Display = in.Display
 }
 

@@ -13,11 +13,11 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +29,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -41,6 +42,12 @@ const (
 	// ContentLabel marks content Secrets.
 	ContentLabel = "fleet.cattle.io/bundle-content"
 )
+
+// statusRules are the Bundle's kstatus rules: Ready says whether every
+// selected cluster has it Ready. A Bundle that does not render, or whose
+// targets are invalid, is Stalled (its author must act); one whose
+// BundleDeployments are not all Ready yet waits on the agents.
+var statusRules = reconciler.Conditions{Ready: fleet.ReadyCondition, Failing: "targeting the Bundle's clusters failed"}
 
 // Reconciler reconciles Bundles.
 type Reconciler struct {
@@ -73,16 +80,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.reconcileDelete(ctx, b)
 	}
 	if controllerutil.AddFinalizer(b, fleet.BundleFinalizer) {
-		if err := r.Client.Update(ctx, b); err != nil {
+		if err := r.Client.Update(ctx, b, client.FieldOwner(reconciler.FieldManager)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	orig := b.DeepCopy()
-	result, stepErr := r.reconcile(ctx, b)
-	if err := r.patchStatus(ctx, orig, b); err != nil {
+	patcher, err := reconciler.NewStatusPatcher(r.Client, b, statusRules.Owned()...)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return result, stepErr
+	out := reconciler.Success(fleet.SucceededReason, "")
+	if err := r.reconcile(ctx, b); err != nil {
+		out = reconciler.Failure(err)
+	}
+	statusRules.Set(b, out, time.Now())
+	if err := patcher.Patch(ctx, b); err != nil {
+		return ctrl.Result{}, errors.Join(out.Err, err)
+	}
+	if s := out.Stalled(); s != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("bundle is stalled", "reason", s.Reason)
+	}
+	// Stalled and waiting Bundles come back through their watches: a
+	// change of the Bundle, its Clusters or its BundleDeployments.
+	return out.Result(0)
 }
 
 // placement is one selected cluster and what it gets.
@@ -115,20 +134,25 @@ func (p *placement) keepsContent(b *fleet.Bundle) bool {
 	return p.bd != nil && (b.Spec.Paused || p.cluster.Spec.Paused)
 }
 
-func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Result, error) {
+// reconcile targets the Bundle's clusters and fills its status, except the
+// conditions: it returns nil when every selected cluster has the Bundle
+// Ready, a *reconciler.Stalled when the Bundle's targets are invalid or it
+// does not render, a *reconciler.Waiting while BundleDeployments are not
+// Ready or clusters wait for their namespace, or a transient error.
+func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	b.Status.ResourcesSHA256Sum = resourcesHash(b.Spec.Resources)
 
 	clusters := &fleet.ClusterList{}
 	if err := r.Client.List(ctx, clusters, client.InNamespace(b.Namespace)); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	groups := &fleet.ClusterGroupList{}
 	if err := r.Client.List(ctx, groups, client.InNamespace(b.Namespace)); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	existing, err := r.deployments(ctx, b)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 
 	// Render once per distinct set of options: clusters without target
@@ -146,8 +170,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 		}
 		opts, t, err := renderer.OptionsFor(b, c, targeting.Groups{Items: groups.Items})
 		if err != nil {
-			r.setStalled(b, fleet.TargetsInvalidReason, err.Error())
-			return ctrl.Result{}, nil
+			return reconciler.Stall(fleet.TargetsInvalidReason, "%v", err)
 		}
 		if t == nil || t.DoNotDeploy {
 			continue
@@ -162,7 +185,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 		}
 		rd, err := renders.get(ctx, opts)
 		if err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		if rd.err != nil {
 			failed[rd] = append(failed[rd], c.Name)
@@ -176,7 +199,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 	if len(renders.ordered) == 0 {
 		rd, err := renders.get(ctx, b.Spec.BundleDeploymentOptions)
 		if err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		if rd.err != nil {
 			failed[rd] = nil
@@ -184,7 +207,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 	}
 
 	if err := r.renderStaleContent(ctx, renders, placements, b); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	for _, p := range placements {
 		keep[p.namespace] = true
@@ -193,7 +216,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 			continue
 		}
 		if err := r.ensureDeployment(ctx, b, p, renders); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 	for ns, bd := range existing {
@@ -201,7 +224,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 			continue
 		}
 		if err := r.Client.Delete(ctx, bd); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
+			return err
 		}
 		delete(existing, ns)
 	}
@@ -221,24 +244,19 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) (ctrl.Resul
 	b.Status.Display.ReadyClusters = fmt.Sprintf("%d/%d", s.Ready, s.DesiredReady)
 	b.Status.Display.State = string(summary.WorstState(s))
 	b.Status.ObservedGeneration = b.Generation
-	meta.RemoveStatusCondition(&b.Status.Conditions, fleet.StalledCondition)
 	switch {
 	case len(failed) > 0:
 		reason, msg := renderFailures(renders.ordered, failed)
-		ctrl.LoggerFrom(ctx).V(1).Info("bundle does not render", "reason", reason)
-		r.setStalled(b, reason, msg)
+		return reconciler.Stall(reason, "%s", msg)
 	case s.Ready == s.DesiredReady && pending == 0:
-		setCond(b, fleet.ReadyCondition, true, fleet.SucceededReason, "")
-		meta.RemoveStatusCondition(&b.Status.Conditions, fleet.ReconcilingCondition)
+		return nil
 	default:
 		msg := summary.ReadyMessage(s)
 		if pending > 0 {
 			msg = strings.TrimPrefix(msg+fmt.Sprintf("; %d cluster(s) waiting for their namespace", pending), "; ")
 		}
-		setCond(b, fleet.ReadyCondition, false, fleet.BundleDeploymentsNotReadyReason, msg)
-		setCond(b, fleet.ReconcilingCondition, true, fleet.ProgressingReason, msg)
+		return reconciler.Wait(fleet.BundleDeploymentsNotReadyReason, 0, "%s", msg)
 	}
-	return ctrl.Result{}, nil
 }
 
 // renderFailures is the Stalled reason (the first failure's) and message
@@ -339,18 +357,18 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 	written := false
 	switch {
 	case !exists:
-		if err := r.Client.Create(ctx, want); err != nil {
+		if err := r.Client.Create(ctx, want, client.FieldOwner(reconciler.FieldManager)); err != nil {
 			return fmt.Errorf("creating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
 		}
 		written = true
 	case !equality.Semantic.DeepEqual(bd.Spec, want.Spec) || !equality.Semantic.DeepEqual(bd.Labels, want.Labels):
-		if err := r.Client.Update(ctx, want); err != nil {
+		if err := r.Client.Update(ctx, want, client.FieldOwner(reconciler.FieldManager)); err != nil {
 			return fmt.Errorf("updating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
 		}
 		written = true
 	}
 	if written && claimed && want.Labels[fleet.AgentBundleLabel] == "" {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "ReservedLabelIgnored", "Target",
+		reconciler.Eventf(r.Recorder, b, nil, corev1.EventTypeWarning, "ReservedLabelIgnored", "Target",
 			"label %s is reserved for the agent Bundles the controller makes; it was not passed on to BundleDeployment %s/%s", fleet.AgentBundleLabel, want.Namespace, want.Name)
 	}
 	if p.keepsContent(b) {
@@ -380,7 +398,7 @@ func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployme
 		return err
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	_, err = controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
+	_, err = controllerutil.CreateOrUpdate(ctx, client.WithFieldOwner(r.Client, reconciler.FieldManager), s, func() error {
 		s.Type = bundlecontent.SecretType
 		s.Data = data
 		if s.Labels == nil {
@@ -434,31 +452,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, b *fleet.Bundle) error
 	}
 	r.rendered.forget(client.ObjectKeyFromObject(b))
 	controllerutil.RemoveFinalizer(b, fleet.BundleFinalizer)
-	return client.IgnoreNotFound(r.Client.Update(ctx, b))
-}
-
-func (r *Reconciler) patchStatus(ctx context.Context, orig, b *fleet.Bundle) error {
-	if equality.Semantic.DeepEqual(orig.Status, b.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("patching status of bundle %s/%s: %w", b.Namespace, b.Name, err)
-	}
-	return nil
-}
-
-func (r *Reconciler) setStalled(b *fleet.Bundle, reason, msg string) {
-	setCond(b, fleet.ReadyCondition, false, reason, msg)
-	setCond(b, fleet.StalledCondition, true, reason, msg)
-	meta.RemoveStatusCondition(&b.Status.Conditions, fleet.ReconcilingCondition)
-}
-
-func setCond(b *fleet.Bundle, t string, ok bool, reason, msg string) {
-	s := metav1.ConditionFalse
-	if ok {
-		s = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: b.Generation})
+	return client.IgnoreNotFound(r.Client.Update(ctx, b, client.FieldOwner(reconciler.FieldManager)))
 }
 
 func optionsHash(o fleet.BundleDeploymentOptions) string {

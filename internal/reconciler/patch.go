@@ -27,6 +27,8 @@ type StatusPatcher struct {
 	// unstructured value (nil: none).
 	status any
 	owned  []string
+	// manager is the field manager of the patch; "" is FieldManager.
+	manager string
 }
 
 // NewStatusPatcher remembers obj's status as read. Call it right after
@@ -37,6 +39,14 @@ func NewStatusPatcher(c client.Client, obj client.Object, owned ...string) (*Sta
 		return nil, err
 	}
 	return &StatusPatcher{client: c, status: status, owned: owned}, nil
+}
+
+// WithFieldManager makes the patcher write under manager instead of
+// FieldManager: for a writer that is not the controller (the agent's
+// deployer writes BundleDeployment status as itself).
+func (p *StatusPatcher) WithFieldManager(manager string) *StatusPatcher {
+	p.manager = manager
+	return p
 }
 
 // PatchOption changes how Patch writes.
@@ -70,7 +80,11 @@ func (p *StatusPatcher) Patch(ctx context.Context, obj client.Object, opts ...Pa
 	if slices.Contains(opts, WithOptimisticLock) {
 		mergeOpts = append(mergeOpts, client.MergeFromWithOptimisticLock{})
 	}
-	err = p.client.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, mergeOpts...), client.FieldOwner(FieldManager))
+	manager := p.manager
+	if manager == "" {
+		manager = FieldManager
+	}
+	err = p.client.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, mergeOpts...), client.FieldOwner(manager))
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil

@@ -66,6 +66,25 @@ func TestStatusPatcher_WritesTheStatusOnceUnderItsFieldManager(t *testing.T) {
 	}
 }
 
+// A writer that is not the controller names its own field manager.
+func TestStatusPatcher_WithFieldManager(t *testing.T) {
+	c := env.Upstream.Client
+	g := newGroup(t)
+	p, err := reconciler.NewStatusPatcher(c, g, ready.Owned()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Status.ClusterCount = 2
+	if err := p.WithFieldManager("fleet-agent").Patch(t.Context(), g); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(g.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
+		return m.Manager == "fleet-agent" && m.Subresource == "status"
+	}) || slices.ContainsFunc(g.ManagedFields, func(m metav1.ManagedFieldsEntry) bool { return m.Manager == reconciler.FieldManager }) {
+		t.Errorf("managed fields %+v, want the status written by fleet-agent only", g.ManagedFields)
+	}
+}
+
 // A condition the controller does not own is written back as it was read,
 // whatever the pass did to it.
 func TestStatusPatcher_KeepsConditionsItDoesNotOwn(t *testing.T) {
