@@ -226,3 +226,7 @@ func ParseKeySet(data []byte) (*KeySet, error) {
 	}
 	return ks, nil
 }
+
+// SigningKeysPath is where the upstream API server serves the public keys
+// (a JWK Set) to agents, through fleet-proxy.
+const SigningKeysPath = "/apis/proxy.fleet.cattle.io/v1alpha1/signingkeys"
