@@ -545,3 +545,46 @@ func TestGarbageCollection(t *testing.T) {
 		t.Errorf("dave's ServiceAccount again: %v", err)
 	}
 }
+
+// TestConcurrentFirstRequests: many first requests of one user at once are
+// served by one impersonator made once (single-flight per user).
+func TestConcurrentFirstRequests(t *testing.T) {
+	f := newFixture(t)
+	ns := f.namespace("burst-")
+	f.grant(ns, rbacv1.Subject{Kind: "User", Name: "fleet:frank"}, []string{"pods"}, "list")
+	cs := f.as(assertion.Identity{User: "frank", Groups: []string{"g1"}})
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Go(func() {
+			_, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	crs, err := f.admin.RbacV1().ClusterRoles().List(t.Context(), metav1.ListOptions{LabelSelector: LabelImpersonator + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, cr := range crs.Items {
+		if cr.Annotations[AnnotationImpersonates] == "frank" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d impersonators of frank", n)
+	}
+	f.h.imp.mu.Lock()
+	entries := len(f.h.imp.entries)
+	f.h.imp.mu.Unlock()
+	if entries != 1 {
+		t.Errorf("%d cached impersonators", entries)
+	}
+}

@@ -172,8 +172,8 @@ func TestUpgradeStreams(t *testing.T) {
 // really sends what it means to: a Go client keeps a Connection header that
 // names other headers.
 func TestConnectionHeaderReachesTheHandler(t *testing.T) {
-	var seen string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.Header.Get("Connection") }))
+	seen := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Get("Connection") }))
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 	req.Header.Set("Connection", "Impersonate-User")
@@ -182,8 +182,8 @@ func TestConnectionHeaderReachesTheHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if !strings.Contains(seen, "Impersonate-User") {
-		t.Errorf("the server saw Connection %q", seen)
+	if got := <-seen; !strings.Contains(got, "Impersonate-User") {
+		t.Errorf("the server saw Connection %q", got)
 	}
 }
 
