@@ -588,3 +588,30 @@ func TestConcurrentFirstRequests(t *testing.T) {
 		t.Errorf("%d cached impersonators", entries)
 	}
 }
+
+// TestTokenRenewedAt80Percent: the impersonator's token (1 h) is reused
+// until 80 % of its life and then asked for again; the request path keeps
+// working across the renewal.
+func TestTokenRenewedAt80Percent(t *testing.T) {
+	f := newFixture(t)
+	start := time.Now()
+	at := func(d time.Duration) string {
+		f.mu.Lock()
+		f.now = start.Add(d)
+		f.mu.Unlock()
+		if got := f.whoami(assertion.Identity{User: "gina"}, nil); got.Username != "fleet:gina" {
+			t.Fatalf("at %s: %q", d, got.Username)
+		}
+		e := f.h.imp.entry("gina")
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.token
+	}
+	first := at(0)
+	if again := at(47 * time.Minute); again != first {
+		t.Error("the token was renewed before 80 % of its life")
+	}
+	if renewed := at(49 * time.Minute); renewed == first {
+		t.Error("the token was not renewed after 80 % of its life")
+	}
+}
