@@ -81,6 +81,10 @@ func (m *impersonators) token(ctx context.Context, user string, d Downstream) (s
 	if e.rulesHash != hash || now.Sub(e.appliedAt) > recheckEvery {
 		if err := m.apply(ctx, e.name, user, d, now); err != nil {
 			e.rulesHash = ""
+			// The namespace may be gone: apply it again next time.
+			m.mu.Lock()
+			m.nsOnce = false
+			m.mu.Unlock()
 			return "", err
 		}
 		e.rulesHash, e.appliedAt, e.lastUsedAt = hash, now, now
