@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -613,5 +614,36 @@ func TestTokenRenewedAt80Percent(t *testing.T) {
 	}
 	if renewed := at(49 * time.Minute); renewed == first {
 		t.Error("the token was not renewed after 80 % of its life")
+	}
+}
+
+// TestDeletedImpersonatorIsMadeAgain: someone deletes the impersonator's
+// ServiceAccount; the request that finds its token rejected fails, and the
+// next one is served by an impersonator made again.
+func TestDeletedImpersonatorIsMadeAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	hank := assertion.Identity{User: "hank"}
+	f.whoami(hank, nil)
+	name := ImpersonatorName("hank")
+	if err := f.admin.CoreV1().ServiceAccounts(Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ssr := func() (int, string) {
+		return f.raw(hank, http.MethodPost, "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+			`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`, nil)
+	}
+	// The API server notices the deletion soon (its ServiceAccount lookup).
+	testenv.Eventually(t, 30*time.Second, "the deleted ServiceAccount's token to be rejected", func() error {
+		if code, body := ssr(); code != http.StatusUnauthorized {
+			return errNotSeen(fmt.Sprintf("rejection (got %d %s)", code, body))
+		}
+		return nil
+	})
+	if code, body := ssr(); code != http.StatusCreated {
+		t.Errorf("the request after the rejection: %d %s", code, body)
+	}
+	if _, err := f.admin.CoreV1().ServiceAccounts(Namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the ServiceAccount again: %v", err)
 	}
 }

@@ -180,7 +180,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, r, apierrors.NewServiceUnavailable("the agent could not prepare the impersonating account for this user"))
 		return
 	}
-	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d}))
+	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d, rejected: func() { h.imp.invalidate(id.User, token) }}))
 	sanitize(out.Header, httpstream.IsUpgradeRequest(r))
 	h.proxy.ServeHTTP(w, out)
 }
@@ -284,6 +284,9 @@ func sanitize(hdr http.Header, upgrade bool) {
 type creds struct {
 	token string
 	id    Downstream
+	// rejected is called when the API server does not accept the token
+	// (401): the impersonator is made again for the next request.
+	rejected func()
 }
 
 type credsKey struct{}
@@ -326,7 +329,11 @@ func (rt *credentials) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Header.Add("Impersonate-Extra-"+url.PathEscape(k), v)
 		}
 	}
-	return rt.next.RoundTrip(req)
+	resp, err := rt.next.RoundTrip(req)
+	if err == nil && resp != nil && resp.StatusCode == http.StatusUnauthorized && c.rejected != nil {
+		c.rejected()
+	}
+	return resp, err
 }
 
 // errorResponder answers proxy errors without details of the backend.
