@@ -260,3 +260,34 @@ func TestNames(t *testing.T) {
 		t.Errorf("%+v", d)
 	}
 }
+
+// FuzzSanitize: whatever headers come in, none that carries a credential,
+// an identity or a proxy's word leaves, and Connection is at most Upgrade.
+func FuzzSanitize(f *testing.F) {
+	f.Add("Connection", "Impersonate-User, Upgrade", "Upgrade", "websocket", true)
+	f.Add("X-Remote-User", "admin", "Authorization", "Bearer x", false)
+	f.Add("Connection", "X-Fleet-Assertion", "X-Forwarded-Host", "h", true)
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, upgrade bool) {
+		hdr := http.Header{}
+		hdr.Add(k1, v1)
+		hdr.Add(k2, v2)
+		hdr.Add("Connection", v1)
+		sanitize(hdr, upgrade)
+		for k, vs := range hdr {
+			l := strings.ToLower(k)
+			for _, prefix := range []string{"impersonate-", "x-remote-", "x-forwarded-"} {
+				if strings.HasPrefix(l, prefix) {
+					t.Fatalf("%s kept: %v", k, hdr)
+				}
+			}
+			switch l {
+			case "authorization", "proxy-authorization", "proxy-connection", "x-fleet-assertion", "forwarded",
+				"keep-alive", "te", "trailer", "transfer-encoding":
+				t.Fatalf("%s kept: %v", k, hdr)
+			}
+			if l == "connection" && (len(vs) != 1 || vs[0] != "Upgrade" || !upgrade) {
+				t.Fatalf("Connection %q kept (upgrade %v)", vs, upgrade)
+			}
+		}
+	})
+}
