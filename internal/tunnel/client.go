@@ -16,12 +16,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
 	"github.com/rancher/remotedialer"
+
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 // API names of the attach subresource the agents open their tunnel at
 // (docs/cluster-access.md).
 const (
-	ProxyGroup   = "proxy.fleet.cattle.io"
+	ProxyGroup   = registration.ProxyAPIGroup
 	ProxyVersion = "v1alpha1"
 )
 
