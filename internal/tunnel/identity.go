@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -129,4 +130,23 @@ func ParseAttachPath(path string) (workspace, name string, ok bool) {
 		return "", "", false
 	}
 	return ws, n, true
+}
+
+// AttachAuthenticator is a Server.Authenticate for attach requests: user
+// returns the caller's authenticated name and UID (fleet-proxy: from
+// requestheader authentication, which believes only the aggregator's client
+// certificate), the Cluster comes from the request path, and
+// AuthorizeAttach decides.
+func AttachAuthenticator(reader client.Reader, user func(*http.Request) (name, uid string, err error)) func(*http.Request) (string, error) {
+	return func(req *http.Request) (string, error) {
+		workspace, name, ok := ParseAttachPath(req.URL.Path)
+		if !ok {
+			return "", fmt.Errorf("%w: %q is not an attach path", ErrNotAnAgent, req.URL.Path)
+		}
+		username, uid, err := user(req)
+		if err != nil {
+			return "", err
+		}
+		return AuthorizeAttach(req.Context(), reader, username, uid, workspace, name)
+	}
 }
