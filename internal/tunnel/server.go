@@ -13,10 +13,12 @@ package tunnel
 import (
 	"bufio"
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +59,7 @@ type Server struct {
 	mu         sync.Mutex
 	sessions   map[string]int
 	transports map[string]*http.Transport
+	peers      map[string]string
 
 	tunnelsUp     prometheus.Gauge
 	sessionsUp    prometheus.Gauge
@@ -65,6 +68,14 @@ type Server struct {
 }
 
 type keyContext struct{}
+
+// sessionKey is remotedialer's client key of Cluster key "<ws>/<name>":
+// "<ws>:<name>". remotedialer's peers announce clients as "<key>/<n>" and
+// split at the first "/", so a key must not contain one; Kubernetes names
+// never contain ":".
+func sessionKey(key string) string {
+	return strings.Replace(key, "/", ":", 1)
+}
 
 // NewServer makes a Server. reg, when not nil, gets the tunnel metrics and
 // remotedialer's own (which can be registered on one registry per process
@@ -92,7 +103,7 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 	// Authenticate: remotedialer's own authorizer only reads it back.
 	s.rd = remotedialer.New(func(req *http.Request) (string, bool, error) {
 		key, ok := req.Context().Value(keyContext{}).(string)
-		return key, ok && key != "", nil
+		return sessionKey(key), ok && key != "", nil
 	}, func(rw http.ResponseWriter, _ *http.Request, code int, err error) {
 		s.Log.V(1).Info("tunnel request failed", "code", code, "error", err.Error())
 		http.Error(rw, http.StatusText(code), code)
@@ -109,6 +120,10 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 // ServeHTTP accepts an agent's tunnel: the WebSocket upgrade of an attach
 // request. It returns when the tunnel ends.
 func (s *Server) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	// Peers connect at PeerHandler only: the attach path is reachable
+	// through the API server, so the peer headers are never looked at here.
+	req.Header.Del(remotedialer.ID)
+	req.Header.Del(remotedialer.Token)
 	key, err := s.Authenticate(req)
 	if err != nil || key == "" {
 		s.refused.Inc()
@@ -168,10 +183,70 @@ func (s *Server) disconnected(key string) {
 	}
 }
 
+// EnablePeering makes this replica one of a set of fleet-proxy replicas
+// that reach each other's agents: id names this replica (its pod name),
+// token is the shared peer token (from a Secret, not a pod token; at least
+// 32 bytes), tlsConfig verifies the peers' serving certificate when this
+// replica dials them (their pod IPs, so ServerName must be set: the name
+// in the shared serving certificate). Call it once, before SetPeers.
+func (s *Server) EnablePeering(id, token string, tlsConfig *tls.Config) error {
+	if id == "" || len(token) < 32 || tlsConfig == nil {
+		return errors.New("peering needs this replica's id, a peer token of at least 32 bytes and a TLS configuration that verifies peers")
+	}
+	s.rd.PeerID, s.rd.PeerToken, s.rd.PeerTLSConfig = id, token, tlsConfig
+	return nil
+}
+
+// SetPeers sets the other replicas, id → WebSocket URL of their
+// PeerHandler (wss://<pod IP>:<port><path>): new ones are dialed, gone ones
+// dropped. A request for a cluster whose agent is connected to a peer is
+// sent through that peer.
+func (s *Server) SetPeers(peers map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peers == nil {
+		s.peers = map[string]string{}
+	}
+	for id := range s.peers {
+		if _, ok := peers[id]; !ok {
+			s.rd.RemovePeer(id)
+			delete(s.peers, id)
+		}
+	}
+	for id, url := range peers {
+		if id == s.rd.PeerID || s.peers[id] == url {
+			continue
+		}
+		s.rd.AddPeer(url, id, s.rd.PeerToken)
+		s.peers[id] = url
+	}
+}
+
+// PeerHandler accepts the connections of peer replicas (mount it on a path
+// the API server does not proxy: only pods reach it). A caller that is not
+// a configured peer with the peer token gets 401.
+func (s *Server) PeerHandler() http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		id, token := req.Header.Get(remotedialer.ID), req.Header.Get(remotedialer.Token)
+		s.mu.Lock()
+		_, known := s.peers[id]
+		s.mu.Unlock()
+		if s.rd.PeerToken == "" || !known || subtle.ConstantTimeCompare([]byte(token), []byte(s.rd.PeerToken)) != 1 {
+			s.refused.Inc()
+			s.Log.Info("refused a peer connection", "peer", id)
+			http.Error(rw, http.StatusText(http.StatusUnauthorized), http.StatusUnauthorized)
+			return
+		}
+		// remotedialer checks the headers again and registers the peer's
+		// session; the context holds no cluster key.
+		s.rd.ServeHTTP(rw, req)
+	})
+}
+
 // HasSession reports whether an agent of the cluster holds a tunnel to this
-// replica.
+// replica or to a peer.
 func (s *Server) HasSession(key string) bool {
-	return s.rd.HasSession(key)
+	return s.rd.HasSession(sessionKey(key))
 }
 
 // Sessions is how many agent sessions the cluster has on this replica.
@@ -185,10 +260,10 @@ func (s *Server) Sessions(key string) int {
 // refuses every address but AccessAddress; since remotedialer does not wait
 // for the agent's answer, a refusal shows as an error on the first read.
 func (s *Server) Dial(ctx context.Context, key, network, address string) (net.Conn, error) {
-	if !s.rd.HasSession(key) {
+	if !s.rd.HasSession(sessionKey(key)) {
 		return nil, ErrNoSession
 	}
-	return s.rd.Dialer(key)(ctx, network, address)
+	return s.rd.Dialer(sessionKey(key))(ctx, network, address)
 }
 
 // RoundTripper returns the transport that sends HTTP requests to the
@@ -197,15 +272,21 @@ func (s *Server) Dial(ctx context.Context, key, network, address string) (net.Co
 // over HTTP/1.1 (the tunnel carries the TLS); the transport is kept while
 // the cluster has a session and dropped when its last one goes.
 func (s *Server) RoundTripper(key string) (http.RoundTripper, bool) {
-	if !s.rd.HasSession(key) {
-		return nil, false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.rd.HasSession(sessionKey(key)) {
+		// A key served through a peer has no local disconnect to drop
+		// its transport at: drop it here.
+		if t, ok := s.transports[key]; ok {
+			t.CloseIdleConnections()
+			delete(s.transports, key)
+		}
+		return nil, false
+	}
 	if t, ok := s.transports[key]; ok {
 		return t, true
 	}
-	dial := s.rd.Dialer(key)
+	dial := s.rd.Dialer(sessionKey(key))
 	t := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dial(ctx, AccessNetwork, AccessAddress)

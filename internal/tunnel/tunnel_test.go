@@ -72,7 +72,10 @@ func (u *upstream) start(addr string, cert *tls.Certificate) {
 		return err
 	})
 	u.ln = &trackingListener{Listener: ln}
-	u.http = httptest.NewUnstartedServer(u.server)
+	mux := http.NewServeMux()
+	mux.Handle("/peer", u.server.PeerHandler())
+	mux.Handle("/", u.server)
+	u.http = httptest.NewUnstartedServer(mux)
 	u.http.Listener = u.ln
 	if cert != nil {
 		u.http.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}

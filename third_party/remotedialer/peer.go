@@ -76,10 +76,14 @@ func (p *peer) start(ctx context.Context, s *Server) {
 		Token: {s.PeerToken},
 	}
 
+	tlsConfig := &tls.Config{
+		InsecureSkipVerify: true,
+	}
+	if s.PeerTLSConfig != nil {
+		tlsConfig = s.PeerTLSConfig
+	}
 	dialer := &websocket.Dialer{
-		TLSClientConfig: &tls.Config{
-			InsecureSkipVerify: true,
-		},
+		TLSClientConfig:  tlsConfig,
 		HandshakeTimeout: HandshakeTimeOut,
 	}
 	ctx = context.WithValue(ctx, ContextKeyCaller, fmt.Sprintf("Peer url:%s, id:%s", p.url, p.id))

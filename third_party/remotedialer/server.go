@@ -1,6 +1,7 @@
 package remotedialer
 
 import (
+	"crypto/tls"
 	"net/http"
 	"sync"
 	"time"
@@ -27,11 +28,15 @@ type Server struct {
 	PeerID                  string
 	PeerToken               string
 	ClientConnectAuthorizer ConnectAuthorizer
-	authorizer              Authorizer
-	errorWriter             ErrorWriter
-	sessions                *sessionManager
-	peers                   map[string]peer
-	peerLock                sync.Mutex
+	// PeerTLSConfig verifies peers when set (fleet fork; upstream dials
+	// peers with InsecureSkipVerify, sending its peer token to whoever
+	// answers).
+	PeerTLSConfig *tls.Config
+	authorizer    Authorizer
+	errorWriter   ErrorWriter
+	sessions      *sessionManager
+	peers         map[string]peer
+	peerLock      sync.Mutex
 }
 
 func New(auth Authorizer, errorWriter ErrorWriter) *Server {
