@@ -2,12 +2,14 @@ package tunnel_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
@@ -166,5 +168,20 @@ func TestParseAttachPath(t *testing.T) {
 		if ok != (want[0] != "") || ws != want[0] || name != want[1] {
 			t.Errorf("ParseAttachPath(%q) = %q, %q, %v; want %q", path, ws, name, ok, want)
 		}
+	}
+}
+
+func TestPeerToken(t *testing.T) {
+	s := func(v string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "peer"}, Data: map[string][]byte{tunnel.PeerTokenKey: []byte(v)}}
+	}
+	key := client.ObjectKey{Namespace: "ns", Name: "peer"}
+	c := fake.NewClientBuilder().WithObjects(s("short-secret-value")).Build()
+	if _, err := tunnel.PeerToken(t.Context(), c, key); err == nil || strings.Contains(err.Error(), "short-secret-value") {
+		t.Errorf("short token: %v", err)
+	}
+	c = fake.NewClientBuilder().WithObjects(s(peerToken)).Build()
+	if got, err := tunnel.PeerToken(t.Context(), c, key); err != nil || got != peerToken {
+		t.Errorf("PeerToken = %q, %v", got, err)
 	}
 }
