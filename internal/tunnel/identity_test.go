@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
@@ -137,6 +136,22 @@ func TestIdentityMapping(t *testing.T) {
 		})
 	}
 
+	t.Run("the peer token comes from a Secret", func(t *testing.T) {
+		short := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "peer-short"}, Data: map[string][]byte{tunnel.PeerTokenKey: []byte("short-secret-value")}}
+		good := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "peer"}, Data: map[string][]byte{tunnel.PeerTokenKey: []byte(peerToken)}}
+		must(t, c.Create(ctx, short))
+		must(t, c.Create(ctx, good))
+		if _, err := tunnel.PeerToken(ctx, c, client.ObjectKeyFromObject(short)); err == nil || strings.Contains(err.Error(), "short-secret-value") {
+			t.Errorf("short token: %v", err)
+		}
+		if _, err := tunnel.PeerToken(ctx, c, client.ObjectKey{Namespace: ws, Name: "missing"}); err == nil {
+			t.Error("no error for a missing Secret")
+		}
+		if got, err := tunnel.PeerToken(ctx, c, client.ObjectKeyFromObject(good)); err != nil || got != peerToken {
+			t.Errorf("PeerToken = %q, %v", got, err)
+		}
+	})
+
 	t.Run("a registration that is deleted holds nothing", func(t *testing.T) {
 		reg := &fleet.ClusterRegistration{}
 		must(t, c.Get(ctx, client.ObjectKey{Namespace: ws, Name: "reg-b"}, reg))
@@ -168,20 +183,5 @@ func TestParseAttachPath(t *testing.T) {
 		if ok != (want[0] != "") || ws != want[0] || name != want[1] {
 			t.Errorf("ParseAttachPath(%q) = %q, %q, %v; want %q", path, ws, name, ok, want)
 		}
-	}
-}
-
-func TestPeerToken(t *testing.T) {
-	s := func(v string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "peer"}, Data: map[string][]byte{tunnel.PeerTokenKey: []byte(v)}}
-	}
-	key := client.ObjectKey{Namespace: "ns", Name: "peer"}
-	c := fake.NewClientBuilder().WithObjects(s("short-secret-value")).Build()
-	if _, err := tunnel.PeerToken(t.Context(), c, key); err == nil || strings.Contains(err.Error(), "short-secret-value") {
-		t.Errorf("short token: %v", err)
-	}
-	c = fake.NewClientBuilder().WithObjects(s(peerToken)).Build()
-	if got, err := tunnel.PeerToken(t.Context(), c, key); err != nil || got != peerToken {
-		t.Errorf("PeerToken = %q, %v", got, err)
 	}
 }

@@ -50,6 +50,9 @@ type Server struct {
 	// OnConnect and OnDisconnect, when set, are called (synchronously,
 	// keep them short) when an agent's session for key starts and ends;
 	// sessions is how many the key has afterwards (one per agent replica).
+	// OnConnect runs when the WebSocket upgrade takes the connection, just
+	// before remotedialer registers the session: HasSession may still be
+	// false inside it.
 	OnConnect    func(key string, sessions int)
 	OnDisconnect func(key string, sessions int)
 	Log          logr.Logger
