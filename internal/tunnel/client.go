@@ -275,3 +275,30 @@ type pipeAddr struct{}
 
 func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return AccessAddress }
+
+// ErrTunnelDown is returned by Watch when the tunnel stayed down too long.
+var ErrTunnelDown = errors.New("the agent's tunnel stayed down longer than allowed")
+
+// Watch returns ErrTunnelDown once the tunnel has been down for longer
+// than bound (checked every bound/10, at least every second), and nil when
+// ctx ends. The agent runs it beside Run and exits on the error, so a
+// tunnel that no reconnect brings back (a stuck load balancer or network
+// path) gets a new process. bound 0 watches nothing.
+func (c *Client) Watch(ctx context.Context, bound time.Duration) error {
+	if bound <= 0 {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(min(max(bound/10, 10*time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			if c.DownLongerThan(bound, now) {
+				return fmt.Errorf("%w (%s, down since %s)", ErrTunnelDown, bound, c.DownSince().UTC().Format(time.RFC3339))
+			}
+		}
+	}
+}

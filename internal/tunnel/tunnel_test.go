@@ -212,6 +212,13 @@ func TestRequestThroughTheTunnelReachesTheAgentsHandler(t *testing.T) {
 		return c.Connected() && c.DownSince().IsZero(), nil
 	})
 
+	// While the tunnel is up the watchdog stays quiet.
+	watchCtx, cancelWatch := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	if err := c.Watch(watchCtx, 100*time.Millisecond); err != nil {
+		t.Errorf("Watch with the tunnel up: %v", err)
+	}
+	cancelWatch()
+
 	rt, ok := u.server.RoundTripper(key)
 	if !ok {
 		t.Fatal("no RoundTripper with a session")
@@ -419,6 +426,15 @@ func TestClientReconnectsWhenTheServerComesBack(t *testing.T) {
 	down := c.DownSince()
 	if !c.DownLongerThan(time.Nanosecond, time.Now()) || c.DownLongerThan(time.Hour, time.Now()) {
 		t.Error("DownLongerThan does not follow DownSince")
+	}
+
+	// The agent's watchdog fires once the tunnel stayed down longer than
+	// its bound.
+	watchCtx, cancelWatch := context.WithTimeout(context.Background(), 10*time.Second)
+	err := c.Watch(watchCtx, 300*time.Millisecond)
+	cancelWatch()
+	if !errors.Is(err, tunnel.ErrTunnelDown) {
+		t.Fatalf("Watch: %v, want ErrTunnelDown", err)
 	}
 
 	// A new server (as a restarted fleet-proxy) on the same address.
