@@ -115,10 +115,17 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 	s.rd.ClientConnectAuthorizer = func(string, string) bool { return false }
 	if reg != nil {
 		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.refused)
-		rdmetrics.MustRegister(reg)
+		// remotedialer keeps its metrics, and whether they are on, in
+		// package variables that its sessions read: they are registered
+		// once per process, on the first registry given (a second
+		// registration would race those reads and panic on a registry
+		// that has them).
+		rdMetricsOnce.Do(func() { rdmetrics.MustRegister(reg) })
 	}
 	return s
 }
+
+var rdMetricsOnce sync.Once
 
 // ServeHTTP accepts an agent's tunnel: the WebSocket upgrade of an attach
 // request. It returns when the tunnel ends.

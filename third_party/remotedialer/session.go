@@ -161,11 +161,13 @@ func (s *Session) removeSessionKey(clientKey string, sessionKey int) {
 	}
 }
 
-// getSessionKeys retrieves all session keys for a given client key
-func (s *Session) getSessionKeys(clientKey string) map[int]bool {
+// hasSessionKeys reports whether a peer announced sessions of a client
+// key. (Upstream returned the inner map and its caller read its length
+// outside the lock, racing removeSessionKey: fleet's change.)
+func (s *Session) hasSessionKeys(clientKey string) bool {
 	s.RLock()
 	defer s.RUnlock()
-	return s.remoteClientKeys[clientKey]
+	return len(s.remoteClientKeys[clientKey]) > 0
 }
 
 func (s *Session) startPings(rootCtx context.Context) {

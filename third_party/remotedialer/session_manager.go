@@ -88,8 +88,7 @@ func (sm *sessionManager) getDialer(clientKey string) (Dialer, error) {
 
 	for _, sessions := range sm.peers {
 		for _, session := range sessions {
-			keys := session.getSessionKeys(clientKey)
-			if len(keys) > 0 {
+			if session.hasSessionKeys(clientKey) {
 				return toDialer(session, clientKey), nil
 			}
 		}
