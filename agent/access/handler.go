@@ -1,0 +1,347 @@
+// Package access is the agent's side of cluster access through the manager
+// (docs/cluster-access.md): the one handler the tunnel delivers user requests
+// to. For each request it verifies the identity assertion fleet-proxy
+// signed, refuses Impersonate-* headers, strips credentials and proxy
+// headers, ensures the user's impersonator (a ServiceAccount whose
+// ClusterRole allows impersonating exactly fleet:<user>, fleet:<groups>, the
+// uid and allow-listed extras), and forwards the request to the local
+// kube-apiserver with the impersonator's token and the Impersonate-*
+// headers. Upgrades (exec, attach, port-forward; SPDY and WebSocket) and
+// watches pass through k8s.io/apimachinery's UpgradeAwareHandler.
+//
+// The token and the Impersonate-* headers are added by the last round
+// tripper before the wire, never earlier, so nothing the request carries
+// (not even a Connection header naming them) can remove them; and if they
+// were lost anyway, the impersonator alone may do nothing (fail closed).
+package access
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gitops-fleet/fleet/internal/assertion"
+)
+
+// Options configure a Handler.
+type Options struct {
+	// Audience is this cluster's audience, "<workspace>/<cluster>".
+	Audience string
+	// Verifier checks the assertions.
+	Verifier *assertion.Verifier
+	// RefreshKeys, if set, is called when an assertion names an unknown key
+	// (at most every RefreshMinInterval); the keys it returns replace the
+	// Verifier's.
+	RefreshKeys func(context.Context) (*assertion.KeySet, error)
+	// Local is the agent's own config for the local kube-apiserver: it
+	// manages the impersonators with it. Requests are forwarded to the same
+	// server with its TLS settings but never its credentials.
+	Local *rest.Config
+	// Namespace of the impersonators (default cattle-impersonation-system).
+	Namespace string
+	// TokenTTL is the lifetime asked of the TokenRequest API (default 1 h).
+	TokenTTL time.Duration
+	// UnusedAfter is how long an impersonator may go unused before the GC
+	// removes it (default 7 days).
+	UnusedAfter time.Duration
+	// GCInterval is how often Run collects (default 1 h).
+	GCInterval time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Log never receives a token or an assertion.
+	Log logr.Logger
+}
+
+// RefreshMinInterval bounds how often RefreshKeys is called.
+const RefreshMinInterval = 10 * time.Second
+
+// Handler is the agent's access handler.
+type Handler struct {
+	opts  Options
+	imp   *impersonators
+	proxy *proxy.UpgradeAwareHandler
+
+	refreshMu   sync.Mutex
+	lastRefresh time.Time
+}
+
+// New returns a Handler.
+func New(opts Options) (*Handler, error) {
+	if opts.Audience == "" || opts.Verifier == nil || opts.Local == nil {
+		return nil, errors.New("access: Audience, Verifier and Local are required")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = Namespace
+	}
+	if opts.TokenTTL <= 0 {
+		opts.TokenTTL = time.Hour
+	}
+	if opts.UnusedAfter <= 0 {
+		opts.UnusedAfter = 7 * 24 * time.Hour
+	}
+	if opts.GCInterval <= 0 {
+		opts.GCInterval = time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cs, err := kubernetes.NewForConfig(opts.Local)
+	if err != nil {
+		return nil, fmt.Errorf("access: %w", err)
+	}
+	p, err := newForwarder(opts.Local)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{
+		opts:  opts,
+		proxy: p,
+		imp: &impersonators{
+			cs: cs, namespace: opts.Namespace, tokenTTL: opts.TokenTTL, now: opts.Now,
+			log: opts.Log, entries: map[string]*entry{},
+		},
+	}, nil
+}
+
+// newForwarder builds the UpgradeAwareHandler to the local kube-apiserver:
+// TLS from local without its credentials, and the credentials round
+// tripper as the last hop for plain and upgrade requests.
+func newForwarder(local *rest.Config) (*proxy.UpgradeAwareHandler, error) {
+	anon := rest.AnonymousClientConfig(local)
+	loc, err := url.Parse(anon.Host)
+	if err != nil || loc.Host == "" {
+		// rest.Config.Host may be a bare host:port.
+		loc, err = url.Parse("https://" + anon.Host)
+		if err != nil {
+			return nil, fmt.Errorf("access: local API server %q: %w", anon.Host, err)
+		}
+	}
+	tlsCfg, err := rest.TLSConfigFor(anon)
+	if err != nil {
+		return nil, fmt.Errorf("access: %w", err)
+	}
+	base := &http.Transport{
+		TLSClientConfig:     tlsCfg,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 25,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	if tlsCfg == nil {
+		base.ForceAttemptHTTP2 = false
+	}
+	upgradeBase := &http.Transport{TLSClientConfig: tlsCfg, TLSHandshakeTimeout: 10 * time.Second}
+	return &proxy.UpgradeAwareHandler{
+		Location:           loc,
+		Transport:          &credentials{next: base},
+		UpgradeTransport:   proxy.NewUpgradeRequestRoundTripper(upgradeBase, &credentials{next: proxy.MirrorRequest}),
+		UseRequestLocation: true,
+		UseLocationHost:    true,
+		AppendLocationPath: true,
+		// Flush every write: watches and logs stream.
+		FlushInterval:             -1,
+		RejectForwardingRedirects: true,
+		Responder:                 errorResponder{},
+	}, nil
+}
+
+// ServeHTTP serves one user request delivered by the tunnel. Its URL path
+// is the Kubernetes API path (/api/..., /apis/...).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if name, ok := impersonationHeader(r.Header); ok {
+		writeStatus(w, r, apierrors.NewBadRequest(fmt.Sprintf(
+			"impersonation headers (%s) are not accepted through the fleet proxy: use kubectl --as against the upstream cluster, which forwards the impersonated identity", name)))
+		return
+	}
+	id, err := h.verify(r.Context(), r.Header.Get(assertion.HeaderName))
+	if err != nil {
+		h.opts.Log.V(1).Info("refused a request without a valid identity assertion", "reason", err.Error(), "path", r.URL.Path)
+		writeStatus(w, r, apierrors.NewUnauthorized("no valid identity assertion for this cluster"))
+		return
+	}
+	d := DownstreamFor(id)
+	token, err := h.imp.token(r.Context(), id.User, d)
+	if err != nil {
+		h.opts.Log.Error(err, "preparing the impersonator", "user", id.User)
+		writeStatus(w, r, apierrors.NewServiceUnavailable("the agent could not prepare the impersonating account for this user"))
+		return
+	}
+	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d}))
+	sanitize(out.Header, httpstream.IsUpgradeRequest(r))
+	h.proxy.ServeHTTP(w, out)
+}
+
+// verify checks an assertion, refreshing the keys once on an unknown kid.
+func (h *Handler) verify(ctx context.Context, token string) (assertion.Identity, error) {
+	id, err := h.opts.Verifier.Verify(token, h.opts.Audience, h.opts.Now())
+	if !errors.Is(err, assertion.ErrUnknownKey) || h.opts.RefreshKeys == nil {
+		return id, err
+	}
+	h.refreshMu.Lock()
+	refreshed := false
+	if h.opts.Now().Sub(h.lastRefresh) >= RefreshMinInterval {
+		h.lastRefresh = h.opts.Now()
+		keys, rerr := h.opts.RefreshKeys(ctx)
+		if rerr != nil {
+			h.opts.Log.Error(rerr, "refreshing the signing keys")
+		} else {
+			h.opts.Verifier.SetKeys(keys)
+			refreshed = true
+		}
+	}
+	h.refreshMu.Unlock()
+	if !refreshed {
+		return id, err
+	}
+	return h.opts.Verifier.Verify(token, h.opts.Audience, h.opts.Now())
+}
+
+// Run collects unused impersonators every GCInterval until ctx ends.
+func (h *Handler) Run(ctx context.Context) error {
+	t := time.NewTicker(h.opts.GCInterval)
+	defer t.Stop()
+	for {
+		if _, err := h.CollectGarbage(ctx); err != nil && ctx.Err() == nil {
+			h.opts.Log.Error(err, "collecting unused impersonators")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// CollectGarbage removes the impersonators unused for UnusedAfter and
+// returns how many.
+func (h *Handler) CollectGarbage(ctx context.Context) (int, error) {
+	return h.imp.collect(ctx, h.opts.UnusedAfter)
+}
+
+// impersonationHeader reports an Impersonate-* header, by name.
+func impersonationHeader(hdr http.Header) (string, bool) {
+	for k := range hdr {
+		if strings.HasPrefix(strings.ToLower(k), "impersonate-") {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// hopByHop are the hop-by-hop headers (RFC 9110 7.6.1 and the ones
+// httputil.ReverseProxy removes).
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// sanitize removes from an inbound request what must not reach the API
+// server: credentials, the assertion, X-Remote-* and X-Forwarded-*, the
+// headers Connection names, and hop-by-hop headers. An upgrade keeps
+// exactly Connection: Upgrade and its Upgrade header.
+func sanitize(hdr http.Header, upgrade bool) {
+	upgradeTo := hdr.Values("Upgrade")
+	for _, v := range hdr.Values("Connection") {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				hdr.Del(f)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		hdr.Del(k)
+	}
+	hdr.Del("Authorization")
+	hdr.Del(assertion.HeaderName)
+	for k := range hdr {
+		l := strings.ToLower(k)
+		if strings.HasPrefix(l, "x-remote-") || strings.HasPrefix(l, "x-forwarded-") ||
+			strings.HasPrefix(l, "impersonate-") || l == "forwarded" {
+			delete(hdr, k)
+		}
+	}
+	if upgrade && len(upgradeTo) > 0 {
+		hdr.Set("Connection", "Upgrade")
+		hdr["Upgrade"] = upgradeTo
+	}
+}
+
+// creds are what the last round tripper adds to a forwarded request.
+type creds struct {
+	token string
+	id    Downstream
+}
+
+type credsKey struct{}
+
+func withCredentials(ctx context.Context, c *creds) context.Context {
+	return context.WithValue(ctx, credsKey{}, c)
+}
+
+// credentials is the last round tripper before the wire: it removes any
+// credential and Impersonate-* header the request still carries and sets
+// the impersonator's bearer token and the downstream identity. Without
+// credentials in the context it fails (closed).
+type credentials struct {
+	next http.RoundTripper
+}
+
+func (rt *credentials) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, _ := req.Context().Value(credsKey{}).(*creds)
+	if c == nil || c.token == "" || c.id.User == "" {
+		return nil, errors.New("access: no impersonator credentials for the request")
+	}
+	req = req.Clone(req.Context())
+	for k := range req.Header {
+		l := strings.ToLower(k)
+		if strings.HasPrefix(l, "impersonate-") || strings.HasPrefix(l, "x-remote-") ||
+			strings.HasPrefix(l, "x-forwarded-") || l == "authorization" {
+			delete(req.Header, k)
+		}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Impersonate-User", c.id.User)
+	if c.id.UID != "" {
+		req.Header.Set("Impersonate-Uid", c.id.UID)
+	}
+	for _, g := range c.id.Groups {
+		req.Header.Add("Impersonate-Group", g)
+	}
+	for k, vs := range c.id.Extra {
+		for _, v := range vs {
+			req.Header.Add("Impersonate-Extra-"+url.PathEscape(k), v)
+		}
+	}
+	return rt.next.RoundTrip(req)
+}
+
+// errorResponder answers proxy errors without details of the backend.
+type errorResponder struct{}
+
+func (errorResponder) Error(w http.ResponseWriter, req *http.Request, err error) {
+	writeStatus(w, req, apierrors.NewServiceUnavailable("the agent could not reach the cluster's API server"))
+}
+
+// writeStatus writes a metav1.Status as the API server would.
+func writeStatus(w http.ResponseWriter, _ *http.Request, err *apierrors.StatusError) {
+	st := err.Status()
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(int(st.Code))
+	_ = json.NewEncoder(w).Encode(&st)
+}
