@@ -111,9 +111,9 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	defer transport.CloseIdleConnections()
 	loc := &url.URL{Scheme: "http", Host: AgentAddress, Path: inner.Path, RawPath: inner.RawPath}
-	h := proxy.NewUpgradeAwareHandler(loc, transport, false, false, responder{key: key})
+	h := proxy.NewUpgradeAwareHandler(loc, lastHop{transport}, false, false, responder{key: key})
 	h.UseLocationHost = true
-	h.UpgradeTransport = upgradeTransport{transport}
+	h.UpgradeTransport = lastHop{transport}
 	// Watches and logs stream: flush every write.
 	h.FlushInterval = -1
 	h.RejectForwardingRedirects = true
@@ -154,9 +154,6 @@ func sanitize(in http.Header, upgrade bool) http.Header {
 	} else {
 		h.Del("Upgrade")
 	}
-	// httputil.ReverseProxy (inside UpgradeAwareHandler) adds X-Forwarded-For
-	// unless the header is present with a nil value; a nil value is not sent.
-	h["X-Forwarded-For"] = nil
 	return h
 }
 
@@ -182,21 +179,33 @@ func innerURL(r *http.Request, ws, name string) (*url.URL, error) {
 	return u, nil
 }
 
-// upgradeTransport sends upgrade requests (exec, attach, port-forward) over
-// the tunnel without the X-Forwarded-For the upgrade path adds.
-type upgradeTransport struct{ t *http.Transport }
+// lastHop is the transport to the agent. The reverse proxy inside
+// UpgradeAwareHandler adds X-Forwarded-For (with fleet-proxy's peer, the
+// aggregator) on both its paths; lastHop removes X-Forwarded-* again as the
+// request leaves, for plain requests (RoundTrip) and upgrades (WrapRequest,
+// then a dial through the wrapped transport).
+type lastHop struct{ t *http.Transport }
 
-func (u upgradeTransport) RoundTrip(r *http.Request) (*http.Response, error) { return u.t.RoundTrip(r) }
-func (u upgradeTransport) WrappedRoundTripper() http.RoundTripper            { return u.t }
-func (u upgradeTransport) WrapRequest(r *http.Request) (*http.Request, error) {
+func (l lastHop) RoundTrip(r *http.Request) (*http.Response, error) {
+	r, _ = l.WrapRequest(r)
+	return l.t.RoundTrip(r)
+}
+
+func (l lastHop) WrappedRoundTripper() http.RoundTripper { return l.t }
+
+func (l lastHop) WrapRequest(r *http.Request) (*http.Request, error) {
 	r = r.Clone(r.Context())
-	r.Header.Del("X-Forwarded-For")
+	for k := range r.Header {
+		if strings.HasPrefix(strings.ToLower(k), "x-forwarded-") {
+			delete(r.Header, k)
+		}
+	}
 	return r, nil
 }
 
 var (
-	_ proxy.UpgradeRequestRoundTripper = upgradeTransport{}
-	_ utilnet.RoundTripperWrapper      = upgradeTransport{}
+	_ proxy.UpgradeRequestRoundTripper = lastHop{}
+	_ utilnet.RoundTripperWrapper      = lastHop{}
 )
 
 // responder answers when the agent cannot be reached.

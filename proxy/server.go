@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/gitops-fleet/fleet/internal/assertion"
 )
 
 // DialFunc dials the agent's handler over a cluster's tunnel.
@@ -58,7 +60,7 @@ type KeySet interface {
 }
 
 // AssertionHeader carries the signed identity assertion to the agent.
-const AssertionHeader = "X-Fleet-Assertion"
+const AssertionHeader = assertion.HeaderName
 
 // Options configure a Server.
 type Options struct {
@@ -129,6 +131,10 @@ func New(opts Options) (*Server, error) {
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy", s.clusterProxy)
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy/{path...}", s.clusterProxy)
 	api.HandleFunc("GET "+prefix+"/signingkeys", s.signingKeys)
+	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, apierrors.NewGenericServerResponse(http.StatusNotFound, r.Method, clustersResource, "",
+			fmt.Sprintf("fleet-proxy serves no %s %s", r.Method, r.URL.Path), 0, false))
+	})
 	mux.Handle("/", s.authenticated(api))
 	s.handler = mux
 	return s, nil

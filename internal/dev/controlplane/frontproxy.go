@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -164,4 +165,14 @@ func AggregatedServerHost() (string, error) {
 		return ipn.IP.String(), nil
 	}
 	return "", errors.New("this machine has no IPv4 address other than loopback for an aggregated API server to listen on")
+}
+
+// FrontProxyClientCertificate is the client certificate kube-apiserver's
+// aggregator presents to aggregated API servers, for tests that stand in for
+// the aggregator.
+func (cp *ControlPlane) FrontProxyClientCertificate() (tls.Certificate, error) {
+	if cp.frontProxy == nil {
+		return tls.Certificate{}, errors.New("no front-proxy certificate")
+	}
+	return tls.LoadX509KeyPair(cp.frontProxy.certFile, cp.frontProxy.keyFile)
 }
