@@ -2,7 +2,9 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
@@ -314,5 +318,36 @@ func TestProxy_UpgradeThroughTheUpstream(t *testing.T) {
 		if got != "echo "+line+"\n" {
 			t.Errorf("got %q", got)
 		}
+	}
+}
+
+func TestServingCertificate_MadeOnceSharedByReplicas(t *testing.T) {
+	ns := testenv.Namespace(t, env.Upstream.Client, "tls-")
+	a, caA, err := proxy.EnsureServingCertificate(t.Context(), env.Upstream.Clientset, ns, "fleet-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, caB, err := proxy.EnsureServingCertificate(t.Context(), env.Upstream.Clientset, ns, "fleet-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Certificate[0], b.Certificate[0]) || !bytes.Equal(caA, caB) {
+		t.Error("a second replica made another certificate")
+	}
+	leaf, err := x509.ParseCertificate(a.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaf.VerifyHostname("fleet-proxy." + ns + ".svc"); err != nil {
+		t.Error(err)
+	}
+	// The caBundle is written into the APIService (here the one it already
+	// has, so the other tests keep working).
+	dc, err := dynamic.NewForConfig(env.Upstream.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.SetAPIServiceCABundle(t.Context(), dc, servingCA); err != nil {
+		t.Fatal(err)
 	}
 }
