@@ -202,7 +202,7 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system"})
+	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte("proxy: {enabled: true}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
