@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
@@ -349,5 +353,97 @@ func TestServingCertificate_MadeOnceSharedByReplicas(t *testing.T) {
 	}
 	if err := proxy.SetAPIServiceCABundle(t.Context(), dc, servingCA); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestProxy_AccessEndsWithTheRight(t *testing.T) {
+	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
+	users := testenv.Namespace(t, env.Upstream.Client, "users-")
+	alice := newUser(t, users, "alice")
+	grant(t, ws, alice.name, "c1")
+	tunnels.connect(ws + "/c1")
+	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
+		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
+	}).Body.Close()
+
+	var rbs rbacv1.RoleBindingList
+	if err := env.Upstream.Client.List(t.Context(), &rbs, client.InNamespace(ws)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range rbs.Items {
+		if err := env.Upstream.Client.Delete(t.Context(), &rbs.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The allowed answer is cached 10 s, no longer.
+	took := testenv.Eventually(t, 20*time.Second, "alice refused after losing the right", func() (bool, error) {
+		resp := alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
+		code, _ := status(t, resp)
+		return code == http.StatusForbidden, nil
+	})
+	if took > 12*time.Second {
+		t.Errorf("access outlived the right by %s", took)
+	}
+}
+
+func TestMetrics_ProxiedRequestsCounted(t *testing.T) {
+	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
+	users := testenv.Namespace(t, env.Upstream.Client, "users-")
+	alice := newUser(t, users, "alice")
+	grant(t, ws, alice.name, "c1")
+	tunnels.connect(ws + "/c1")
+	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
+		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
+	}).Body.Close()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["cluster"] == ws+"/c1" {
+				found[f.GetName()] = true
+				if f.GetName() == "fleet_proxy_requests_total" && labels["code"] != "200" {
+					t.Errorf("code %q", labels["code"])
+				}
+			}
+		}
+	}
+	for _, n := range []string{"fleet_proxy_requests_total", "fleet_proxy_request_duration_seconds", "fleet_proxy_response_bytes_total"} {
+		if !found[n] {
+			t.Errorf("no %s for %s/c1", n, ws)
+		}
+	}
+}
+
+func TestAttach_NoTunnelServer503(t *testing.T) {
+	ns := testenv.Namespace(t, env.Upstream.Client, "att-")
+	u := newUser(t, ns, "agent")
+	// What the registration grant gives an agent: get on its Cluster's attach.
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "attach"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{proxy.Group}, Resources: []string{"clusters/attach"},
+			ResourceNames: []string{"c1"}, Verbs: []string{"get"}}},
+	}
+	if err := env.Upstream.Client.Create(t.Context(), role); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Upstream.Client.Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "attach"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "attach"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "agent"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp := eventuallyStatus(t, "attach reaching fleet-proxy", http.StatusServiceUnavailable, func() *http.Response {
+		return u.do(t, http.MethodGet, "/apis/"+proxy.GroupVersion+"/namespaces/"+ns+"/clusters/c1/attach", nil)
+	})
+	if _, msg := status(t, resp); !strings.Contains(msg, "serves no cluster tunnels") {
+		t.Errorf("message %q", msg)
 	}
 }

@@ -59,6 +59,14 @@ type KeySet interface {
 	JWKS() ([]byte, error)
 }
 
+// Attacher serves agents' tunnels: GET .../namespaces/<ws>/clusters/<name>/attach
+// (a WebSocket upgrade) by the authenticated caller u. It must map u to its
+// own Cluster from upstream objects and refuse any other key
+// (docs/cluster-access.md, "Agents"). The tunnel server implements it.
+type Attacher interface {
+	ServeAttach(w http.ResponseWriter, r *http.Request, key string, u user.Info)
+}
+
 // AssertionHeader carries the signed identity assertion to the agent.
 const AssertionHeader = assertion.HeaderName
 
@@ -74,6 +82,8 @@ type Options struct {
 	Asserter Asserter
 	// Keys are the public signing keys (nil: signingkeys answers 503).
 	Keys KeySet
+	// Attacher serves agents' tunnels (nil: attach answers 503).
+	Attacher Attacher
 	// Registerer gets the metrics (nil: controller-runtime's registry).
 	Registerer prometheus.Registerer
 	// AuthorizationCacheTTL is how long an allowed or denied answer is
@@ -131,6 +141,7 @@ func New(opts Options) (*Server, error) {
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy", s.clusterProxy)
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy/{path...}", s.clusterProxy)
 	api.HandleFunc("GET "+prefix+"/signingkeys", s.signingKeys)
+	api.HandleFunc("GET "+prefix+"/namespaces/{ws}/clusters/{name}/attach", s.attach)
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewGenericServerResponse(http.StatusNotFound, r.Method, clustersResource, "",
 			fmt.Sprintf("fleet-proxy serves no %s %s", r.Method, r.URL.Path), 0, false))
@@ -224,4 +235,12 @@ func (s *Server) signingKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/jwk-set+json")
 	_, _ = w.Write(b)
+}
+
+func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Attacher == nil {
+		writeStatus(w, apierrors.NewServiceUnavailable("this fleet-proxy serves no cluster tunnels"))
+		return
+	}
+	s.opts.Attacher.ServeAttach(w, r, r.PathValue("ws")+"/"+r.PathValue("name"), userFrom(r.Context()))
 }
