@@ -41,10 +41,14 @@ var (
 	backend   *httptest.Server
 	// servingCA verifies fleet-proxy's serving certificate.
 	servingCA []byte
+	logs      *testenv.Logs
+	// tokens are every user token the tests made, to prove none is logged.
+	tokens   []string
+	tokensMu sync.Mutex
 )
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{}}, setup)
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{}, CaptureLogs: true}, setup)
 }
 
 // fakeTunnels stands in for the tunnel server: a connected cluster's dialer
@@ -119,6 +123,7 @@ func backendHandler(w http.ResponseWriter, r *http.Request) {
 
 func setup(s *testenv.Suite) error {
 	env = s.Env
+	logs = s.Logs
 	up := env.Upstream
 	ctx := s.Context()
 	backend = httptest.NewServer(http.HandlerFunc(backendHandler))
@@ -258,6 +263,9 @@ func newUser(t *testing.T, ns, name string) *user {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokensMu.Lock()
+	tokens = append(tokens, tok)
+	tokensMu.Unlock()
 	cfg := up.ConfigForToken(tok)
 	cfg.NextProtos = []string{"http/1.1"}
 	return &user{name: "system:serviceaccount:" + ns + ":" + name, token: tok, client: httpClient(t, cfg.CAData, nil)}

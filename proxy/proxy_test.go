@@ -447,3 +447,64 @@ func TestAttach_NoTunnelServer503(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// Inbound impersonation (kubectl --as) is the upstream API server's: without
+// the upstream impersonate right it is refused there; with it, fleet-proxy
+// serves the impersonated identity and no Impersonate-* header goes on.
+func TestProxy_ImpersonationIsDecidedUpstream(t *testing.T) {
+	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
+	users := testenv.Namespace(t, env.Upstream.Client, "users-")
+	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
+	grant(t, ws, alice.name, "c1")
+	grant(t, ws, "dave", "c1")
+	tunnels.connect(ws + "/c1")
+	as := http.Header{"Impersonate-User": {"dave"}}
+
+	code, msg := status(t, alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), as))
+	if code != http.StatusForbidden || !strings.Contains(msg, "impersonate") {
+		t.Errorf("--as without the upstream right: %d %s", code, msg)
+	}
+
+	c := env.Upstream.Client
+	// Impersonating users is a cluster-wide right.
+	if err := c.Create(t.Context(), &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "impersonate-dave-" + users},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"dave"}, Verbs: []string{"impersonate"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(t.Context(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "impersonate-dave-" + users},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "impersonate-dave-" + users},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: users, Name: "bob"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Delete(t.Context(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "impersonate-dave-" + users}})
+		_ = c.Delete(t.Context(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "impersonate-dave-" + users}})
+	})
+	e := readEcho(t, eventuallyStatus(t, "bob --as dave reaching c1", http.StatusOK, func() *http.Response {
+		return bob.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), as)
+	}))
+	checkClean(t, e.Header)
+	if id := assertedUser(t, e, ws+"/c1"); id.User != "dave" {
+		t.Errorf("assertion names %q, want dave", id.User)
+	}
+}
+
+// Runs last (go test runs tests in source order): no user token made by
+// the tests appears in the log.
+func TestZZ_NoTokenInTheLogs(t *testing.T) {
+	tokensMu.Lock()
+	defer tokensMu.Unlock()
+	out := logs.String()
+	for _, tok := range tokens {
+		if strings.Contains(out, tok) {
+			t.Fatal("a user's token is in the log")
+		}
+	}
+	if len(tokens) == 0 {
+		t.Fatal("no tokens were made")
+	}
+}
