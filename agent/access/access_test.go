@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -543,5 +544,106 @@ func TestGarbageCollection(t *testing.T) {
 	f.whoami(assertion.Identity{User: "dave"}, nil)
 	if _, err := f.admin.CoreV1().ServiceAccounts(Namespace).Get(ctx, dave, metav1.GetOptions{}); err != nil {
 		t.Errorf("dave's ServiceAccount again: %v", err)
+	}
+}
+
+// TestConcurrentFirstRequests: many first requests of one user at once are
+// served by one impersonator made once (single-flight per user).
+func TestConcurrentFirstRequests(t *testing.T) {
+	f := newFixture(t)
+	ns := f.namespace("burst-")
+	f.grant(ns, rbacv1.Subject{Kind: "User", Name: "fleet:frank"}, []string{"pods"}, "list")
+	cs := f.as(assertion.Identity{User: "frank", Groups: []string{"g1"}})
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Go(func() {
+			_, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	crs, err := f.admin.RbacV1().ClusterRoles().List(t.Context(), metav1.ListOptions{LabelSelector: LabelImpersonator + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, cr := range crs.Items {
+		if cr.Annotations[AnnotationImpersonates] == "frank" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d impersonators of frank", n)
+	}
+	f.h.imp.mu.Lock()
+	entries := len(f.h.imp.entries)
+	f.h.imp.mu.Unlock()
+	if entries != 1 {
+		t.Errorf("%d cached impersonators", entries)
+	}
+}
+
+// TestTokenRenewedAt80Percent: the impersonator's token (1 h) is reused
+// until 80 % of its life and then asked for again; the request path keeps
+// working across the renewal.
+func TestTokenRenewedAt80Percent(t *testing.T) {
+	f := newFixture(t)
+	start := time.Now()
+	at := func(d time.Duration) string {
+		f.mu.Lock()
+		f.now = start.Add(d)
+		f.mu.Unlock()
+		if got := f.whoami(assertion.Identity{User: "gina"}, nil); got.Username != "fleet:gina" {
+			t.Fatalf("at %s: %q", d, got.Username)
+		}
+		e := f.h.imp.entry("gina")
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.token
+	}
+	first := at(0)
+	if again := at(47 * time.Minute); again != first {
+		t.Error("the token was renewed before 80 % of its life")
+	}
+	if renewed := at(49 * time.Minute); renewed == first {
+		t.Error("the token was not renewed after 80 % of its life")
+	}
+}
+
+// TestDeletedImpersonatorIsMadeAgain: someone deletes the impersonator's
+// ServiceAccount; the request that finds its token rejected fails, and the
+// next one is served by an impersonator made again.
+func TestDeletedImpersonatorIsMadeAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	hank := assertion.Identity{User: "hank"}
+	f.whoami(hank, nil)
+	name := ImpersonatorName("hank")
+	if err := f.admin.CoreV1().ServiceAccounts(Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ssr := func() (int, string) {
+		return f.raw(hank, http.MethodPost, "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+			`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`, nil)
+	}
+	// The API server notices the deletion soon (its ServiceAccount lookup).
+	testenv.Eventually(t, 30*time.Second, "the deleted ServiceAccount's token to be rejected", func() error {
+		if code, body := ssr(); code != http.StatusUnauthorized {
+			return errNotSeen(fmt.Sprintf("rejection (got %d %s)", code, body))
+		}
+		return nil
+	})
+	if code, body := ssr(); code != http.StatusCreated {
+		t.Errorf("the request after the rejection: %d %s", code, body)
+	}
+	if _, err := f.admin.CoreV1().ServiceAccounts(Namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the ServiceAccount again: %v", err)
 	}
 }

@@ -60,6 +60,8 @@ type Options struct {
 	UnusedAfter time.Duration
 	// GCInterval is how often Run collects (default 1 h).
 	GCInterval time.Duration
+	// KeysInterval is how often Run reads the signing keys (default 1 h).
+	KeysInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Log never receives a token or an assertion.
@@ -95,6 +97,9 @@ func New(opts Options) (*Handler, error) {
 	}
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = time.Hour
+	}
+	if opts.KeysInterval <= 0 {
+		opts.KeysInterval = time.Hour
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -180,7 +185,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, r, apierrors.NewServiceUnavailable("the agent could not prepare the impersonating account for this user"))
 		return
 	}
-	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d}))
+	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d, rejected: func() { h.imp.invalidate(id.User, token) }}))
 	sanitize(out.Header, httpstream.IsUpgradeRequest(r))
 	h.proxy.ServeHTTP(w, out)
 }
@@ -210,10 +215,15 @@ func (h *Handler) verify(ctx context.Context, token string) (assertion.Identity,
 	return h.opts.Verifier.Verify(token, h.opts.Audience, h.opts.Now())
 }
 
-// Run collects unused impersonators every GCInterval until ctx ends.
+// Run, until ctx ends, reads the signing keys at start and every
+// KeysInterval (when RefreshKeys is set) and collects unused impersonators
+// every GCInterval.
 func (h *Handler) Run(ctx context.Context) error {
-	t := time.NewTicker(h.opts.GCInterval)
-	defer t.Stop()
+	gc := time.NewTicker(h.opts.GCInterval)
+	defer gc.Stop()
+	keys := time.NewTicker(h.opts.KeysInterval)
+	defer keys.Stop()
+	h.refreshKeys(ctx)
 	for {
 		if _, err := h.CollectGarbage(ctx); err != nil && ctx.Err() == nil {
 			h.opts.Log.Error(err, "collecting unused impersonators")
@@ -221,9 +231,30 @@ func (h *Handler) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-keys.C:
+			h.refreshKeys(ctx)
+			continue
+		case <-gc.C:
 		}
 	}
+}
+
+// refreshKeys reads the signing keys now, if RefreshKeys is set.
+func (h *Handler) refreshKeys(ctx context.Context) {
+	if h.opts.RefreshKeys == nil {
+		return
+	}
+	h.refreshMu.Lock()
+	defer h.refreshMu.Unlock()
+	keys, err := h.opts.RefreshKeys(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.opts.Log.Error(err, "refreshing the signing keys")
+		}
+		return
+	}
+	h.lastRefresh = h.opts.Now()
+	h.opts.Verifier.SetKeys(keys)
 }
 
 // CollectGarbage removes the impersonators unused for UnusedAfter and
@@ -284,6 +315,9 @@ func sanitize(hdr http.Header, upgrade bool) {
 type creds struct {
 	token string
 	id    Downstream
+	// rejected is called when the API server does not accept the token
+	// (401): the impersonator is made again for the next request.
+	rejected func()
 }
 
 type credsKey struct{}
@@ -326,7 +360,11 @@ func (rt *credentials) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Header.Add("Impersonate-Extra-"+url.PathEscape(k), v)
 		}
 	}
-	return rt.next.RoundTrip(req)
+	resp, err := rt.next.RoundTrip(req)
+	if err == nil && resp != nil && resp.StatusCode == http.StatusUnauthorized && c.rejected != nil {
+		c.rejected()
+	}
+	return resp, err
 }
 
 // errorResponder answers proxy errors without details of the backend.

@@ -70,6 +70,18 @@ func (m *impersonators) forget(user string) {
 	delete(m.entries, user)
 }
 
+// invalidate forgets the objects and token of user's impersonator if the
+// token is still token (the API server rejected it: the ServiceAccount was
+// deleted or made again), so the next request applies and asks again.
+func (m *impersonators) invalidate(user, token string) {
+	e := m.entry(user)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.token == token {
+		e.token, e.rulesHash = "", ""
+	}
+}
+
 // token returns a bearer token of the impersonator of user, able to
 // impersonate exactly d, making or updating its objects as needed.
 func (m *impersonators) token(ctx context.Context, user string, d Downstream) (string, error) {
@@ -81,6 +93,10 @@ func (m *impersonators) token(ctx context.Context, user string, d Downstream) (s
 	if e.rulesHash != hash || now.Sub(e.appliedAt) > recheckEvery {
 		if err := m.apply(ctx, e.name, user, d, now); err != nil {
 			e.rulesHash = ""
+			// The namespace may be gone: apply it again next time.
+			m.mu.Lock()
+			m.nsOnce = false
+			m.mu.Unlock()
 			return "", err
 		}
 		e.rulesHash, e.appliedAt, e.lastUsedAt = hash, now, now

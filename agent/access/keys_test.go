@@ -1,15 +1,18 @@
 package access
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 )
 
 // TestUnknownKeyRefreshes rotates the signing key: an assertion by the new
@@ -62,4 +65,25 @@ func TestUnknownKeyRefreshes(t *testing.T) {
 	if code, _ := f.raw(alice, http.MethodGet, "/api", "", nil); code != http.StatusOK {
 		t.Errorf("old key during the rotation: %d", code)
 	}
+}
+
+// TestRunReadsTheKeys: Run reads the keys at start and every KeysInterval.
+func TestRunReadsTheKeys(t *testing.T) {
+	f := newFixture(t)
+	next := newSigner(t)
+	var gets atomic.Int32
+	f.h.opts.KeysInterval = 100 * time.Millisecond
+	f.h.opts.RefreshKeys = func(context.Context) (*assertion.KeySet, error) {
+		if gets.Add(1) == 1 {
+			return assertion.NewKeySet(f.signer.PublicKey()), nil
+		}
+		return assertion.NewKeySet(next.PublicKey()), nil
+	}
+	testenv.Start(t, "access handler", f.h.Run)
+	testenv.Eventually(t, 30*time.Second, "the keys to be read again", func() error {
+		if ids := f.h.opts.Verifier.Keys().KeyIDs(); gets.Load() < 2 || len(ids) != 1 || ids[0] != next.KeyID() {
+			return errNotSeen("the rotated key")
+		}
+		return nil
+	})
 }

@@ -172,8 +172,8 @@ func TestUpgradeStreams(t *testing.T) {
 // really sends what it means to: a Go client keeps a Connection header that
 // names other headers.
 func TestConnectionHeaderReachesTheHandler(t *testing.T) {
-	var seen string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.Header.Get("Connection") }))
+	seen := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Get("Connection") }))
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 	req.Header.Set("Connection", "Impersonate-User")
@@ -182,8 +182,8 @@ func TestConnectionHeaderReachesTheHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if !strings.Contains(seen, "Impersonate-User") {
-		t.Errorf("the server saw Connection %q", seen)
+	if got := <-seen; !strings.Contains(got, "Impersonate-User") {
+		t.Errorf("the server saw Connection %q", got)
 	}
 }
 
@@ -259,4 +259,35 @@ func TestNames(t *testing.T) {
 	if d.User != "fleet:system:admin" || strings.Join(d.Groups, ",") != "fleet:b,fleet:system:masters" {
 		t.Errorf("%+v", d)
 	}
+}
+
+// FuzzSanitize: whatever headers come in, none that carries a credential,
+// an identity or a proxy's word leaves, and Connection is at most Upgrade.
+func FuzzSanitize(f *testing.F) {
+	f.Add("Connection", "Impersonate-User, Upgrade", "Upgrade", "websocket", true)
+	f.Add("X-Remote-User", "admin", "Authorization", "Bearer x", false)
+	f.Add("Connection", "X-Fleet-Assertion", "X-Forwarded-Host", "h", true)
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, upgrade bool) {
+		hdr := http.Header{}
+		hdr.Add(k1, v1)
+		hdr.Add(k2, v2)
+		hdr.Add("Connection", v1)
+		sanitize(hdr, upgrade)
+		for k, vs := range hdr {
+			l := strings.ToLower(k)
+			for _, prefix := range []string{"impersonate-", "x-remote-", "x-forwarded-"} {
+				if strings.HasPrefix(l, prefix) {
+					t.Fatalf("%s kept: %v", k, hdr)
+				}
+			}
+			switch l {
+			case "authorization", "proxy-authorization", "proxy-connection", "x-fleet-assertion", "forwarded",
+				"keep-alive", "te", "trailer", "transfer-encoding":
+				t.Fatalf("%s kept: %v", k, hdr)
+			}
+			if l == "connection" && (len(vs) != 1 || vs[0] != "Upgrade" || !upgrade) {
+				t.Fatalf("Connection %q kept (upgrade %v)", vs, upgrade)
+			}
+		}
+	})
 }

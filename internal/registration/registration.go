@@ -102,6 +102,11 @@ const (
 	CredentialPickupTimeout = 15 * time.Minute
 )
 
+// ProxyAPIGroup is the aggregated API of cluster access (fleet-proxy,
+// docs/cluster-access.md). The grant gives a request identity get on
+// clusters/attach of its own Cluster in it: the agent's tunnel.
+const ProxyAPIGroup = "proxy.fleet.cattle.io"
+
 // ImportServiceAccountName is the ServiceAccount of a ClusterRegistrationToken.
 // It is "import-<token>" exactly (no shortening), so the admission policy
 // can tie the registering user to the token label it claims.

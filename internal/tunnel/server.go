@@ -1,0 +1,326 @@
+// Package tunnel is the reverse tunnel between fleet-proxy (upstream) and
+// the agents (docs/cluster-access.md), on github.com/rancher/remotedialer:
+// an agent opens a WebSocket to fleet-proxy through the upstream API server
+// (.../clusters/<name>/attach) and fleet-proxy sends HTTP requests back over
+// it, to the one handler the agent serves in process.
+//
+// The session key is the Cluster "<workspace>/<name>" that the Server's
+// Authenticate derives from the caller's identity (see ClusterForIdentity);
+// nothing the agent sends chooses it. The agent's side (Client) allows
+// exactly one target, AccessAddress, and never dials anything else.
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rancher/remotedialer"
+	rdmetrics "github.com/rancher/remotedialer/metrics"
+)
+
+// The one target an agent serves through its tunnel: a pseudo address that
+// the agent maps to its in-process handler. It names no host.
+const (
+	AccessNetwork = "tcp"
+	AccessAddress = "agent-access:443"
+)
+
+// ErrNoSession is returned when no agent holds a tunnel for a cluster.
+var ErrNoSession = errors.New("the cluster's agent is not connected")
+
+// Server is the upstream side: it accepts agents' tunnels (ServeHTTP, to be
+// mounted at the attach subresource) and gives a RoundTripper per Cluster.
+type Server struct {
+	// Authenticate names the Cluster ("<workspace>/<name>") whose tunnel
+	// the request may hold, or refuses it with an error (which is logged
+	// and answered as 403 without details: it may name identities). It
+	// must not trust anything the agent sends but its authenticated
+	// identity.
+	Authenticate func(*http.Request) (clusterKey string, err error)
+	// OnConnect and OnDisconnect, when set, are called (synchronously,
+	// keep them short) when an agent's session for key starts and ends;
+	// sessions is how many the key has afterwards (one per agent replica).
+	// OnConnect runs when the WebSocket upgrade takes the connection, just
+	// before remotedialer registers the session: HasSession may still be
+	// false inside it.
+	OnConnect    func(key string, sessions int)
+	OnDisconnect func(key string, sessions int)
+	Log          logr.Logger
+
+	rd *remotedialer.Server
+
+	mu         sync.Mutex
+	sessions   map[string]int
+	transports map[string]*http.Transport
+	peers      map[string]string
+
+	tunnelsUp     prometheus.Gauge
+	sessionsUp    prometheus.Gauge
+	refused       prometheus.Counter
+	transportsNow prometheus.GaugeFunc
+}
+
+type keyContext struct{}
+
+// sessionKey is remotedialer's client key of Cluster key "<ws>/<name>":
+// "<ws>:<name>". remotedialer's peers announce clients as "<key>/<n>" and
+// split at the first "/", so a key must not contain one; Kubernetes names
+// never contain ":".
+func sessionKey(key string) string {
+	return strings.Replace(key, "/", ":", 1)
+}
+
+// NewServer makes a Server. reg, when not nil, gets the tunnel metrics and
+// remotedialer's own (which can be registered on one registry per process
+// only: remotedialer keeps them in package variables).
+func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.Registerer) *Server {
+	s := &Server{
+		Authenticate: authenticate,
+		Log:          logr.Discard(),
+		sessions:     map[string]int{},
+		transports:   map[string]*http.Transport{},
+		tunnelsUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleet_proxy_tunnels_connected",
+			Help: "Clusters with at least one agent tunnel connected to this fleet-proxy replica.",
+		}),
+		sessionsUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleet_proxy_tunnel_sessions",
+			Help: "Agent tunnel sessions connected to this fleet-proxy replica (one per agent replica).",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_tunnel_refused_total",
+			Help: "Tunnel attach requests refused because the caller may hold no tunnel or not the one named.",
+		}),
+	}
+	// The key was put into the request's context by ServeHTTP after
+	// Authenticate: remotedialer's own authorizer only reads it back.
+	s.rd = remotedialer.New(func(req *http.Request) (string, bool, error) {
+		key, ok := req.Context().Value(keyContext{}).(string)
+		return sessionKey(key), ok && key != "", nil
+	}, func(rw http.ResponseWriter, _ *http.Request, code int, err error) {
+		s.Log.V(1).Info("tunnel request failed", "code", code, "error", err.Error())
+		http.Error(rw, http.StatusText(code), code)
+	})
+	// The server side never serves connects from agents.
+	s.rd.ClientConnectAuthorizer = func(string, string) bool { return false }
+	if reg != nil {
+		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.refused)
+		rdmetrics.MustRegister(reg)
+	}
+	return s
+}
+
+// ServeHTTP accepts an agent's tunnel: the WebSocket upgrade of an attach
+// request. It returns when the tunnel ends.
+func (s *Server) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	// Peers connect at PeerHandler only: the attach path is reachable
+	// through the API server, so the peer headers are never looked at here.
+	req.Header.Del(remotedialer.ID)
+	req.Header.Del(remotedialer.Token)
+	key, err := s.Authenticate(req)
+	if err != nil || key == "" {
+		s.refused.Inc()
+		s.Log.Info("refused a tunnel", "path", req.URL.Path, "reason", errString(err))
+		http.Error(rw, "this identity may not hold the tunnel of this cluster", http.StatusForbidden)
+		return
+	}
+	hw := &hijackWatch{ResponseWriter: rw, onHijack: func() { s.connected(key) }}
+	s.rd.ServeHTTP(hw, req.WithContext(context.WithValue(req.Context(), keyContext{}, key)))
+	if hw.hijacked {
+		s.disconnected(key)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "no cluster"
+	}
+	return err.Error()
+}
+
+func (s *Server) connected(key string) {
+	s.mu.Lock()
+	s.sessions[key]++
+	n := s.sessions[key]
+	if n == 1 {
+		s.tunnelsUp.Inc()
+	}
+	s.sessionsUp.Inc()
+	s.mu.Unlock()
+	s.Log.Info("agent tunnel connected", "cluster", key, "sessions", n)
+	if s.OnConnect != nil {
+		s.OnConnect(key, n)
+	}
+}
+
+func (s *Server) disconnected(key string) {
+	s.mu.Lock()
+	s.sessions[key]--
+	n := s.sessions[key]
+	s.sessionsUp.Dec()
+	t := s.transports[key]
+	if n <= 0 {
+		delete(s.sessions, key)
+		delete(s.transports, key)
+		s.tunnelsUp.Dec()
+	}
+	s.mu.Unlock()
+	// Idle connections may run over the session that went: new requests
+	// dial through the next one (remotedialer uses a key's first session).
+	if t != nil {
+		t.CloseIdleConnections()
+	}
+	s.Log.Info("agent tunnel disconnected", "cluster", key, "sessions", n)
+	if s.OnDisconnect != nil {
+		s.OnDisconnect(key, n)
+	}
+}
+
+// EnablePeering makes this replica one of a set of fleet-proxy replicas
+// that reach each other's agents: id names this replica (its pod name),
+// token is the shared peer token (from a Secret, not a pod token; at least
+// 32 bytes), tlsConfig verifies the peers' serving certificate when this
+// replica dials them (their pod IPs, so ServerName must be set: the name
+// in the shared serving certificate). Call it once, before SetPeers.
+func (s *Server) EnablePeering(id, token string, tlsConfig *tls.Config) error {
+	if id == "" || len(token) < 32 || tlsConfig == nil {
+		return errors.New("peering needs this replica's id, a peer token of at least 32 bytes and a TLS configuration that verifies peers")
+	}
+	s.rd.PeerID, s.rd.PeerToken, s.rd.PeerTLSConfig = id, token, tlsConfig
+	return nil
+}
+
+// SetPeers sets the other replicas, id → WebSocket URL of their
+// PeerHandler (wss://<pod IP>:<port><path>): new ones are dialed, gone ones
+// dropped. A request for a cluster whose agent is connected to a peer is
+// sent through that peer.
+func (s *Server) SetPeers(peers map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peers == nil {
+		s.peers = map[string]string{}
+	}
+	for id := range s.peers {
+		if _, ok := peers[id]; !ok {
+			s.rd.RemovePeer(id)
+			delete(s.peers, id)
+		}
+	}
+	for id, url := range peers {
+		if id == s.rd.PeerID || s.peers[id] == url {
+			continue
+		}
+		s.rd.AddPeer(url, id, s.rd.PeerToken)
+		s.peers[id] = url
+	}
+}
+
+// PeerHandler accepts the connections of peer replicas (mount it on a path
+// the API server does not proxy: only pods reach it). A caller that is not
+// a configured peer with the peer token gets 401.
+func (s *Server) PeerHandler() http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		id, token := req.Header.Get(remotedialer.ID), req.Header.Get(remotedialer.Token)
+		s.mu.Lock()
+		_, known := s.peers[id]
+		s.mu.Unlock()
+		if s.rd.PeerToken == "" || !known || subtle.ConstantTimeCompare([]byte(token), []byte(s.rd.PeerToken)) != 1 {
+			s.refused.Inc()
+			s.Log.Info("refused a peer connection", "peer", id)
+			http.Error(rw, http.StatusText(http.StatusUnauthorized), http.StatusUnauthorized)
+			return
+		}
+		// remotedialer checks the headers again and registers the peer's
+		// session; the context holds no cluster key.
+		s.rd.ServeHTTP(rw, req)
+	})
+}
+
+// HasSession reports whether an agent of the cluster holds a tunnel to this
+// replica or to a peer.
+func (s *Server) HasSession(key string) bool {
+	return s.rd.HasSession(sessionKey(key))
+}
+
+// Sessions is how many agent sessions the cluster has on this replica.
+func (s *Server) Sessions(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[key]
+}
+
+// Dial opens a stream to address through the cluster's tunnel. The agent
+// refuses every address but AccessAddress; since remotedialer does not wait
+// for the agent's answer, a refusal shows as an error on the first read.
+func (s *Server) Dial(ctx context.Context, key, network, address string) (net.Conn, error) {
+	if !s.rd.HasSession(sessionKey(key)) {
+		return nil, ErrNoSession
+	}
+	return s.rd.Dialer(sessionKey(key))(ctx, network, address)
+}
+
+// RoundTripper returns the transport that sends HTTP requests to the
+// agent's handler through the cluster's tunnel, and false when the cluster
+// has no session. Whatever host a request names, it goes to AccessAddress
+// over HTTP/1.1 (the tunnel carries the TLS); the transport is kept while
+// the cluster has a session and dropped when its last one goes.
+func (s *Server) RoundTripper(key string) (http.RoundTripper, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.rd.HasSession(sessionKey(key)) {
+		// A key served through a peer has no local disconnect to drop
+		// its transport at: drop it here.
+		if t, ok := s.transports[key]; ok {
+			t.CloseIdleConnections()
+			delete(s.transports, key)
+		}
+		return nil, false
+	}
+	if t, ok := s.transports[key]; ok {
+		return t, true
+	}
+	dial := s.rd.Dialer(sessionKey(key))
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dial(ctx, AccessNetwork, AccessAddress)
+		},
+		// HTTP/1.1 only: no TLS inside the tunnel, no HTTP/2 upgrade.
+		ForceAttemptHTTP2:     false,
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // watches and logs -f stream
+		Proxy:                 nil,
+	}
+	s.transports[key] = t
+	return t, true
+}
+
+// hijackWatch tells when remotedialer took the connection over: the
+// WebSocket upgrade succeeded and the session is registered right after.
+type hijackWatch struct {
+	http.ResponseWriter
+	onHijack func()
+	hijacked bool
+}
+
+func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+		w.onHijack()
+	}
+	return c, rw, err
+}
+
+func (w *hijackWatch) Unwrap() http.ResponseWriter { return w.ResponseWriter }
