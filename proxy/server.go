@@ -30,6 +30,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
 // DialFunc dials the agent's handler over a cluster's tunnel.
@@ -44,9 +45,10 @@ type Tunnels interface {
 }
 
 // AgentAddress is the host:port requests to an agent are sent to over its
-// tunnel; the tunnel carries them to the agent's one handler whatever it
-// says.
-const AgentAddress = "fleet-agent.tunnel:80"
+// tunnel: the one target the agent's tunnel client accepts
+// (tunnel.AccessAddress, whose home is the tunnel package, which the agent
+// links), mapped there to its access handler. It names no host.
+const AgentAddress = tunnel.AccessAddress
 
 // Asserter signs the identity assertion (header AssertionHeader) for one
 // request to one cluster: audience "<workspace>/<cluster>".

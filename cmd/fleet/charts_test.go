@@ -223,6 +223,9 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 		"ClusterRole/fleet-proxy": {
 			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, ResourceNames: []string{"v1alpha1.proxy.fleet.cattle.io"}, Verbs: []string{"get", "patch"}},
+			// The identity mapping of agents' attach requests (read-only).
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations", "clusters"}, Verbs: []string{"get", "list", "watch"}},
 		},
 		"Role/fleet-proxy": {
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing", "fleet-proxy-tls"}, Verbs: []string{"get"}},
