@@ -7,10 +7,19 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
@@ -87,4 +96,37 @@ func (t *TunnelServer) Dialer(key string) (DialFunc, bool) {
 		}
 		return t.Server.Dial(ctx, key, tunnel.AccessNetwork, tunnel.AccessAddress)
 	}, true
+}
+
+// IdentityCache starts a read-only cache of what tunnel.ClusterForIdentity
+// reads (fleet-proxy's RBAC: get, list, watch on exactly these) and waits
+// for it to fill. ServiceAccounts are cached only when they carry a
+// registration's label: every request identity does.
+func IdentityCache(ctx context.Context, cfg *rest.Config) (client.Reader, error) {
+	hasRegistration, err := labels.NewRequirement(registration.RegistrationLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cache.New(cfg, cache.Options{
+		Scheme: scheme.Scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ServiceAccount{}: {Label: labels.NewSelector().Add(*hasRegistration)},
+		},
+		ReaderFailOnMissingInformer: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range []client.Object{&corev1.ServiceAccount{}, &fleet.ClusterRegistration{}, &fleet.Cluster{}} {
+		if _, err := c.GetInformer(ctx, o); err != nil {
+			return nil, fmt.Errorf("watching %T: %w", o, err)
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if !c.WaitForCacheSync(syncCtx) {
+		return nil, errors.New("the cache of ServiceAccounts, ClusterRegistrations and Clusters did not fill")
+	}
+	return c, nil
 }

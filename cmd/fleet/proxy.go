@@ -13,22 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
 )
@@ -81,7 +72,7 @@ func newProxyCommand() *cobra.Command {
 			// The identity mapping of attach requests reads these, and
 			// only these, from a cache: request ServiceAccounts (by their
 			// registration label), ClusterRegistrations and Clusters.
-			objs, err := identityCache(ctx, cfg)
+			objs, err := proxy.IdentityCache(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -126,37 +117,4 @@ func newProxyCommand() *cobra.Command {
 	f.StringVar(&metricsAddr, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
-}
-
-// identityCache starts a read-only cache of what tunnel.ClusterForIdentity
-// reads (fleet-proxy's RBAC: get, list, watch on exactly these) and waits
-// for it to fill. ServiceAccounts are cached only when they carry a
-// registration's label: every request identity does.
-func identityCache(ctx context.Context, cfg *rest.Config) (client.Reader, error) {
-	hasRegistration, err := labels.NewRequirement(registration.RegistrationLabel, selection.Exists, nil)
-	if err != nil {
-		return nil, err
-	}
-	c, err := cache.New(cfg, cache.Options{
-		Scheme: scheme.Scheme,
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ServiceAccount{}: {Label: labels.NewSelector().Add(*hasRegistration)},
-		},
-		ReaderFailOnMissingInformer: true,
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range []client.Object{&corev1.ServiceAccount{}, &fleet.ClusterRegistration{}, &fleet.Cluster{}} {
-		if _, err := c.GetInformer(ctx, o); err != nil {
-			return nil, fmt.Errorf("watching %T: %w", o, err)
-		}
-	}
-	go func() { _ = c.Start(ctx) }()
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if !c.WaitForCacheSync(syncCtx) {
-		return nil, errors.New("the cache of ServiceAccounts, ClusterRegistrations and Clusters did not fill")
-	}
-	return c, nil
 }
