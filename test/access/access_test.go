@@ -322,6 +322,13 @@ func TestUserReachesDownstreamThroughTheTunnel(t *testing.T) {
 		must(t, down.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	must(t, down.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "marker"}}))
+	// A pod to find (no controller manager: its ServiceAccount by hand).
+	must(t, down.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "default"}}))
+	must(t, down.Client.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web"},
+		Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1"}}},
+	}))
 	must(t, down.Client.Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pod-reader"},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
@@ -387,7 +394,7 @@ func TestUserReachesDownstreamThroughTheTunnel(t *testing.T) {
 		Handler:    h,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
 	}
-	testenv.Start(t, "agent tunnel", agent.Run)
+	agentRun := testenv.Start(t, "agent tunnel", agent.Run)
 	testenv.Eventually(t, 30*time.Second, "cluster A's tunnel", func() error {
 		if !tunnels.Server.HasSession(keyA) || !agent.Connected() {
 			return fmt.Errorf("not connected (sessions %d)", tunnels.Server.Sessions(keyA))
@@ -398,9 +405,12 @@ func TestUserReachesDownstreamThroughTheTunnel(t *testing.T) {
 	// Alice lists pods in team-a through the upstream: served downstream
 	// as fleet:<alice>.
 	testenv.Eventually(t, 30*time.Second, "alice lists pods in team-a", func() error {
-		_, err := alice.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+		pods, err := alice.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return errors.New(statusOf(err))
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Name != "web" {
+			return fmt.Errorf("want pod web, got %d pods", len(pods.Items))
 		}
 		return nil
 	})
@@ -421,6 +431,16 @@ func TestUserReachesDownstreamThroughTheTunnel(t *testing.T) {
 	if n := tunnels.Server.Sessions(keyA); n != 1 {
 		t.Errorf("cluster A has %d sessions, want 1 (only its own agent)", n)
 	}
+
+	// The agent goes: 503 again.
+	must(t, agentRun.Stop(10*time.Second))
+	testenv.Eventually(t, 30*time.Second, "503 after the agent went", func() error {
+		_, err := alice.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+		if apierrors.IsServiceUnavailable(err) {
+			return nil
+		}
+		return fmt.Errorf("want 503, got %s", statusOf(err))
+	})
 
 	for name, tok := range map[string]string{"alice": aliceTok, "mallory": malloryTok, "agent A": agentA, "agent B": agentB} {
 		if strings.Contains(logs.String(), tok) {
