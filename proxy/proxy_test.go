@@ -10,18 +10,21 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authnuser "k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
 )
 
@@ -506,5 +509,36 @@ func TestZZ_NoTokenInTheLogs(t *testing.T) {
 	}
 	if len(tokens) == 0 {
 		t.Fatal("no tokens were made")
+	}
+}
+
+// TestTunnelServer_RefusesWithoutSessionOrIdentity: the adapter of the
+// tunnel server gives no dialer for a cluster without a session and
+// refuses an attach whose caller maps to no Cluster (test/access runs it
+// end to end).
+func TestTunnelServer_RefusesWithoutSessionOrIdentity(t *testing.T) {
+	ts := proxy.NewTunnelServer(env.Upstream.Client, tunnel.NewServer(nil, nil))
+	if _, ok := ts.Dialer("fleet-default/nowhere"); ok {
+		t.Error("a dialer for a cluster without a session")
+	}
+	for name, u := range map[string]authnuser.Info{
+		"no user":             nil,
+		"not an agent":        &authnuser.DefaultInfo{Name: "alice"},
+		"unknown agent":       &authnuser.DefaultInfo{Name: "system:serviceaccount:cluster-x:request-y"},
+		"malformed key below": &authnuser.DefaultInfo{Name: "system:serviceaccount:cluster-x:request-y"},
+	} {
+		key := "fleet-default/nowhere"
+		if name == "malformed key below" {
+			key = "fleet-default/a/b"
+		}
+		req := httptest.NewRequest(http.MethodGet, tunnel.AttachPath("fleet-default", "nowhere"), nil)
+		rec := httptest.NewRecorder()
+		ts.ServeAttach(rec, req, key, u)
+		if rec.Code != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", name, rec.Code)
+		}
+		if ts.Server.HasSession(key) {
+			t.Errorf("%s: a session", name)
+		}
 	}
 }

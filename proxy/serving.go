@@ -72,10 +72,3 @@ func SetAPIServiceCABundle(ctx context.Context, c dynamic.Interface, caBundle []
 	}
 	return nil
 }
-
-// NoTunnels is Tunnels before the tunnel server runs: no cluster is
-// connected.
-type NoTunnels struct{}
-
-// Dialer reports that no cluster is connected.
-func (NoTunnels) Dialer(string) (DialFunc, bool) { return nil, false }
