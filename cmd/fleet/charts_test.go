@@ -3,6 +3,7 @@ package main
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -121,8 +122,8 @@ func TestFleetChart_RegistrationRoles(t *testing.T) {
 					}
 				}
 			case "ClusterRoleBinding":
-				if o.GetName() == "fleet-controller" {
-					continue
+				if o.GetName() == "fleet-controller" || strings.HasPrefix(o.GetName(), "fleet-proxy") {
+					continue // checked by TestFleetChart_ControllerRBACIsTheReviewedList and TestFleetChart_ProxyRBACIsTheReviewedList
 				}
 				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 				for _, s := range subjects {
@@ -191,5 +192,90 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the controller's RBAC is not the reviewed list (-reviewed +rendered):\n%s", diff)
+	}
+}
+
+// TestFleetChart_ProxyRBACIsTheReviewedList: fleet-proxy's rights and the
+// two ClusterRoles for users (docs/cluster-access.md, "API group and
+// rights"), rule by rule.
+func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
+	ch, err := renderer.LoadChartDir("../../charts/fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte("proxy: {enabled: true}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := out.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := []string{"get", "create", "update", "patch", "delete"}
+	wantRules := map[string][]rbacv1.PolicyRule{
+		"ClusterRole/fleet-proxy-entry": {
+			{APIGroups: []string{"proxy.fleet.cattle.io"}, Resources: []string{"clusters/proxy"}, Verbs: write},
+			{APIGroups: []string{"proxy.fleet.cattle.io"}, Resources: []string{"signingkeys"}, Verbs: []string{"get", "list"}},
+		},
+		"ClusterRole/fleet-cluster-proxy": {
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/proxy"}, Verbs: write},
+		},
+		"ClusterRole/fleet-proxy": {
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, ResourceNames: []string{"v1alpha1.proxy.fleet.cattle.io"}, Verbs: []string{"get", "patch"}},
+			// The identity mapping of agents' attach requests (read-only).
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations", "clusters"}, Verbs: []string{"get", "list", "watch"}},
+		},
+		"Role/fleet-proxy": {
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing", "fleet-proxy-tls"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		},
+	}
+	wantBindings := map[string]string{
+		"ClusterRoleBinding/fleet-proxy-entry":                              "ClusterRole/fleet-proxy-entry -> Group/system:authenticated",
+		"ClusterRoleBinding/fleet-proxy":                                    "ClusterRole/fleet-proxy -> ServiceAccount/cattle-fleet-system/fleet-proxy",
+		"ClusterRoleBinding/fleet-proxy:auth-delegator":                     "ClusterRole/system:auth-delegator -> ServiceAccount/cattle-fleet-system/fleet-proxy",
+		"RoleBinding/fleet-proxy":                                           "Role/fleet-proxy -> ServiceAccount/cattle-fleet-system/fleet-proxy",
+		"RoleBinding/fleet-proxy:extension-apiserver-authentication-reader": "Role/extension-apiserver-authentication-reader -> ServiceAccount/cattle-fleet-system/fleet-proxy",
+	}
+	gotRules := map[string][]rbacv1.PolicyRule{}
+	gotBindings := map[string]string{}
+	for _, o := range objs {
+		key := o.GetKind() + "/" + o.GetName()
+		switch o.GetKind() {
+		case "ClusterRole", "Role":
+			if _, ok := wantRules[key]; !ok {
+				continue
+			}
+			var r rbacv1.ClusterRole
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
+				t.Fatal(err)
+			}
+			gotRules[key] = r.Rules
+		case "ClusterRoleBinding", "RoleBinding":
+			if !strings.HasPrefix(o.GetName(), "fleet-proxy") {
+				continue
+			}
+			var b rbacv1.ClusterRoleBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &b); err != nil {
+				t.Fatal(err)
+			}
+			var subjects []string
+			for _, s := range b.Subjects {
+				if s.Namespace != "" {
+					subjects = append(subjects, s.Kind+"/"+s.Namespace+"/"+s.Name)
+				} else {
+					subjects = append(subjects, s.Kind+"/"+s.Name)
+				}
+			}
+			gotBindings[key] = b.RoleRef.Kind + "/" + b.RoleRef.Name + " -> " + strings.Join(subjects, ",")
+		}
+	}
+	if diff := cmp.Diff(wantRules, gotRules); diff != "" {
+		t.Errorf("fleet-proxy's roles are not the reviewed list (-reviewed +rendered):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantBindings, gotBindings); diff != "" {
+		t.Errorf("fleet-proxy's bindings are not the reviewed list (-reviewed +rendered):\n%s", diff)
 	}
 }

@@ -17,3 +17,9 @@ agent chart adds systemDefaultRegistry or the Cluster's privateRepoURL). */}}
 {{- $tag := .Values.agent.image.tag | default .Values.image.tag | default .Chart.AppVersion -}}
 {{ $repo }}:{{ $tag }}
 {{- end -}}
+
+{{- define "fleet.proxyLabels" -}}
+app.kubernetes.io/name: fleet-proxy
+app.kubernetes.io/part-of: fleet
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}

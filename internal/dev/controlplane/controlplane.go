@@ -82,6 +82,8 @@ type ControlPlane struct {
 	kcmLog string
 	dir    string
 	kcmErr chan error
+
+	frontProxy *frontProxy
 }
 
 // Start starts the upstream and opts.Downstreams downstream control planes in
@@ -180,6 +182,13 @@ func startOne(ctx context.Context, name string, opts Options, manifestDirs []str
 		Scheme:                   Scheme,
 	}
 	api := cp.env.ControlPlane.GetAPIServer()
+	if cp.frontProxy, err = newFrontProxy(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("making the front-proxy certificates of %s: %w", name, err)
+	}
+	for _, f := range cp.frontProxy.flags() {
+		api.Configure().Set(f[0], f[1])
+	}
 	for _, f := range opts.APIServerFlags {
 		k, v, _ := strings.Cut(f, "=")
 		api.Configure().Append(k, v)

@@ -317,3 +317,25 @@ func TestServiceAccountToken_AuthenticatesWithRBAC(t *testing.T) {
 		return err == nil, err
 	})
 }
+
+func TestStart_AggregationLayerConfigured(t *testing.T) {
+	for _, cp := range env.All() {
+		cm, err := cp.ExtensionAuthentication(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.TrimSpace(cm.Data["requestheader-client-ca-file"]), strings.TrimSpace(string(cp.RequestHeaderCA())); got != want {
+			t.Errorf("%s: requestheader CA in %s is not the control plane's front-proxy CA", cp.Name, controlplane.ExtensionAuthConfigMap)
+		}
+		for k, want := range map[string]string{
+			"requestheader-allowed-names":        `["` + controlplane.FrontProxyClientName + `"]`,
+			"requestheader-username-headers":     `["X-Remote-User"]`,
+			"requestheader-group-headers":        `["X-Remote-Group"]`,
+			"requestheader-extra-headers-prefix": `["X-Remote-Extra-"]`,
+		} {
+			if cm.Data[k] != want {
+				t.Errorf("%s: %s = %q, want %q", cp.Name, k, cm.Data[k], want)
+			}
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
+	"github.com/gitops-fleet/fleet/proxy"
+)
+
+func newProxyCommand() *cobra.Command {
+	var kubeconfig, namespace, service, listen, certFile, keyFile, metricsAddr string
+	var devLog, setCABundle bool
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Run fleet-proxy, the aggregated API server proxy.fleet.cattle.io that serves users' requests to registered clusters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			if kubeconfig != "" {
+				_ = os.Setenv("KUBECONFIG", kubeconfig)
+			}
+			cfg, err := ctrl.GetConfig()
+			if err != nil {
+				return fmt.Errorf("finding the upstream cluster: %w", err)
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			var cert tls.Certificate
+			if certFile != "" || keyFile != "" {
+				if cert, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+					return fmt.Errorf("loading the serving certificate: %w", err)
+				}
+			} else {
+				var ca []byte
+				if cert, ca, err = proxy.EnsureServingCertificate(ctx, cs, namespace, service); err != nil {
+					return err
+				}
+				if setCABundle {
+					dc, err := dynamic.NewForConfig(cfg)
+					if err != nil {
+						return err
+					}
+					if err := proxy.SetAPIServiceCABundle(ctx, dc, ca); err != nil {
+						return err
+					}
+				}
+			}
+			keys, err := proxy.EnsureSigningKeys(ctx, cs, namespace)
+			if err != nil {
+				return err
+			}
+			// The identity mapping of attach requests reads these, and
+			// only these, from a cache: request ServiceAccounts (by their
+			// registration label), ClusterRegistrations and Clusters.
+			objs, err := proxy.IdentityCache(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			ts := tunnel.NewServer(nil, crmetrics.Registry)
+			ts.Log = ctrl.Log.WithName("tunnel")
+			tunnels := proxy.NewTunnelServer(objs, ts)
+			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys})
+			if err != nil {
+				return err
+			}
+			if err := srv.Start(ctx); err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert))) })
+			if metricsAddr != "0" && metricsAddr != "" {
+				ms := &http.Server{Addr: metricsAddr, ReadHeaderTimeout: 10 * time.Second,
+					Handler: promhttp.HandlerFor(crmetrics.Registry, promhttp.HandlerOpts{})}
+				g.Go(func() error {
+					go func() { <-ctx.Done(); _ = ms.Shutdown(context.Background()) }()
+					if err := ms.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+						return err
+					}
+					return nil
+				})
+			}
+			return g.Wait()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the upstream cluster (default: in-cluster, or $KUBECONFIG)")
+	f.StringVar(&namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "system namespace (Secrets fleet-proxy-signing and fleet-proxy-tls)")
+	f.StringVar(&service, "service", "fleet-proxy", "name of fleet-proxy's Service (the serving certificate's name is <service>.<namespace>.svc)")
+	f.StringVar(&listen, "listen", ":8443", "address of the HTTPS server")
+	f.StringVar(&certFile, "tls-cert-file", "", "serving certificate (default: Secret fleet-proxy-tls, made when missing)")
+	f.StringVar(&keyFile, "tls-private-key-file", "", "serving certificate's key")
+	f.BoolVar(&setCABundle, "set-apiservice-ca-bundle", true, "with the certificate of Secret fleet-proxy-tls, write its CA into APIService "+proxy.APIServiceName)
+	f.StringVar(&metricsAddr, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	return cmd
+}

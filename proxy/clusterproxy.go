@@ -1,0 +1,219 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// The right a user needs on a Cluster (SPEC §5).
+const (
+	rightGroup       = "fleet.cattle.io"
+	rightVersion     = "v1alpha1"
+	rightResource    = "clusters"
+	rightSubresource = "proxy"
+)
+
+// verbs maps the HTTP method to the verb of the SubjectAccessReview, as the
+// API server maps it for pods/proxy.
+var verbs = map[string]string{
+	http.MethodGet:     "get",
+	http.MethodHead:    "get",
+	http.MethodOptions: "get",
+	http.MethodPost:    "create",
+	http.MethodPut:     "update",
+	http.MethodPatch:   "patch",
+	http.MethodDelete:  "delete",
+}
+
+func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ws, name := r.PathValue("ws"), r.PathValue("name")
+	if len(validation.IsDNS1123Label(ws)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		s.metrics.refused("not-found")
+		writeStatus(w, apierrors.NewNotFound(clustersResource, ws+"/"+name))
+		return
+	}
+	key := ws + "/" + name
+	u := userFrom(r.Context())
+	verb, ok := verbs[r.Method]
+	if !ok {
+		s.metrics.refused("method")
+		writeStatus(w, apierrors.NewMethodNotSupported(clustersResource, r.Method))
+		return
+	}
+	decision, reason, err := s.authz.Authorize(r.Context(), authorizer.AttributesRecord{
+		User:            u,
+		Verb:            verb,
+		Namespace:       ws,
+		APIGroup:        rightGroup,
+		APIVersion:      rightVersion,
+		Resource:        rightResource,
+		Subresource:     rightSubresource,
+		Name:            name,
+		ResourceRequest: true,
+	})
+	if decision != authorizer.DecisionAllow {
+		msg := fmt.Sprintf("user %q cannot %s %s %s/%s on Cluster %s: access to a cluster through fleet-proxy needs that right (ClusterRole fleet-cluster-proxy)",
+			u.GetName(), verb, rightGroup, rightResource, rightSubresource, key)
+		if err != nil {
+			log.FromContext(r.Context()).Error(err, "authorizing a cluster proxy request", "cluster", key, "user", u.GetName())
+			msg += "; the authorization check failed: " + err.Error()
+		} else if reason != "" {
+			msg += ": " + reason
+		}
+		s.metrics.refused("forbidden")
+		writeStatus(w, apierrors.NewForbidden(clustersProxyResource, name, errors.New(msg)))
+		return
+	}
+
+	// Only an authorized user learns whether the cluster is connected.
+	dial, ok := s.opts.Tunnels.Dialer(key)
+	if !ok {
+		s.metrics.done(key, http.StatusServiceUnavailable, start, 0)
+		writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s is not connected", key)))
+		return
+	}
+	assertion, err := s.opts.Asserter.Assert(u, key)
+	if err != nil {
+		s.metrics.done(key, http.StatusInternalServerError, start, 0)
+		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("signing the identity assertion for cluster %s: %w", key, err)))
+		return
+	}
+
+	inner, err := innerURL(r, ws, name)
+	if err != nil {
+		s.metrics.done(key, http.StatusBadRequest, start, 0)
+		writeStatus(w, apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	out := r.Clone(r.Context())
+	out.Header = sanitize(r.Header, httpstream.IsUpgradeRequest(r))
+	out.Header.Set(AssertionHeader, assertion)
+	out.URL.Path, out.URL.RawPath = inner.Path, inner.RawPath
+
+	transport := &http.Transport{
+		DialContext:           dial,
+		DisableKeepAlives:     true,
+		ResponseHeaderTimeout: 0,
+		ExpectContinueTimeout: time.Second,
+	}
+	defer transport.CloseIdleConnections()
+	loc := &url.URL{Scheme: "http", Host: AgentAddress, Path: inner.Path, RawPath: inner.RawPath}
+	h := proxy.NewUpgradeAwareHandler(loc, lastHop{transport}, false, false, responder{key: key})
+	h.UseLocationHost = true
+	h.UpgradeTransport = lastHop{transport}
+	// Watches and logs stream: flush every write.
+	h.FlushInterval = -1
+	h.RejectForwardingRedirects = true
+	rec := newRecorder(w)
+	h.ServeHTTP(rec, out)
+	s.metrics.done(key, rec.code(), start, rec.bytes)
+}
+
+// sanitize returns the headers the agent gets, in this order: every header
+// the Connection header names is dropped (except Upgrade, for upgrade
+// requests); then credentials (Authorization, Proxy-Authorization),
+// Impersonate-*, X-Remote-*, X-Forwarded-*, Forwarded, any incoming
+// assertion and the hop-by-hop headers. An upgrade keeps "Connection:
+// Upgrade" and its Upgrade header, nothing else of the kind.
+func sanitize(in http.Header, upgrade bool) http.Header {
+	h := in.Clone()
+	for _, v := range h.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" && !strings.EqualFold(f, "Upgrade") {
+				h.Del(f)
+			}
+		}
+	}
+	for k := range h {
+		lk := strings.ToLower(k)
+		if strings.HasPrefix(lk, "impersonate-") || strings.HasPrefix(lk, "x-remote-") || strings.HasPrefix(lk, "x-forwarded-") {
+			delete(h, k)
+		}
+	}
+	for _, k := range []string{
+		"Authorization", "Proxy-Authorization", "Forwarded", AssertionHeader,
+		"Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Proxy-Authenticate",
+	} {
+		h.Del(k)
+	}
+	if upgrade {
+		h.Set("Connection", "Upgrade")
+	} else {
+		h.Del("Upgrade")
+	}
+	return h
+}
+
+// innerURL is the path after .../clusters/<name>/proxy, escaped as the user
+// sent it, "/" when empty.
+func innerURL(r *http.Request, ws, name string) (*url.URL, error) {
+	p := prefix + "/namespaces/" + ws + "/clusters/" + name + "/proxy"
+	escaped := r.URL.EscapedPath()
+	if !strings.HasPrefix(escaped, p) {
+		return nil, fmt.Errorf("cannot read the cluster path of %q", escaped)
+	}
+	rest := strings.TrimPrefix(escaped, p)
+	if rest == "" {
+		rest = "/"
+	}
+	if !strings.HasPrefix(rest, "/") {
+		return nil, fmt.Errorf("cannot read the cluster path of %q", escaped)
+	}
+	u, err := url.Parse(rest)
+	if err != nil || u.Scheme != "" || u.Host != "" {
+		return nil, fmt.Errorf("cannot read the cluster path of %q", escaped)
+	}
+	return u, nil
+}
+
+// lastHop is the transport to the agent. The reverse proxy inside
+// UpgradeAwareHandler adds X-Forwarded-For (with fleet-proxy's peer, the
+// aggregator) on both its paths; lastHop removes X-Forwarded-* again as the
+// request leaves, for plain requests (RoundTrip) and upgrades (WrapRequest,
+// then a dial through the wrapped transport).
+type lastHop struct{ t *http.Transport }
+
+func (l lastHop) RoundTrip(r *http.Request) (*http.Response, error) {
+	r, _ = l.WrapRequest(r)
+	return l.t.RoundTrip(r)
+}
+
+func (l lastHop) WrappedRoundTripper() http.RoundTripper { return l.t }
+
+func (l lastHop) WrapRequest(r *http.Request) (*http.Request, error) {
+	r = r.Clone(r.Context())
+	for k := range r.Header {
+		if strings.HasPrefix(strings.ToLower(k), "x-forwarded-") {
+			delete(r.Header, k)
+		}
+	}
+	return r, nil
+}
+
+var (
+	_ proxy.UpgradeRequestRoundTripper = lastHop{}
+	_ utilnet.RoundTripperWrapper      = lastHop{}
+)
+
+// responder answers when the agent cannot be reached.
+type responder struct{ key string }
+
+func (e responder) Error(w http.ResponseWriter, r *http.Request, err error) {
+	log.FromContext(r.Context()).V(1).Info("cluster proxy request failed", "cluster", e.key, "reason", err.Error())
+	st := apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s: the request did not reach the agent: %v", e.key, err))
+	st.ErrStatus.Code = http.StatusBadGateway
+	writeStatus(w, st)
+}

@@ -1,0 +1,371 @@
+package proxy_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/proxy"
+)
+
+const proxyNamespace = "fleet-system"
+
+var (
+	env     *controlplane.Env
+	keys    *proxy.SigningKeys
+	tunnels = &fakeTunnels{dial: map[string]proxy.DialFunc{}}
+	// proxyAddr is fleet-proxy's listener, for requests that bypass the
+	// upstream API server.
+	proxyAddr string
+	backend   *httptest.Server
+	// servingCA verifies fleet-proxy's serving certificate.
+	servingCA []byte
+	logs      *testenv.Logs
+	// tokens are every user token the tests made, to prove none is logged.
+	tokens   []string
+	tokensMu sync.Mutex
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{}, CaptureLogs: true}, setup)
+}
+
+// fakeTunnels stands in for the tunnel server: a connected cluster's dialer
+// reaches the backend, a real HTTP server playing the agent.
+type fakeTunnels struct {
+	mu   sync.Mutex
+	dial map[string]proxy.DialFunc
+}
+
+func (f *fakeTunnels) Dialer(key string) (proxy.DialFunc, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.dial[key]
+	return d, ok
+}
+
+func (f *fakeTunnels) connect(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dial[key] = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, backend.Listener.Addr().String())
+	}
+}
+
+// echo is what the backend answers: what it received.
+type echo struct {
+	Cluster string      `json:"cluster"`
+	Method  string      `json:"method"`
+	Path    string      `json:"path"`
+	Query   string      `json:"query"`
+	Host    string      `json:"host"`
+	Header  http.Header `json:"header"`
+}
+
+func backendHandler(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/watch":
+		// A watch: an event every 300 ms for 4 s, flushed each time.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		for i := range 14 {
+			fmt.Fprintf(w, "{\"type\":\"ADDED\",\"n\":%d}\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	case r.Header.Get("Upgrade") == "fleet-test":
+		// A minimal upgrade: 101, then echo each line back.
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: fleet-test\r\n\r\n")
+		_ = buf.Flush()
+		for {
+			line, err := buf.ReadString('\n')
+			if err != nil {
+				return
+			}
+			_, _ = buf.WriteString("echo " + line)
+			_ = buf.Flush()
+		}
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(echo{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Host: r.Host, Header: r.Header})
+	}
+}
+
+func setup(s *testenv.Suite) error {
+	env = s.Env
+	logs = s.Logs
+	up := env.Upstream
+	ctx := s.Context()
+	backend = httptest.NewServer(http.HandlerFunc(backendHandler))
+	go func() { <-ctx.Done(); backend.Close() }()
+
+	host, err := controlplane.AggregatedServerHost()
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return err
+	}
+	proxyAddr = l.Addr().String()
+	port := l.Addr().(*net.TCPAddr).Port
+	svcName := "fleet-proxy." + proxyNamespace + ".svc"
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(svcName, []net.IP{net.ParseIP(host)}, []string{svcName})
+	if err != nil {
+		return err
+	}
+	servingCA = certPEM
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return err
+	}
+
+	if err := up.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyNamespace}}); err != nil {
+		return err
+	}
+	if keys, err = proxy.EnsureSigningKeys(ctx, up.Clientset, proxyNamespace); err != nil {
+		return err
+	}
+	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Asserter: keys, Keys: keys})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	s.Go("fleet-proxy", func(ctx context.Context) error {
+		return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert)))
+	})
+
+	// What the chart installs: the Service, its endpoint (here this test
+	// process), the APIService and the entry right for every user.
+	objs := []client.Object{
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
+				Name: "https", Port: 443, TargetPort: intstr.FromInt32(int32(port)),
+			}}},
+		},
+		&discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-test",
+				Labels: map[string]string{discoveryv1.LabelServiceName: "fleet-proxy"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		},
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+			"metadata": map[string]any{"name": proxy.APIServiceName},
+			"spec": map[string]any{
+				"group": proxy.Group, "version": proxy.Version,
+				"service":              map[string]any{"namespace": proxyNamespace, "name": "fleet-proxy", "port": int64(443)},
+				"caBundle":             certPEM,
+				"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+			},
+		}},
+		&rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-entry"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{proxy.Group}, Resources: []string{"clusters/proxy"}, Verbs: []string{"*"}},
+				{APIGroups: []string{proxy.Group}, Resources: []string{"signingkeys"}, Verbs: []string{"get", "list"}},
+			},
+		},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-entry"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy-entry"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "system:authenticated"}},
+		},
+	}
+	for _, o := range objs {
+		if err := up.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return waitAvailable(ctx)
+}
+
+// waitAvailable waits (a minute at most) for the APIService to be
+// Available and the group to answer through the upstream API server.
+func waitAvailable(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	var last error
+	for time.Now().Before(deadline) {
+		as := &unstructured.Unstructured{}
+		as.SetAPIVersion("apiregistration.k8s.io/v1")
+		as.SetKind("APIService")
+		last = env.Upstream.Client.Get(ctx, client.ObjectKey{Name: proxy.APIServiceName}, as)
+		if last == nil {
+			conds, _, _ := unstructured.NestedSlice(as.Object, "status", "conditions")
+			last = fmt.Errorf("APIService not Available: %v", conds)
+			for _, c := range conds {
+				if m, _ := c.(map[string]any); m["type"] == "Available" && m["status"] == "True" {
+					last = nil
+				}
+			}
+		}
+		if last == nil {
+			_, last = env.Upstream.Clientset.Discovery().ServerResourcesForGroupVersion(proxy.GroupVersion)
+			if last == nil {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("waiting for APIService %s: %w", proxy.APIServiceName, last)
+}
+
+// user is an upstream ServiceAccount with a bearer token, calling the
+// upstream API server over HTTP/1.1 (so that it can send Connection
+// headers).
+type user struct {
+	name   string
+	token  string
+	client *http.Client
+}
+
+func newUser(t *testing.T, ns, name string) *user {
+	t.Helper()
+	up := env.Upstream
+	if err := up.Client.Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := up.ServiceAccountToken(t.Context(), ns, name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokensMu.Lock()
+	tokens = append(tokens, tok)
+	tokensMu.Unlock()
+	cfg := up.ConfigForToken(tok)
+	cfg.NextProtos = []string{"http/1.1"}
+	return &user{name: "system:serviceaccount:" + ns + ":" + name, token: tok, client: httpClient(t, cfg.CAData, nil)}
+}
+
+func httpClient(t *testing.T, ca []byte, cert *tls.Certificate) *http.Client {
+	t.Helper()
+	pool, err := certutil.NewPoolFromBytes(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: tc, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+}
+
+// do sends a request through the upstream API server.
+func (u *user) do(t *testing.T, method, path string, header http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, strings.TrimSuffix(env.Upstream.Config.Host, "/")+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+u.token)
+	resp, err := u.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// grant gives name (a user) the right fleet.cattle.io clusters/proxy on the
+// named Clusters of ws.
+func grant(t *testing.T, ws, name string, clusters ...string) {
+	t.Helper()
+	c := env.Upstream.Client
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, GenerateName: "cluster-proxy-"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/proxy"},
+			ResourceNames: clusters, Verbs: []string{"get", "create", "update", "patch", "delete"}}},
+	}
+	if err := c.Create(t.Context(), role); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: name}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func clusterPath(ws, cluster, inner string) string {
+	return "/apis/" + proxy.GroupVersion + "/namespaces/" + ws + "/clusters/" + cluster + "/proxy" + inner
+}
+
+func readEcho(t *testing.T, resp *http.Response) echo {
+	t.Helper()
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	var e echo
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("not the backend's answer: %v: %s", err, b)
+	}
+	return e
+}
+
+// status reads a refusal: its code and message.
+func status(t *testing.T, resp *http.Response) (int, string) {
+	t.Helper()
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var st metav1.Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return resp.StatusCode, string(b)
+	}
+	return resp.StatusCode, st.Message
+}
+
+// eventually retries a request until the want status (RBAC and the 10 s
+// authorization cache settle).
+func eventuallyStatus(t *testing.T, what string, want int, do func() *http.Response) *http.Response {
+	t.Helper()
+	var resp *http.Response
+	testenv.Eventually(t, 30*time.Second, what, func() error {
+		resp = do()
+		if resp.StatusCode == want {
+			return nil
+		}
+		code, msg := status(t, resp)
+		return fmt.Errorf("status %d: %s", code, msg)
+	})
+	return resp
+}

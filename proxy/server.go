@@ -1,0 +1,248 @@
+// Package proxy is fleet-proxy, the upstream server of the aggregated API
+// proxy.fleet.cattle.io/v1alpha1 (docs/cluster-access.md): the upstream API
+// server forwards users' requests for
+// /apis/proxy.fleet.cattle.io/v1alpha1/namespaces/<ws>/clusters/<name>/proxy/<path>
+// to it; it believes the forwarded identity only from the aggregator's
+// client certificate, asks the upstream API server whether that user may use
+// fleet.cattle.io clusters/proxy on that Cluster, cleans the request of every
+// credential and identity header, adds a signed assertion of who the user is
+// and sends the request through the cluster's tunnel. It holds no
+// downstream credential.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
+)
+
+// DialFunc dials the agent's handler over a cluster's tunnel.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// Tunnels finds the tunnel of a connected cluster by its key
+// "<workspace>/<cluster>". The tunnel server (another part) implements it.
+type Tunnels interface {
+	// Dialer returns a dial function over the cluster's tunnel, false when
+	// the cluster holds no tunnel. The address dialed is always AgentAddress.
+	Dialer(key string) (DialFunc, bool)
+}
+
+// AgentAddress is the host:port requests to an agent are sent to over its
+// tunnel: the one target the agent's tunnel client accepts
+// (tunnel.AccessAddress, whose home is the tunnel package, which the agent
+// links), mapped there to its access handler. It names no host.
+const AgentAddress = tunnel.AccessAddress
+
+// Asserter signs the identity assertion (header AssertionHeader) for one
+// request to one cluster: audience "<workspace>/<cluster>".
+type Asserter interface {
+	Assert(u user.Info, audience string) (string, error)
+}
+
+// KeySet serves the public signing keys as a JWK Set.
+type KeySet interface {
+	JWKS() ([]byte, error)
+}
+
+// Attacher serves agents' tunnels: GET .../namespaces/<ws>/clusters/<name>/attach
+// (a WebSocket upgrade) by the authenticated caller u. It must map u to its
+// own Cluster from upstream objects and refuse any other key
+// (docs/cluster-access.md, "Agents"). The tunnel server implements it.
+type Attacher interface {
+	ServeAttach(w http.ResponseWriter, r *http.Request, key string, u user.Info)
+}
+
+// AssertionHeader carries the signed identity assertion to the agent.
+const AssertionHeader = assertion.HeaderName
+
+// Options configure a Server.
+type Options struct {
+	// Client is the upstream clientset: it reads the
+	// extension-apiserver-authentication ConfigMap and makes
+	// SubjectAccessReviews.
+	Client kubernetes.Interface
+	// Tunnels finds clusters' tunnels.
+	Tunnels Tunnels
+	// Asserter signs identity assertions.
+	Asserter Asserter
+	// Keys are the public signing keys (nil: signingkeys answers 503).
+	Keys KeySet
+	// Attacher serves agents' tunnels (nil: attach answers 503).
+	Attacher Attacher
+	// Registerer gets the metrics (nil: controller-runtime's registry).
+	Registerer prometheus.Registerer
+	// AuthorizationCacheTTL is how long an allowed or denied answer is
+	// kept (zero: 10 s).
+	AuthorizationCacheTTL time.Duration
+}
+
+// Server is fleet-proxy's HTTPS handler.
+type Server struct {
+	opts    Options
+	authn   *requestHeaderAuth
+	authz   authorizer.Authorizer
+	metrics *metrics
+	handler http.Handler
+}
+
+// New makes a server. Start must run before it serves.
+func New(opts Options) (*Server, error) {
+	if opts.Client == nil || opts.Tunnels == nil || opts.Asserter == nil {
+		return nil, errors.New("proxy: Client, Tunnels and Asserter are required")
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = crmetrics.Registry
+	}
+	ttl := opts.AuthorizationCacheTTL
+	if ttl == 0 {
+		ttl = 10 * time.Second
+	}
+	authn, err := newRequestHeaderAuth(opts.Client)
+	if err != nil {
+		return nil, err
+	}
+	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
+		SubjectAccessReviewClient: opts.Client.AuthorizationV1(),
+		AllowCacheTTL:             ttl,
+		DenyCacheTTL:              ttl,
+		// The API server's default (options.DefaultAuthWebhookRetryBackoff,
+		// not imported: that package links the storage backends).
+		WebhookRetryBackoff: &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5},
+	}.New()
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, authn: authn, authz: authz, metrics: m}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /readyz", ok)
+	mux.HandleFunc("GET /livez", ok)
+	api := http.NewServeMux()
+	s.discovery(api)
+	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy", s.clusterProxy)
+	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy/{path...}", s.clusterProxy)
+	api.HandleFunc("GET "+prefix+"/signingkeys", s.signingKeys)
+	api.HandleFunc("GET "+prefix+"/namespaces/{ws}/clusters/{name}/attach", s.attach)
+	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, apierrors.NewGenericServerResponse(http.StatusNotFound, r.Method, clustersResource, "",
+			fmt.Sprintf("fleet-proxy serves no %s %s", r.Method, r.URL.Path), 0, false))
+	})
+	mux.Handle("/", s.authenticated(api))
+	s.handler = mux
+	return s, nil
+}
+
+// Start reads the requestheader settings (an error when it cannot) and keeps
+// them current until ctx ends.
+func (s *Server) Start(ctx context.Context) error { return s.authn.start(ctx) }
+
+// Handler serves the API; its listener must request (not require) client
+// certificates: see TLSConfig.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// TLSConfig is the listener's TLS configuration for a serving certificate:
+// it asks for a client certificate, which the requestheader authenticator
+// verifies itself against the current requestheader CA.
+func TLSConfig(cert tls.Certificate) *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequestClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}
+}
+
+// Serve serves on l (a TLS listener made with TLSConfig) until ctx ends.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
+	_ = srv.Close()
+	return nil
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
+
+type userKey struct{}
+
+// authenticated lets through only requests the requestheader authenticator
+// accepts; everything else gets 401.
+func (s *Server) authenticated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, ok, err := s.authn.AuthenticateRequest(r)
+		if err != nil || !ok {
+			if err != nil {
+				log.FromContext(r.Context()).V(1).Info("request refused: not authenticated", "reason", err.Error())
+			}
+			s.metrics.refused("unauthenticated")
+			writeStatus(w, apierrors.NewUnauthorized("fleet-proxy serves only requests forwarded by the upstream API server (with its front-proxy client certificate); send them to the upstream API server"))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, resp.User)))
+	})
+}
+
+func userFrom(ctx context.Context) user.Info {
+	u, _ := ctx.Value(userKey{}).(user.Info)
+	return u
+}
+
+func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
+	st := err.Status()
+	st.Kind, st.APIVersion = "Status", "v1"
+	writeJSON(w, int(st.Code), st)
+}
+
+func (s *Server) signingKeys(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Keys == nil {
+		writeStatus(w, apierrors.NewServiceUnavailable("fleet-proxy has no signing keys yet"))
+		return
+	}
+	b, err := s.opts.Keys.JWKS()
+	if err != nil {
+		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("reading the signing keys: %w", err)))
+		return
+	}
+	w.Header().Set("Content-Type", "application/jwk-set+json")
+	_, _ = w.Write(b)
+}
+
+func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Attacher == nil {
+		writeStatus(w, apierrors.NewServiceUnavailable("this fleet-proxy serves no cluster tunnels"))
+		return
+	}
+	s.opts.Attacher.ServeAttach(w, r, r.PathValue("ws")+"/"+r.PathValue("name"), userFrom(r.Context()))
+}

@@ -1,0 +1,132 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/scheme"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
+)
+
+// TunnelServer is the tunnel server (internal/tunnel) as fleet-proxy's
+// Tunnels and Attacher: agents attach through the upstream API server as
+// their request identity, which fleet-proxy has already authenticated
+// (requestheader); the identity mapping (tunnel.AuthorizeAttach, reading
+// ServiceAccounts, ClusterRegistrations and Clusters from Reader) names the
+// one Cluster the caller may hold and the attach URL must name that one.
+// Users' requests then dial tunnel.AccessAddress over the Cluster's session.
+type TunnelServer struct {
+	// Server holds the agents' sessions (its Authenticate is set by
+	// NewTunnelServer: use ServeAttach, not Server.ServeHTTP, for attach).
+	Server *tunnel.Server
+	reader client.Reader
+}
+
+var (
+	_ Tunnels  = (*TunnelServer)(nil)
+	_ Attacher = (*TunnelServer)(nil)
+)
+
+// NewTunnelServer makes a tunnel server whose sessions are keyed by the
+// Cluster the identity mapping gives. reader reads upstream objects (a
+// cache: ServiceAccounts, ClusterRegistrations, Clusters); server, from
+// tunnel.NewServer, gets its Authenticate replaced.
+func NewTunnelServer(reader client.Reader, server *tunnel.Server) *TunnelServer {
+	t := &TunnelServer{Server: server, reader: reader}
+	server.Authenticate = t.authenticate
+	return t
+}
+
+type attachKey struct{}
+
+type attachRequest struct {
+	key  string
+	user user.Info
+}
+
+// ServeAttach hands an authenticated attach request to the tunnel server,
+// which asks authenticate (below) for the session key and refuses with 403
+// when the caller may hold no tunnel or not this one.
+func (t *TunnelServer) ServeAttach(w http.ResponseWriter, r *http.Request, key string, u user.Info) {
+	ctx := context.WithValue(r.Context(), attachKey{}, attachRequest{key: key, user: u})
+	t.Server.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// authenticate is the tunnel server's Authenticate: only requests that
+// came through ServeAttach, and only for the Cluster the caller maps to.
+func (t *TunnelServer) authenticate(r *http.Request) (string, error) {
+	a, ok := r.Context().Value(attachKey{}).(attachRequest)
+	if !ok || a.user == nil || a.user.GetName() == "" {
+		return "", fmt.Errorf("%w: no authenticated caller", tunnel.ErrNotAnAgent)
+	}
+	ws, name, ok := strings.Cut(a.key, "/")
+	if !ok || ws == "" || name == "" || strings.Contains(name, "/") {
+		return "", fmt.Errorf("%w: malformed cluster key %q", tunnel.ErrNotAnAgent, a.key)
+	}
+	return tunnel.AuthorizeAttach(r.Context(), t.reader, a.user.GetName(), a.user.GetUID(), ws, name)
+}
+
+// errNotAgentAddress refuses a dial to anything but the agent's handler.
+var errNotAgentAddress = errors.New("fleet-proxy dials only the agent's access handler through a tunnel")
+
+// Dialer dials the agent's handler through the Cluster's session (on this
+// replica or a peer); false when no agent of the Cluster is connected.
+func (t *TunnelServer) Dialer(key string) (DialFunc, bool) {
+	if !t.Server.HasSession(key) {
+		return nil, false
+	}
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		if network != tunnel.AccessNetwork || address != AgentAddress {
+			return nil, fmt.Errorf("%w, not %s/%s", errNotAgentAddress, network, address)
+		}
+		return t.Server.Dial(ctx, key, tunnel.AccessNetwork, tunnel.AccessAddress)
+	}, true
+}
+
+// IdentityCache starts a read-only cache of what tunnel.ClusterForIdentity
+// reads (fleet-proxy's RBAC: get, list, watch on exactly these) and waits
+// for it to fill. ServiceAccounts are cached only when they carry a
+// registration's label: every request identity does.
+func IdentityCache(ctx context.Context, cfg *rest.Config) (client.Reader, error) {
+	hasRegistration, err := labels.NewRequirement(registration.RegistrationLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cache.New(cfg, cache.Options{
+		Scheme: scheme.Scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ServiceAccount{}: {Label: labels.NewSelector().Add(*hasRegistration)},
+		},
+		ReaderFailOnMissingInformer: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range []client.Object{&corev1.ServiceAccount{}, &fleet.ClusterRegistration{}, &fleet.Cluster{}} {
+		if _, err := c.GetInformer(ctx, o); err != nil {
+			return nil, fmt.Errorf("watching %T: %w", o, err)
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if !c.WaitForCacheSync(syncCtx) {
+		return nil, errors.New("the cache of ServiceAccounts, ClusterRegistrations and Clusters did not fill")
+	}
+	return c, nil
+}

@@ -1,0 +1,450 @@
+// Package access_test runs cluster access through the manager end to end
+// with its real parts (docs/cluster-access.md, "Wired together"): two
+// envtest control planes, fleet-proxy in the test process behind the real
+// upstream aggregator with the tunnel server and the identity mapping of
+// cmd/fleet's `fleet proxy`, and an agent played by the test process: a
+// tunnel Client authenticated as a request identity set up as a grant
+// leaves it, serving the agent's access handler, which talks to the
+// downstream API server.
+package access_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/agent/access"
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
+	"github.com/gitops-fleet/fleet/proxy"
+)
+
+const (
+	proxyNamespace = "fleet-system"
+	workspace      = "fleet-default"
+)
+
+var (
+	env     *controlplane.Env
+	tunnels *proxy.TunnelServer
+	logs    *testenv.Logs
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{
+		ControlPlanes: &controlplane.Options{Downstreams: 1, NoControllerManager: true},
+		CaptureLogs:   true,
+	}, setup)
+}
+
+// setup runs fleet-proxy as `fleet proxy` does (tunnel server, identity
+// cache, signing keys) and registers it as the chart does (Service,
+// EndpointSlice to this process, APIService, the entry right).
+func setup(s *testenv.Suite) error {
+	env, logs = s.Env, s.Logs
+	up := env.Upstream
+	ctx := s.Context()
+
+	host, err := controlplane.AggregatedServerHost()
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	svcName := "fleet-proxy." + proxyNamespace + ".svc"
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(svcName, []net.IP{net.ParseIP(host)}, []string{svcName})
+	if err != nil {
+		return err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return err
+	}
+	for _, ns := range []string{proxyNamespace, workspace} {
+		if err := up.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	keys, err := proxy.EnsureSigningKeys(ctx, up.Clientset, proxyNamespace)
+	if err != nil {
+		return err
+	}
+	reader, err := proxy.IdentityCache(ctx, up.Config)
+	if err != nil {
+		return err
+	}
+	tunnels = proxy.NewTunnelServer(reader, tunnel.NewServer(nil, prometheus.NewRegistry()))
+	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Attacher: tunnels,
+		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	s.Go("fleet-proxy", func(ctx context.Context) error {
+		return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert)))
+	})
+
+	objs := []client.Object{
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(int32(port))}}},
+		},
+		&discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-test",
+				Labels: map[string]string{discoveryv1.LabelServiceName: "fleet-proxy"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		},
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+			"metadata": map[string]any{"name": proxy.APIServiceName},
+			"spec": map[string]any{
+				"group": proxy.Group, "version": proxy.Version,
+				"service":              map[string]any{"namespace": proxyNamespace, "name": "fleet-proxy", "port": int64(443)},
+				"caBundle":             certPEM,
+				"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+			},
+		}},
+		// The chart's fleet-proxy-entry.
+		&rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-entry"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{proxy.Group}, Resources: []string{"clusters/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
+				{APIGroups: []string{proxy.Group}, Resources: []string{"signingkeys"}, Verbs: []string{"get", "list"}},
+			},
+		},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-entry"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy-entry"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "system:authenticated"}},
+		},
+	}
+	for _, o := range objs {
+		if err := up.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return waitAvailable(ctx)
+}
+
+// waitAvailable waits (a minute at most) for the aggregated group to answer
+// through the upstream API server.
+func waitAvailable(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	var last error
+	for time.Now().Before(deadline) {
+		if _, last = env.Upstream.Clientset.Discovery().ServerResourcesForGroupVersion(proxy.GroupVersion); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("waiting for APIService %s: %w", proxy.APIServiceName, last)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentIdentity makes what a grant of registration reg leaves for Cluster
+// workspace/cluster (controller/registration): the Cluster with its
+// status.namespace, the cluster namespace, the granted registration owned
+// by the Cluster, its request ServiceAccount, and the workspace Role's
+// attach right, here on attachable (the grant gives only the own Cluster).
+// It returns a token of the request identity.
+func agentIdentity(t *testing.T, cluster, reg string, attachable ...string) string {
+	t.Helper()
+	ctx := t.Context()
+	c := env.Upstream.Client
+	clusterNS := names.ClusterNamespace(workspace, cluster)
+	cl := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: cluster}, Spec: fleet.ClusterSpec{ClientID: "client-" + cluster}}
+	must(t, c.Create(ctx, cl))
+	cl.Status.Namespace = clusterNS
+	must(t, c.Status().Update(ctx, cl))
+	must(t, c.Create(ctx, names.NewClusterNamespace(workspace, cluster)))
+	r := &fleet.ClusterRegistration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: reg, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: fleet.GroupVersion.String(), Kind: "Cluster", Name: cl.Name, UID: cl.UID,
+		}}},
+		Spec: fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
+	}
+	must(t, c.Create(ctx, r))
+	r.Status.Granted = true
+	must(t, c.Status().Update(ctx, r))
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
+		Namespace: clusterNS, Name: registration.RequestServiceAccountName(reg),
+		Labels: map[string]string{
+			fleet.ManagedLabel:                      "true",
+			registration.RegistrationLabel:          reg,
+			registration.RegistrationNamespaceLabel: workspace,
+		},
+		Annotations: map[string]string{
+			fleet.ClusterRegistrationAnnotation:          reg,
+			fleet.ClusterRegistrationNamespaceAnnotation: workspace,
+			fleet.ClusterAnnotation:                      cluster,
+		},
+	}}
+	must(t, c.Create(ctx, sa))
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: sa.Name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{registration.ProxyAPIGroup}, Resources: []string{"clusters/attach"},
+			ResourceNames: attachable, Verbs: []string{"get"}}},
+	}
+	must(t, c.Create(ctx, role))
+	must(t, c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: sa.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: sa.Namespace, Name: sa.Name}},
+	}))
+	tok, err := env.Upstream.ServiceAccountToken(ctx, sa.Namespace, sa.Name, time.Hour)
+	must(t, err)
+	return tok
+}
+
+// upstreamUser is an upstream ServiceAccount; it returns its user name and
+// a client-go clientset for Cluster cluster through fleet-proxy.
+func upstreamUser(t *testing.T, ns, name, cluster string) (string, kubernetes.Interface, string) {
+	t.Helper()
+	ctx := t.Context()
+	if err := env.Upstream.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	must(t, env.Upstream.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+	tok, err := env.Upstream.ServiceAccountToken(ctx, ns, name, time.Hour)
+	must(t, err)
+	cfg := env.Upstream.ConfigForToken(tok)
+	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/" + proxy.GroupVersion + "/namespaces/" + workspace + "/clusters/" + cluster + "/proxy"
+	cs, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	return "system:serviceaccount:" + ns + ":" + name, cs, tok
+}
+
+func upstreamTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	pool, err := certutil.NewPoolFromBytes(env.Upstream.Config.CAData)
+	must(t, err)
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// attach opens an attach WebSocket for cluster as token and returns the
+// handshake's status and body (the connection is closed at once).
+func attach(t *testing.T, cluster, token string) (int, string) {
+	t.Helper()
+	u, err := tunnel.AttachURL(env.Upstream.Config.Host, workspace, cluster)
+	must(t, err)
+	d := &websocket.Dialer{TLSClientConfig: upstreamTLS(t), HandshakeTimeout: 10 * time.Second}
+	conn, resp, err := d.DialContext(t.Context(), u, http.Header{"Authorization": []string{"Bearer " + token}})
+	if err == nil {
+		_ = conn.Close()
+		return resp.StatusCode, ""
+	}
+	if resp == nil {
+		t.Fatalf("attach %s: %v", cluster, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func statusOf(err error) string {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		return fmt.Sprintf("%d %s", st.Status().Code, st.Status().Message)
+	}
+	return fmt.Sprint(err)
+}
+
+func TestUserReachesDownstreamThroughTheTunnel(t *testing.T) {
+	ctx := t.Context()
+	up, down := env.Upstream, env.Downstreams[0]
+	const clusterA, clusterB = "cluster-a", "cluster-b"
+	keyA := workspace + "/" + clusterA
+
+	agentA := agentIdentity(t, clusterA, "reg-a", clusterA)
+	// Cluster B's agent may, by a faulty upstream Role, pass the API server
+	// with an attach to Cluster A too: only fleet-proxy's mapping stops it.
+	agentB := agentIdentity(t, clusterB, "reg-b", clusterB, clusterA)
+
+	aliceName, alice, aliceTok := upstreamUser(t, "users", "alice", clusterA)
+	_, mallory, malloryTok := upstreamUser(t, "users", "mallory", clusterA)
+	// Alice's upstream right: fleet.cattle.io clusters/proxy on Cluster A.
+	must(t, up.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: "alice-proxy"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/proxy"},
+			ResourceNames: []string{clusterA}, Verbs: []string{"get", "create", "update", "patch", "delete"}}},
+	}))
+	must(t, up.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: "alice-proxy"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "alice-proxy"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: aliceName}},
+	}))
+
+	// Downstream: fleet:<alice> may list pods in team-a, nothing in team-b.
+	for _, ns := range []string{"team-a", "team-b"} {
+		must(t, down.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	must(t, down.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "marker"}}))
+	// A pod to find (no controller manager: its ServiceAccount by hand).
+	must(t, down.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "default"}}))
+	must(t, down.Client.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web"},
+		Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1"}}},
+	}))
+	must(t, down.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pod-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+	}))
+	must(t, down.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pod-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "fleet:" + aliceName}},
+	}))
+	downUser := "fleet:" + aliceName
+
+	// Before the agent connects: 503 for a user with the right.
+	testenv.Eventually(t, 30*time.Second, "503 before the agent connects", func() error {
+		_, err := alice.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+		if apierrors.IsServiceUnavailable(err) {
+			return nil
+		}
+		return fmt.Errorf("want 503, got %s", statusOf(err))
+	})
+
+	// Without the upstream right: 403 from fleet-proxy.
+	_, err := mallory.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "clusters/proxy") {
+		t.Fatalf("a user without clusters/proxy: want fleet-proxy's 403, got %s", statusOf(err))
+	}
+
+	// Cluster B's agent identity cannot attach as Cluster A (403 from the
+	// tunnel server, not the API server), but may attach as its own.
+	testenv.Eventually(t, 30*time.Second, "cluster B's agent refused as cluster A by fleet-proxy", func() error {
+		code, body := attach(t, clusterA, agentB)
+		if code == http.StatusForbidden && strings.Contains(body, "may not hold the tunnel") {
+			return nil
+		}
+		return fmt.Errorf("status %d: %s", code, body)
+	})
+	testenv.Eventually(t, 30*time.Second, "cluster B's agent attaches as cluster B", func() error {
+		if code, body := attach(t, clusterB, agentB); code != http.StatusSwitchingProtocols {
+			return fmt.Errorf("status %d: %s", code, body)
+		}
+		return nil
+	})
+	if tunnels.Server.HasSession(keyA) {
+		t.Fatalf("cluster A has a session before its agent connected")
+	}
+
+	// The agent of Cluster A: tunnel client + access handler to the
+	// downstream API server, keys read through the upstream as the agent.
+	keysFn, err := access.UpstreamKeys(up.ConfigForToken(agentA))
+	must(t, err)
+	var ks *assertion.KeySet
+	testenv.Eventually(t, 30*time.Second, "signing keys through the upstream", func() error {
+		ks, err = keysFn(ctx)
+		return err
+	})
+	h, err := access.New(access.Options{Audience: keyA, Verifier: assertion.NewVerifier(ks), RefreshKeys: keysFn, Local: rest.CopyConfig(down.Config)})
+	must(t, err)
+	attachURL, err := tunnel.AttachURL(up.Config.Host, workspace, clusterA)
+	must(t, err)
+	agent := &tunnel.Client{
+		URL:        attachURL,
+		Token:      func(context.Context) (string, error) { return agentA, nil },
+		TLS:        upstreamTLS(t),
+		Handler:    h,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
+	}
+	agentRun := testenv.Start(t, "agent tunnel", agent.Run)
+	testenv.Eventually(t, 30*time.Second, "cluster A's tunnel", func() error {
+		if !tunnels.Server.HasSession(keyA) || !agent.Connected() {
+			return fmt.Errorf("not connected (sessions %d)", tunnels.Server.Sessions(keyA))
+		}
+		return nil
+	})
+
+	// Alice lists pods in team-a through the upstream: served downstream
+	// as fleet:<alice>.
+	testenv.Eventually(t, 30*time.Second, "alice lists pods in team-a", func() error {
+		pods, err := alice.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return errors.New(statusOf(err))
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Name != "web" {
+			return fmt.Errorf("want pod web, got %d pods", len(pods.Items))
+		}
+		return nil
+	})
+	// In team-b downstream RBAC refuses fleet:<alice>.
+	_, err = alice.CoreV1().Pods("team-b").List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), downUser) {
+		t.Fatalf("team-b: want the downstream's 403 for %s, got %s", downUser, statusOf(err))
+	}
+	// Nor may she read what pod-reader does not grant.
+	if _, err := alice.CoreV1().ConfigMaps("team-a").Get(ctx, "marker", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("configmaps in team-a: want the downstream's 403, got %s", statusOf(err))
+	}
+	// Mallory still gets fleet-proxy's 403 now that the cluster is
+	// connected.
+	if _, err := mallory.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "clusters/proxy") {
+		t.Fatalf("a user without clusters/proxy after connect: want fleet-proxy's 403, got %s", statusOf(err))
+	}
+	if n := tunnels.Server.Sessions(keyA); n != 1 {
+		t.Errorf("cluster A has %d sessions, want 1 (only its own agent)", n)
+	}
+
+	// The agent goes: 503 again.
+	must(t, agentRun.Stop(10*time.Second))
+	testenv.Eventually(t, 30*time.Second, "503 after the agent went", func() error {
+		_, err := alice.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+		if apierrors.IsServiceUnavailable(err) {
+			return nil
+		}
+		return fmt.Errorf("want 503, got %s", statusOf(err))
+	})
+
+	for name, tok := range map[string]string{"alice": aliceTok, "mallory": malloryTok, "agent A": agentA, "agent B": agentB} {
+		if strings.Contains(logs.String(), tok) {
+			t.Errorf("the token of %s is in the log", name)
+		}
+	}
+}
