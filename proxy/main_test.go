@@ -15,18 +15,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	certutil "k8s.io/client-go/util/cert"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/proxy"
+	"github.com/gitops-fleet/fleet/proxy/proxytest"
 )
 
 const proxyNamespace = "fleet-system"
@@ -167,81 +163,8 @@ func setup(s *testenv.Suite) error {
 		return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert)))
 	})
 
-	// What the chart installs: the Service, its endpoint (here this test
-	// process), the APIService and the entry right for every user.
-	objs := []client.Object{
-		&corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
-				Name: "https", Port: 443, TargetPort: intstr.FromInt32(int32(port)),
-			}}},
-		},
-		&discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-test",
-				Labels: map[string]string{discoveryv1.LabelServiceName: "fleet-proxy"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
-		},
-		&unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-			"metadata": map[string]any{"name": proxy.APIServiceName},
-			"spec": map[string]any{
-				"group": proxy.Group, "version": proxy.Version,
-				"service":              map[string]any{"namespace": proxyNamespace, "name": "fleet-proxy", "port": int64(443)},
-				"caBundle":             certPEM,
-				"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			},
-		}},
-		&rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-entry"},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{proxy.Group}, Resources: []string{"clusters/proxy"}, Verbs: []string{"*"}},
-				{APIGroups: []string{proxy.Group}, Resources: []string{"signingkeys"}, Verbs: []string{"get", "list"}},
-			},
-		},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-entry"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy-entry"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "system:authenticated"}},
-		},
-	}
-	for _, o := range objs {
-		if err := up.Client.Create(ctx, o); err != nil {
-			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
-		}
-	}
-	return waitAvailable(ctx)
-}
-
-// waitAvailable waits (a minute at most) for the APIService to be
-// Available and the group to answer through the upstream API server.
-func waitAvailable(ctx context.Context) error {
-	deadline := time.Now().Add(time.Minute)
-	var last error
-	for time.Now().Before(deadline) {
-		as := &unstructured.Unstructured{}
-		as.SetAPIVersion("apiregistration.k8s.io/v1")
-		as.SetKind("APIService")
-		last = env.Upstream.Client.Get(ctx, client.ObjectKey{Name: proxy.APIServiceName}, as)
-		if last == nil {
-			conds, _, _ := unstructured.NestedSlice(as.Object, "status", "conditions")
-			last = fmt.Errorf("APIService not Available: %v", conds)
-			for _, c := range conds {
-				if m, _ := c.(map[string]any); m["type"] == "Available" && m["status"] == "True" {
-					last = nil
-				}
-			}
-		}
-		if last == nil {
-			_, last = env.Upstream.Clientset.Discovery().ServerResourcesForGroupVersion(proxy.GroupVersion)
-			if last == nil {
-				return nil
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return fmt.Errorf("waiting for APIService %s: %w", proxy.APIServiceName, last)
+	// What the chart installs, pointing at this test process.
+	return proxytest.Register(ctx, up.Client, up.Clientset, proxyNamespace, host, port, certPEM)
 }
 
 // user is an upstream ServiceAccount with a bearer token, calling the
