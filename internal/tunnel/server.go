@@ -61,13 +61,24 @@ type Server struct {
 
 	mu         sync.Mutex
 	sessions   map[string]int
+	attached   map[*attachedSession]struct{}
 	transports map[string]*http.Transport
 	peers      map[string]string
 
 	tunnelsUp     prometheus.Gauge
 	sessionsUp    prometheus.Gauge
 	refused       prometheus.Counter
+	revoked       prometheus.Counter
 	transportsNow prometheus.GaugeFunc
+}
+
+// attachedSession is one agent's session on this replica: the attach
+// request Authenticate allowed (kept to ask it again, see Recheck) and the
+// connection remotedialer took over (closed to end the session).
+type attachedSession struct {
+	key  string
+	req  *http.Request
+	conn net.Conn
 }
 
 type keyContext struct{}
@@ -88,6 +99,7 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 		Authenticate: authenticate,
 		Log:          logr.Discard(),
 		sessions:     map[string]int{},
+		attached:     map[*attachedSession]struct{}{},
 		transports:   map[string]*http.Transport{},
 		tunnelsUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fleet_proxy_tunnels_connected",
@@ -100,6 +112,10 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_proxy_tunnel_refused_total",
 			Help: "Tunnel attach requests refused because the caller may hold no tunnel or not the one named.",
+		}),
+		revoked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_tunnel_revoked_total",
+			Help: "Open agent tunnel sessions closed because their identity may no longer hold them.",
 		}),
 	}
 	// The key was put into the request's context by ServeHTTP after
@@ -114,7 +130,7 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 	// The server side never serves connects from agents.
 	s.rd.ClientConnectAuthorizer = func(string, string) bool { return false }
 	if reg != nil {
-		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.refused)
+		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.refused, s.revoked)
 		// remotedialer keeps its metrics, and whether they are on, in
 		// package variables that its sessions read: they are registered
 		// once per process, on the first registry given (a second
@@ -141,10 +157,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		http.Error(rw, "this identity may not hold the tunnel of this cluster", http.StatusForbidden)
 		return
 	}
-	hw := &hijackWatch{ResponseWriter: rw, onHijack: func() { s.connected(key) }}
+	sess := &attachedSession{key: key, req: req}
+	hw := &hijackWatch{ResponseWriter: rw, onHijack: func(c net.Conn) { sess.conn = c; s.connected(sess) }}
 	s.rd.ServeHTTP(hw, req.WithContext(context.WithValue(req.Context(), keyContext{}, key)))
 	if hw.hijacked {
-		s.disconnected(key)
+		s.disconnected(sess)
 	}
 }
 
@@ -155,8 +172,10 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func (s *Server) connected(key string) {
+func (s *Server) connected(sess *attachedSession) {
+	key := sess.key
 	s.mu.Lock()
+	s.attached[sess] = struct{}{}
 	s.sessions[key]++
 	n := s.sessions[key]
 	if n == 1 {
@@ -170,8 +189,10 @@ func (s *Server) connected(key string) {
 	}
 }
 
-func (s *Server) disconnected(key string) {
+func (s *Server) disconnected(sess *attachedSession) {
+	key := sess.key
 	s.mu.Lock()
+	delete(s.attached, sess)
 	s.sessions[key]--
 	n := s.sessions[key]
 	s.sessionsUp.Dec()
@@ -259,6 +280,74 @@ func (s *Server) HasSession(key string) bool {
 	return s.rd.HasSession(sessionKey(key))
 }
 
+// Held reports whether an agent of the cluster holds a session, on this
+// replica or on a connected peer: whether a user's request for the cluster
+// can be served from this replica.
+func (s *Server) Held(key string) bool {
+	return s.rd.HasSession(sessionKey(key))
+}
+
+// Recheck asks Authenticate again, with the attach request that opened it,
+// whether each session on this replica may still be held, and closes those
+// it refuses (ErrNotAnAgent, or another Cluster): the agent's registration
+// or request ServiceAccount went, or its Cluster did or moved. A session
+// whose check fails otherwise (reading an object) is kept until the next
+// check. It returns how many sessions it closed.
+func (s *Server) Recheck() int {
+	s.mu.Lock()
+	sessions := make([]*attachedSession, 0, len(s.attached))
+	for sess := range s.attached {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	closed := 0
+	for _, sess := range sessions {
+		// The request's context ends with the session; its values (who
+		// attached) are what the check needs.
+		req := sess.req.WithContext(context.WithoutCancel(sess.req.Context()))
+		key, err := s.Authenticate(req)
+		switch {
+		case err == nil && key == sess.key:
+			continue
+		case err != nil && !errors.Is(err, ErrNotAnAgent):
+			s.Log.Info("could not recheck an agent tunnel, kept until the next check", "cluster", sess.key, "error", err.Error())
+			continue
+		}
+		reason := errString(err)
+		if err == nil {
+			reason = "the identity now maps to Cluster " + key
+		}
+		s.Log.Info("closing an agent tunnel: its identity may no longer hold it", "cluster", sess.key, "reason", reason)
+		s.revoked.Inc()
+		_ = sess.conn.Close()
+		closed++
+	}
+	return closed
+}
+
+// RecheckLoop runs Recheck on every receive from changed (the objects
+// Authenticate reads changed; bursts are coalesced, at most one check per
+// second) and every period, until ctx ends.
+func (s *Server) RecheckLoop(ctx context.Context, period time.Duration, changed <-chan struct{}) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-changed:
+			// Let the rest of a burst (a deletion cascades) arrive.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		s.Recheck()
+	}
+}
+
 // Sessions is how many agent sessions the cluster has on this replica.
 func (s *Server) Sessions(key string) int {
 	s.mu.Lock()
@@ -317,7 +406,7 @@ func (s *Server) RoundTripper(key string) (http.RoundTripper, bool) {
 // WebSocket upgrade succeeded and the session is registered right after.
 type hijackWatch struct {
 	http.ResponseWriter
-	onHijack func()
+	onHijack func(net.Conn)
 	hijacked bool
 }
 
@@ -325,7 +414,7 @@ func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil {
 		w.hijacked = true
-		w.onHijack()
+		w.onHijack(c)
 	}
 	return c, rw, err
 }

@@ -47,12 +47,12 @@ func newUpstream(t *testing.T, addr string, cert *tls.Certificate) *upstream {
 	u.server = tunnel.NewServer(func(req *http.Request) (string, error) {
 		token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 		u.mu.Lock()
+		defer u.mu.Unlock()
 		u.seen = append(u.seen, token)
-		u.mu.Unlock()
 		if k, found := u.tokens[token]; ok && found {
 			return k, nil
 		}
-		return "", errors.New("unknown token")
+		return "", fmt.Errorf("%w: unknown token", tunnel.ErrNotAnAgent)
 	}, u.reg)
 	u.start(addr, cert)
 	return u
@@ -470,5 +470,49 @@ func TestAttachURL(t *testing.T) {
 	}
 	if _, err := tunnel.AttachURL("ftp://x", "a", "b"); err == nil {
 		t.Error("AttachURL accepted a non-https address")
+	}
+}
+
+// TestRecheck_ClosesSessionsTheIdentityMayNoLongerHold: an open tunnel is
+// cut when its identity stops mapping to the Cluster, and stays cut.
+func TestRecheck_ClosesSessionsTheIdentityMayNoLongerHold(t *testing.T) {
+	u := newUpstream(t, "", nil)
+	u.tokens["token-c"] = key
+	a, _ := u.agent(t, "agent-a", "token-a")
+	u.agent(t, "agent-c", "token-c")
+	waitSessions(t, u, 2)
+	if n := u.server.Recheck(); n != 0 {
+		t.Fatalf("Recheck closed %d sessions of allowed identities", n)
+	}
+	if !u.server.Held(key) {
+		t.Fatal("Held is false with a session")
+	}
+
+	// C's identity now maps to another Cluster: its session of this one
+	// is closed, A's stays.
+	u.mu.Lock()
+	u.tokens["token-c"] = "fleet-default/cluster-b"
+	u.mu.Unlock()
+	if n := u.server.Recheck(); n != 1 {
+		t.Fatalf("Recheck closed %d sessions, want C's", n)
+	}
+	waitSessions(t, u, 1)
+
+	// A is revoked: closed, and its reattaches are refused.
+	u.mu.Lock()
+	delete(u.tokens, "token-a")
+	u.mu.Unlock()
+	if n := u.server.Recheck(); n != 1 {
+		t.Fatalf("Recheck closed %d sessions, want A's", n)
+	}
+	waitSessions(t, u, 0)
+	testenv.Eventually(t, 10*time.Second, "a refused reattach", func() (bool, error) {
+		return testutil.ToFloat64(counter(t, u.reg, "fleet_proxy_tunnel_refused_total")) >= 1, nil
+	})
+	if u.server.Held(key) || a.Connected() {
+		t.Fatal("the revoked agent holds a tunnel again")
+	}
+	if n := testutil.ToFloat64(counter(t, u.reg, "fleet_proxy_tunnel_revoked_total")); n != 2 {
+		t.Errorf("revoked counter %v, want 2", n)
 	}
 }
