@@ -86,6 +86,10 @@ type Options struct {
 	Keys KeySet
 	// Attacher serves agents' tunnels (nil: attach answers 503).
 	Attacher Attacher
+	// Peer, when set, accepts the connections of the other replicas at
+	// PeerPath (TunnelServer.Server.PeerHandler(): the peer token is its
+	// only credential, without it 401).
+	Peer http.Handler
 	// Registerer gets the metrics (nil: controller-runtime's registry).
 	Registerer prometheus.Registerer
 	// AuthorizationCacheTTL is how long an allowed or denied answer is
@@ -138,6 +142,9 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /healthz", ok)
 	mux.HandleFunc("GET /readyz", ok)
 	mux.HandleFunc("GET /livez", ok)
+	if opts.Peer != nil {
+		mux.Handle("GET "+PeerPath, opts.Peer)
+	}
 	api := http.NewServeMux()
 	s.discovery(api)
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy", s.clusterProxy)

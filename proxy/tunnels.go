@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,8 +102,9 @@ func (t *TunnelServer) Dialer(key string) (DialFunc, bool) {
 // IdentityCache starts a read-only cache of what tunnel.ClusterForIdentity
 // reads (fleet-proxy's RBAC: get, list, watch on exactly these) and waits
 // for it to fill. ServiceAccounts are cached only when they carry a
-// registration's label: every request identity does.
-func IdentityCache(ctx context.Context, cfg *rest.Config) (client.Reader, error) {
+// registration's label: every request identity does. Its informers tell
+// RecheckOnChange when an identity may have lost its tunnel.
+func IdentityCache(ctx context.Context, cfg *rest.Config) (cache.Cache, error) {
 	hasRegistration, err := labels.NewRequirement(registration.RegistrationLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
@@ -129,4 +131,44 @@ func IdentityCache(ctx context.Context, cfg *rest.Config) (client.Reader, error)
 		return nil, errors.New("the cache of ServiceAccounts, ClusterRegistrations and Clusters did not fill")
 	}
 	return c, nil
+}
+
+// RecheckOnChange closes the agents' sessions whose identity may no longer
+// hold them (tunnel.Server.Recheck): after a request ServiceAccount, a
+// ClusterRegistration or a Cluster is deleted or changes in what the
+// identity mapping reads, and every period, until ctx ends. identities is
+// the IdentityCache the TunnelServer reads.
+func (t *TunnelServer) RecheckOnChange(ctx context.Context, identities cache.Informers, period time.Duration) error {
+	changed := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default: // a recheck is already due
+		}
+	}
+	// Additions revoke nothing; Clusters change status often, and only
+	// their namespace and deletion matter here.
+	handler := toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			if o, ok := oldObj.(*fleet.Cluster); ok {
+				n, _ := newObj.(*fleet.Cluster)
+				if n != nil && o.Status.Namespace == n.Status.Namespace && o.DeletionTimestamp.IsZero() == n.DeletionTimestamp.IsZero() {
+					return
+				}
+			}
+			signal()
+		},
+		DeleteFunc: func(any) { signal() },
+	}
+	for _, o := range []client.Object{&corev1.ServiceAccount{}, &fleet.ClusterRegistration{}, &fleet.Cluster{}} {
+		inf, err := identities.GetInformer(ctx, o)
+		if err != nil {
+			return fmt.Errorf("watching %T: %w", o, err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	go t.Server.RecheckLoop(ctx, period, changed)
+	return nil
 }

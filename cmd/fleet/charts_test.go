@@ -228,8 +228,10 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations", "clusters"}, Verbs: []string{"get", "list", "watch"}},
 		},
 		"Role/fleet-proxy": {
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing", "fleet-proxy-tls"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing", "fleet-proxy-tls", "fleet-proxy-peer"}, Verbs: []string{"get"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			// Peer discovery: the endpoints of Service fleet-proxy.
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 		},
 	}
 	wantBindings := map[string]string{

@@ -24,8 +24,12 @@ import (
 	"github.com/gitops-fleet/fleet/proxy"
 )
 
+// recheckPeriod is how often the agents' open tunnels are checked against
+// the identity mapping besides on every change of what it reads.
+const recheckPeriod = time.Minute
+
 func newProxyCommand() *cobra.Command {
-	var kubeconfig, namespace, service, listen, certFile, keyFile, metricsAddr string
+	var kubeconfig, namespace, service, listen, certFile, keyFile, caFile, podIP, metricsAddr string
 	var devLog, setCABundle bool
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -46,12 +50,19 @@ func newProxyCommand() *cobra.Command {
 				return err
 			}
 			var cert tls.Certificate
+			// ca verifies the serving certificate, which every replica
+			// shares: the aggregator trusts it, and so do the peers.
+			var ca []byte
 			if certFile != "" || keyFile != "" {
 				if cert, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 					return fmt.Errorf("loading the serving certificate: %w", err)
 				}
+				if caFile != "" {
+					if ca, err = os.ReadFile(caFile); err != nil {
+						return fmt.Errorf("reading the serving certificate's CA: %w", err)
+					}
+				}
 			} else {
-				var ca []byte
 				if cert, ca, err = proxy.EnsureServingCertificate(ctx, cs, namespace, service); err != nil {
 					return err
 				}
@@ -79,7 +90,12 @@ func newProxyCommand() *cobra.Command {
 			ts := tunnel.NewServer(nil, crmetrics.Registry)
 			ts.Log = ctrl.Log.WithName("tunnel")
 			tunnels := proxy.NewTunnelServer(objs, ts)
-			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys})
+			// An open tunnel ends when its identity loses the right.
+			if err := tunnels.RecheckOnChange(ctx, objs, recheckPeriod); err != nil {
+				return err
+			}
+			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys,
+				Peer: ts.PeerHandler()})
 			if err != nil {
 				return err
 			}
@@ -89,6 +105,19 @@ func newProxyCommand() *cobra.Command {
 			l, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
+			}
+			// The replicas reach each other's agents: a user's request
+			// may land on any replica, an agent's tunnel on one.
+			if podIP == "" {
+				ctrl.Log.Info("no pod IP (--pod-ip, $POD_IP): this replica peers with no other; run one replica only")
+			} else {
+				if len(ca) == 0 {
+					return errors.New("peering with other replicas needs the CA of the serving certificate (--tls-ca-file)")
+				}
+				if err := tunnels.StartPeering(ctx, proxy.Peering{Client: cs, Namespace: namespace, Service: service,
+					PodIP: podIP, Port: l.Addr().(*net.TCPAddr).Port, ServingCA: ca}); err != nil {
+					return err
+				}
 			}
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert))) })
@@ -108,11 +137,13 @@ func newProxyCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the upstream cluster (default: in-cluster, or $KUBECONFIG)")
-	f.StringVar(&namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "system namespace (Secrets fleet-proxy-signing and fleet-proxy-tls)")
+	f.StringVar(&namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "system namespace (Secrets fleet-proxy-signing, fleet-proxy-tls and fleet-proxy-peer)")
 	f.StringVar(&service, "service", "fleet-proxy", "name of fleet-proxy's Service (the serving certificate's name is <service>.<namespace>.svc)")
 	f.StringVar(&listen, "listen", ":8443", "address of the HTTPS server")
 	f.StringVar(&certFile, "tls-cert-file", "", "serving certificate (default: Secret fleet-proxy-tls, made when missing)")
 	f.StringVar(&keyFile, "tls-private-key-file", "", "serving certificate's key")
+	f.StringVar(&caFile, "tls-ca-file", "", "CA that verifies the serving certificate of --tls-cert-file, for connections to the other replicas")
+	f.StringVar(&podIP, "pod-ip", os.Getenv("POD_IP"), "this pod's IP (the downward API's status.podIP): the other ready endpoints of --service are its peers (empty: no peering, one replica only)")
 	f.BoolVar(&setCABundle, "set-apiservice-ca-bundle", true, "with the certificate of Secret fleet-proxy-tls, write its CA into APIService "+proxy.APIServiceName)
 	f.StringVar(&metricsAddr, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
