@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -124,8 +125,17 @@ func discoverPeers(ctx context.Context, c kubernetes.Interface, namespace, servi
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	inf := f.Discovery().V1().EndpointSlices()
 	lister := inf.Lister()
-	var last map[string]string
+	var (
+		mu      sync.Mutex
+		last    map[string]string
+		stopped bool
+	)
 	update := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
 		slices, err := lister.List(labels.Everything())
 		if err != nil {
 			return
@@ -137,7 +147,13 @@ func discoverPeers(ctx context.Context, c kubernetes.Interface, namespace, servi
 		last = peers
 		set(peers)
 	}
-	// Handlers run one at a time, so last needs no lock.
+	// This replica stops: it drops its peers (their connections end).
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		set(map[string]string{})
+	})
 	if _, err := inf.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { update() },
 		UpdateFunc: func(any, any) { update() },

@@ -115,9 +115,13 @@ outer:
 			return d(ctx, parts[1], address)
 		}
 
+		// fleet fork: a removed peer's connection ends too (Serve reads
+		// until the connection fails and does not watch ctx).
+		stopClose := context.AfterFunc(ctx, func() { _ = ws.Close() })
 		s.sessions.addListener(session)
 		_, err = session.Serve(ctx)
 		s.sessions.removeListener(session)
+		stopClose()
 		session.Close()
 
 		if err != nil {
