@@ -27,6 +27,7 @@ type Session struct {
 	conns            map[int64]*connection
 	remoteClientKeys map[string]map[int]bool
 	auth             ConnectAuthorizer
+	pingMu           sync.Mutex // fleet fork: Close may run while Serve starts the pings
 	pingCancel       context.CancelFunc
 	pingWait         sync.WaitGroup
 	dialer           Dialer
@@ -172,8 +173,10 @@ func (s *Session) hasSessionKeys(clientKey string) bool {
 
 func (s *Session) startPings(rootCtx context.Context) {
 	ctx, cancel := context.WithCancel(rootCtx)
+	s.pingMu.Lock()
 	s.pingCancel = cancel
 	s.pingWait.Add(1)
+	s.pingMu.Unlock()
 
 	go func() {
 		defer s.pingWait.Done()
@@ -212,11 +215,14 @@ func (s *Session) sendPing() error {
 }
 
 func (s *Session) stopPings() {
-	if s.pingCancel == nil {
+	s.pingMu.Lock()
+	cancel := s.pingCancel
+	s.pingMu.Unlock()
+	if cancel == nil {
 		return
 	}
 
-	s.pingCancel()
+	cancel()
 	s.pingWait.Wait()
 }
 
