@@ -66,6 +66,8 @@ type Server struct {
 
 	tunnelsUp     prometheus.Gauge
 	sessionsUp    prometheus.Gauge
+	connects      prometheus.Counter
+	disconnects   prometheus.Counter
 	refused       prometheus.Counter
 	transportsNow prometheus.GaugeFunc
 }
@@ -90,8 +92,16 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 		sessions:     map[string]int{},
 		transports:   map[string]*http.Transport{},
 		tunnelsUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fleet_proxy_tunnels_connected",
-			Help: "Clusters with at least one agent tunnel connected to this fleet-proxy replica.",
+			Name: "fleet_proxy_tunnels",
+			Help: "Clusters with at least one agent tunnel held by this fleet-proxy replica.",
+		}),
+		connects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_tunnel_connects_total",
+			Help: "Agent tunnel sessions that connected to this fleet-proxy replica.",
+		}),
+		disconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_tunnel_disconnects_total",
+			Help: "Agent tunnel sessions that ended on this fleet-proxy replica.",
 		}),
 		sessionsUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fleet_proxy_tunnel_sessions",
@@ -114,7 +124,7 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 	// The server side never serves connects from agents.
 	s.rd.ClientConnectAuthorizer = func(string, string) bool { return false }
 	if reg != nil {
-		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.refused)
+		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.connects, s.disconnects, s.refused)
 		// remotedialer keeps its metrics, and whether they are on, in
 		// package variables that its sessions read: they are registered
 		// once per process, on the first registry given (a second
@@ -163,6 +173,7 @@ func (s *Server) connected(key string) {
 		s.tunnelsUp.Inc()
 	}
 	s.sessionsUp.Inc()
+	s.connects.Inc()
 	s.mu.Unlock()
 	s.Log.Info("agent tunnel connected", "cluster", key, "sessions", n)
 	if s.OnConnect != nil {
@@ -175,6 +186,7 @@ func (s *Server) disconnected(key string) {
 	s.sessions[key]--
 	n := s.sessions[key]
 	s.sessionsUp.Dec()
+	s.disconnects.Inc()
 	t := s.transports[key]
 	if n <= 0 {
 		delete(s.sessions, key)
@@ -257,6 +269,13 @@ func (s *Server) PeerHandler() http.Handler {
 // replica or to a peer.
 func (s *Server) HasSession(key string) bool {
 	return s.rd.HasSession(sessionKey(key))
+}
+
+// Held reports whether the cluster's tunnel is held anywhere: an agent
+// session on this replica (counted from OnConnect on, before remotedialer
+// registers it) or, with peering, one a peer announced.
+func (s *Server) Held(key string) bool {
+	return s.Sessions(key) > 0 || s.rd.HasSession(sessionKey(key))
 }
 
 // Sessions is how many agent sessions the cluster has on this replica.
