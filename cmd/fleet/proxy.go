@@ -15,17 +15,21 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
+	"github.com/gitops-fleet/fleet/proxy/connected"
 )
 
 func newProxyCommand() *cobra.Command {
-	var kubeconfig, namespace, service, listen, certFile, keyFile, metricsAddr string
+	var kubeconfig, namespace, service, listen, certFile, keyFile, metricsAddr, replica string
 	var devLog, setCABundle bool
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -79,6 +83,33 @@ func newProxyCommand() *cobra.Command {
 			ts := tunnel.NewServer(nil, crmetrics.Registry)
 			ts.Log = ctrl.Log.WithName("tunnel")
 			tunnels := proxy.NewTunnelServer(objs, ts)
+			// The Connected condition and the tunnel events, written as
+			// fleet-proxy (reads of Clusters go to the API server: a
+			// write is decided on the version it is made against).
+			if replica == "" {
+				if replica, err = connected.ReplicaName(); err != nil {
+					return fmt.Errorf("naming this replica: %w", err)
+				}
+			}
+			writer, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+			if err != nil {
+				return err
+			}
+			eb := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+			if err := eb.StartRecordingToSinkWithContext(ctx); err != nil {
+				return err
+			}
+			defer eb.Shutdown()
+			status, err := connected.New(connected.Options{
+				Client: writer, Holder: ts, Local: ts.Sessions, Replica: replica,
+				Running:  connected.PodRunning(cs, namespace),
+				Recorder: eb.NewRecorder(scheme.Scheme, "fleet-proxy"),
+				Log:      ctrl.Log.WithName("connected"),
+			})
+			if err != nil {
+				return err
+			}
+			ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
 			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys})
 			if err != nil {
 				return err
@@ -91,6 +122,7 @@ func newProxyCommand() *cobra.Command {
 				return err
 			}
 			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return status.Run(ctx) })
 			g.Go(func() error { return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert))) })
 			if metricsAddr != "0" && metricsAddr != "" {
 				ms := &http.Server{Addr: metricsAddr, ReadHeaderTimeout: 10 * time.Second,
@@ -115,6 +147,7 @@ func newProxyCommand() *cobra.Command {
 	f.StringVar(&keyFile, "tls-private-key-file", "", "serving certificate's key")
 	f.BoolVar(&setCABundle, "set-apiservice-ca-bundle", true, "with the certificate of Secret fleet-proxy-tls, write its CA into APIService "+proxy.APIServiceName)
 	f.StringVar(&metricsAddr, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	f.StringVar(&replica, "replica-name", "", "name of this replica, recorded in the Connected condition of the Clusters whose tunnel it holds (default: $POD_NAME, else the host name); other replicas look for a pod of that name in --namespace")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }
