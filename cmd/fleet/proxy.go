@@ -101,7 +101,7 @@ func newProxyCommand() *cobra.Command {
 			}
 			defer eb.Shutdown()
 			status, err := connected.New(connected.Options{
-				Client: writer, Holder: ts, Local: ts.Sessions, Replica: replica,
+				Client: writer, Lister: objs, Holder: ts, Local: ts.Sessions, Replica: replica,
 				Running:  connected.PodRunning(cs, namespace),
 				Recorder: eb.NewRecorder(scheme.Scheme, "fleet-proxy"),
 				Log:      ctrl.Log.WithName("connected"),

@@ -64,6 +64,8 @@ type Options struct {
 	// Client reads Clusters from the API server (not a cache: a decision
 	// is made on the version it writes against) and applies the status.
 	Client client.Client
+	// Lister lists the Clusters a sweep looks at (a cache; default Client).
+	Lister client.Reader
 	// Holder tells whether any replica holds a tunnel.
 	Holder Holder
 	// Local is how many sessions of the Cluster this replica holds
@@ -104,6 +106,9 @@ func New(o Options) (*Reporter, error) {
 	}
 	if strings.ContainsAny(o.Replica, " \t\n") {
 		return nil, fmt.Errorf("connected: replica name %q contains white space", o.Replica)
+	}
+	if o.Lister == nil {
+		o.Lister = o.Client
 	}
 	if o.Grace <= 0 {
 		o.Grace = DefaultGrace
@@ -187,7 +192,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 // this one does not know to hold the tunnel: sync decides.
 func (r *Reporter) sweep(ctx context.Context) error {
 	var list fleet.ClusterList
-	if err := r.o.Client.List(ctx, &list); err != nil {
+	if err := r.o.Lister.List(ctx, &list); err != nil {
 		return err
 	}
 	for _, c := range list.Items {

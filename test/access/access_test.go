@@ -120,7 +120,7 @@ func setup(s *testenv.Suite) error {
 		return err
 	}
 	status, err := connected.New(connected.Options{
-		Client: up.Client, Holder: ts, Local: ts.Sessions, Replica: replica,
+		Client: up.Client, Lister: reader, Holder: ts, Local: ts.Sessions, Replica: replica,
 		Running:       connected.PodRunning(up.Clientset, proxyNamespace),
 		Recorder:      eb.NewRecorder(scheme.Scheme, "fleet-proxy"),
 		SweepInterval: 2 * time.Second,
