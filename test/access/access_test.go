@@ -63,7 +63,51 @@ var (
 	env     *controlplane.Env
 	tunnels *proxy.TunnelServer
 	logs    *testenv.Logs
+	// fleet-proxy's identity with the chart's rights for the status.
+	proxyClient    client.Client
+	proxyClientset kubernetes.Interface
 )
+
+// proxyIdentity is a ServiceAccount fleet-proxy with the rules the chart
+// gives fleet-proxy for the Connected condition and the events
+// (charts/fleet/templates/proxy.yaml; the chart test pins them) and
+// clients acting as it.
+func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, error) {
+	c := env.Upstream.Client
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"}}
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: proxyNamespace, Name: sa.Name}}
+	objs := []client.Object{
+		sa,
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-status"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-status"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy-status"}, Subjects: subjects},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-proxy-pods"}, Subjects: subjects},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return nil, nil, err
+		}
+	}
+	tok, err := env.Upstream.ServiceAccountToken(ctx, sa.Namespace, sa.Name, 2*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := env.Upstream.ConfigForToken(tok)
+	pc, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	return pc, cs, err
+}
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{
@@ -114,14 +158,18 @@ func setup(s *testenv.Suite) error {
 	ts := tunnel.NewServer(nil, prometheus.NewRegistry())
 	tunnels = proxy.NewTunnelServer(reader, ts)
 	// The Connected condition and the tunnel events, as `fleet proxy`
-	// writes them (a short sweep interval: the tests wait for it).
-	eb := events.NewBroadcaster(&events.EventSinkImpl{Interface: up.Clientset.EventsV1()})
+	// writes them (a short sweep interval: the tests wait for it), as a
+	// ServiceAccount with only the chart's rights for them.
+	if proxyClient, proxyClientset, err = proxyIdentity(ctx); err != nil {
+		return err
+	}
+	eb := events.NewBroadcaster(&events.EventSinkImpl{Interface: proxyClientset.EventsV1()})
 	if err := eb.StartRecordingToSinkWithContext(ctx); err != nil {
 		return err
 	}
 	status, err := connected.New(connected.Options{
-		Client: up.Client, Lister: reader, Holder: ts, Local: ts.Sessions, Replica: replica,
-		Running:       connected.PodRunning(up.Clientset, proxyNamespace),
+		Client: proxyClient, Lister: reader, Holder: ts, Local: ts.Sessions, Replica: replica,
+		Running:       connected.PodRunning(proxyClientset, proxyNamespace),
 		Recorder:      eb.NewRecorder(scheme.Scheme, "fleet-proxy"),
 		SweepInterval: 2 * time.Second,
 		Log:           ctrllog.Log.WithName("connected"),
@@ -535,6 +583,17 @@ func TestConnectedConditionFollowsTheTunnel(t *testing.T) {
 		t.Errorf("Connected=False message %q", downCond.Message)
 	}
 	waitEvent(t, cluster, corev1.EventTypeWarning, connected.DisconnectedEvent)
+
+	// fleet-proxy's rights stop at the status: its identity may not
+	// change the Cluster itself nor delete it.
+	must(t, proxyClient.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl))
+	cl.Spec.Paused = true
+	if err := proxyClient.Update(ctx, cl); !apierrors.IsForbidden(err) {
+		t.Errorf("fleet-proxy updating a Cluster's spec: want 403, got %v", err)
+	}
+	if err := proxyClient.Delete(ctx, cl); !apierrors.IsForbidden(err) {
+		t.Errorf("fleet-proxy deleting a Cluster: want 403, got %v", err)
+	}
 	if tunnels.Server.Held(key) {
 		t.Error("the tunnel is held after the agent went")
 	}
