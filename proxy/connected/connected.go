@@ -188,21 +188,44 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 }
 
-// sweep queues the Clusters whose Connected=True names a replica that
-// this one does not know to hold the tunnel: sync decides.
+// sweep queues for sync to decide again the Clusters whose condition
+// disagrees with this replica's sessions: a True while this replica holds
+// none (it named this replica's previous process, or a replica that may be
+// gone; a True that names a live replica stays its to end, and that
+// replica's own sweep ends it once no replica holds the tunnel), or no
+// True while this replica holds a session (another replica, not seeing
+// this one's sessions, wrote False). A True naming another replica while
+// this one holds a session too is left alone: both hold one.
 func (r *Reporter) sweep(ctx context.Context) error {
 	var list fleet.ClusterList
 	if err := r.o.Lister.List(ctx, &list); err != nil {
 		return err
 	}
+	running := map[string]bool{} // per holder, for this sweep
 	for _, c := range list.Items {
 		cond := meta.FindStatusCondition(c.Status.Conditions, fleet.ConnectedCondition)
-		if cond == nil || cond.Status != metav1.ConditionTrue {
+		isTrue := cond != nil && cond.Status == metav1.ConditionTrue
+		key := c.Namespace + "/" + c.Name
+		if isTrue == (r.o.Local(key) > 0) {
 			continue
 		}
-		key := c.Namespace + "/" + c.Name
-		if holder := HolderOf(cond); holder == r.o.Replica && r.o.Local(key) > 0 {
-			continue
+		if isTrue {
+			if r.o.Holder.Held(key) {
+				continue
+			}
+			if holder := HolderOf(cond); holder != r.o.Replica {
+				up, ok := running[holder]
+				if !ok {
+					var err error
+					if up, err = r.o.Running(ctx, holder); err != nil {
+						return fmt.Errorf("whether fleet-proxy replica %s runs: %w", holder, err)
+					}
+					running[holder] = up
+				}
+				if up {
+					continue
+				}
+			}
 		}
 		r.queue.Add(key)
 	}

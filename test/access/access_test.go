@@ -571,6 +571,16 @@ func TestConnectedConditionFollowsTheTunnel(t *testing.T) {
 		t.Errorf("after the controller's patch: %+v, want %+v", after, upCond)
 	}
 
+	// Another replica that does not see this one's session (no peering)
+	// wrote False: the replica holding the tunnel sets True again.
+	must(t, up.Client.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl))
+	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fleet.ConnectedCondition, Status: metav1.ConditionFalse,
+		Reason: fleet.TunnelDownReason, Message: "written by another replica"})
+	must(t, up.Client.Status().Update(ctx, cl))
+	if again := waitConnected(t, cluster, metav1.ConditionTrue, fleet.TunnelUpReason); connected.HolderOf(again) != replica {
+		t.Errorf("Connected=True again does not name %s: %q", replica, again.Message)
+	}
+
 	// The agent goes: False, with what to check, after the grace.
 	wentAt := time.Now()
 	must(t, agentRun.Stop(10*time.Second))
