@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -50,6 +52,7 @@ type fixture struct {
 	signer *assertion.Signer
 	h      *Handler
 	srv    *httptest.Server
+	reg    *prometheus.Registry
 
 	mu  sync.Mutex
 	now time.Time // the handler's clock; zero: real time
@@ -62,11 +65,13 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f := &fixture{t: t, down: env.Downstreams[0], admin: env.Downstreams[0].Clientset}
 	f.signer = newSigner(t)
+	f.reg = prometheus.NewRegistry()
 	h, err := New(Options{
-		Audience: audience,
-		Verifier: assertion.NewVerifier(assertion.NewKeySet(f.signer.PublicKey())),
-		Local:    f.down.Config,
-		Now:      f.clock,
+		Audience:   audience,
+		Verifier:   assertion.NewVerifier(assertion.NewKeySet(f.signer.PublicKey())),
+		Local:      f.down.Config,
+		Now:        f.clock,
+		Registerer: f.reg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -645,5 +650,32 @@ func TestDeletedImpersonatorIsMadeAgain(t *testing.T) {
 	}
 	if _, err := f.admin.CoreV1().ServiceAccounts(Namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the ServiceAccount again: %v", err)
+	}
+}
+
+// The impersonator cache's metrics count users and TokenRequests and
+// never name a user.
+func TestImpersonatorMetrics(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	ns := f.namespace("metrics-")
+	for _, u := range []string{"erin", "frank"} {
+		f.grant(ns, rbacv1.Subject{Kind: "User", Name: "fleet:" + u}, []string{"pods"}, "list")
+		for range 2 {
+			if _, err := f.as(assertion.Identity{User: u}).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+				t.Fatalf("%s lists pods: %v", u, err)
+			}
+		}
+	}
+	want := `
+# HELP fleet_agent_impersonator_token_requests_total TokenRequests made for impersonators' ServiceAccounts, by result (success, error).
+# TYPE fleet_agent_impersonator_token_requests_total counter
+fleet_agent_impersonator_token_requests_total{result="success"} 2
+# HELP fleet_agent_impersonators Impersonators (one per upstream user) this agent process knows: made or used since it started.
+# TYPE fleet_agent_impersonators gauge
+fleet_agent_impersonators 2
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "fleet_agent_impersonators", "fleet_agent_impersonator_token_requests_total"); err != nil {
+		t.Error(err)
 	}
 }

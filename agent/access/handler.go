@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -66,6 +67,10 @@ type Options struct {
 	Now func() time.Time
 	// Log never receives a token or an assertion.
 	Log logr.Logger
+	// Registerer, when set, gets the impersonator metrics
+	// (fleet_agent_impersonators, fleet_agent_impersonator_token_requests_total,
+	// fleet_agent_impersonators_collected_total); nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // RefreshMinInterval bounds how often RefreshKeys is called.
@@ -112,14 +117,16 @@ func New(opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{
-		opts:  opts,
-		proxy: p,
-		imp: &impersonators{
-			cs: cs, namespace: opts.Namespace, tokenTTL: opts.TokenTTL, now: opts.Now,
-			log: opts.Log, entries: map[string]*entry{},
-		},
-	}, nil
+	imp := &impersonators{
+		cs: cs, namespace: opts.Namespace, tokenTTL: opts.TokenTTL, now: opts.Now,
+		log: opts.Log, entries: map[string]*entry{}, metrics: newMetrics(),
+	}
+	if opts.Registerer != nil {
+		if err := imp.metrics.register(opts.Registerer, imp); err != nil {
+			return nil, fmt.Errorf("access: registering metrics: %w", err)
+		}
+	}
+	return &Handler{opts: opts, proxy: p, imp: imp}, nil
 }
 
 // newForwarder builds the UpgradeAwareHandler to the local kube-apiserver:

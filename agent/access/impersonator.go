@@ -35,6 +35,7 @@ type impersonators struct {
 	tokenTTL  time.Duration
 	now       func() time.Time
 	log       logr.Logger
+	metrics   *metrics
 
 	mu      sync.Mutex
 	entries map[string]*entry // by upstream user name
@@ -172,6 +173,9 @@ func (m *impersonators) requestToken(ctx context.Context, name string, now time.
 	tr, err := m.cs.CoreV1().ServiceAccounts(m.namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(m.tokenTTL / time.Second))},
 	}, metav1.CreateOptions{})
+	if m.metrics != nil {
+		m.metrics.tokenRequests.WithLabelValues(result(err)).Inc()
+	}
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", m.namespace, name, err)
 	}
@@ -222,6 +226,9 @@ func (m *impersonators) collect(ctx context.Context, unusedFor time.Duration) (i
 		if err == nil || apierrors.IsNotFound(err) {
 			m.forget(user)
 			n++
+			if m.metrics != nil {
+				m.metrics.collected.Inc()
+			}
 		}
 		e.mu.Unlock()
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -229,4 +236,11 @@ func (m *impersonators) collect(ctx context.Context, unusedFor time.Duration) (i
 		}
 	}
 	return n, nil
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "success"
 }

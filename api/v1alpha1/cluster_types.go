@@ -17,6 +17,7 @@ import (
 // +kubebuilder:printcolumn:name="Nodes-Ready",type=string,JSONPath=`.status.display.readyNodes`
 // +kubebuilder:printcolumn:name="Sample-Node",type=string,JSONPath=`.status.display.sampleNode`
 // +kubebuilder:printcolumn:name="Last-Seen",type=string,JSONPath=`.status.agent.lastSeen`
+// +kubebuilder:printcolumn:name="Connected",type=string,JSONPath=`.status.conditions[?(@.type=="Connected")].status`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`,priority=1
 type Cluster struct {
@@ -169,7 +170,9 @@ type PodDisruptionBudgetSpec struct {
 
 // ClusterStatus is what the controller and the agent observed.
 type ClusterStatus struct {
-	// conditions: Ready, Reconciling, Stalled, Imported, Registered, AgentReady.
+	// conditions: Ready, Reconciling, Stalled, Imported, Registered,
+	// AgentReady (the controller) and Connected (fleet-proxy: whether the
+	// agent's tunnel for cluster access is up).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

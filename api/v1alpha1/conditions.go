@@ -20,6 +20,20 @@ const (
 	// MonitoredCondition: the agent reports health and drift of a
 	// BundleDeployment.
 	MonitoredCondition = "Monitored"
+	// ConnectedCondition: a Cluster's agent holds a tunnel to fleet-proxy
+	// (cluster access). Written by fleet-proxy alone, by server-side apply
+	// under field manager fleet-proxy; the controller keeps it.
+	ConnectedCondition = "Connected"
+)
+
+// Reasons of the Connected condition.
+const (
+	// TunnelUpReason: a fleet-proxy replica holds the agent's tunnel; the
+	// message names the replica.
+	TunnelUpReason = "TunnelUp"
+	// TunnelDownReason: no replica holds it; the message says since when
+	// and what to check.
+	TunnelDownReason = "TunnelDown"
 )
 
 // Condition reasons shared by the controller and agent.

@@ -226,12 +226,18 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			// The identity mapping of agents' attach requests (read-only).
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations", "clusters"}, Verbs: []string{"get", "list", "watch"}},
+			// The Connected condition (one condition, server-side apply)
+			// and the tunnel events on Clusters.
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		},
 		"Role/fleet-proxy": {
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing", "fleet-proxy-tls", "fleet-proxy-peer"}, Verbs: []string{"get"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 			// Peer discovery: the endpoints of Service fleet-proxy.
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+			// Whether the replica a Connected=True names still runs.
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		},
 	}
 	wantBindings := map[string]string{

@@ -15,13 +15,17 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
+	"github.com/gitops-fleet/fleet/proxy/connected"
 )
 
 // recheckPeriod is how often the agents' open tunnels are checked against
@@ -29,7 +33,7 @@ import (
 const recheckPeriod = time.Minute
 
 func newProxyCommand() *cobra.Command {
-	var kubeconfig, namespace, service, listen, certFile, keyFile, caFile, podIP, metricsAddr string
+	var kubeconfig, namespace, service, listen, certFile, keyFile, caFile, podIP, metricsAddr, replica string
 	var devLog, setCABundle bool
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -94,6 +98,33 @@ func newProxyCommand() *cobra.Command {
 			if err := tunnels.RecheckOnChange(ctx, objs, recheckPeriod); err != nil {
 				return err
 			}
+			// The Connected condition and the tunnel events, written as
+			// fleet-proxy (reads of Clusters go to the API server: a
+			// write is decided on the version it is made against).
+			if replica == "" {
+				if replica, err = connected.ReplicaName(); err != nil {
+					return fmt.Errorf("naming this replica: %w", err)
+				}
+			}
+			writer, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+			if err != nil {
+				return err
+			}
+			eb := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+			if err := eb.StartRecordingToSinkWithContext(ctx); err != nil {
+				return err
+			}
+			defer eb.Shutdown()
+			status, err := connected.New(connected.Options{
+				Client: writer, Lister: objs, Holder: ts, Local: ts.Sessions, Replica: replica,
+				Running:  connected.PodRunning(cs, namespace),
+				Recorder: eb.NewRecorder(scheme.Scheme, "fleet-proxy"),
+				Log:      ctrl.Log.WithName("connected"),
+			})
+			if err != nil {
+				return err
+			}
+			ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
 			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys,
 				Peer: ts.PeerHandler()})
 			if err != nil {
@@ -120,6 +151,7 @@ func newProxyCommand() *cobra.Command {
 				}
 			}
 			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return status.Run(ctx) })
 			g.Go(func() error { return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert))) })
 			if metricsAddr != "0" && metricsAddr != "" {
 				ms := &http.Server{Addr: metricsAddr, ReadHeaderTimeout: 10 * time.Second,
@@ -146,6 +178,7 @@ func newProxyCommand() *cobra.Command {
 	f.StringVar(&podIP, "pod-ip", os.Getenv("POD_IP"), "this pod's IP (the downward API's status.podIP): the other ready endpoints of --service are its peers (empty: no peering, one replica only)")
 	f.BoolVar(&setCABundle, "set-apiservice-ca-bundle", true, "with the certificate of Secret fleet-proxy-tls, write its CA into APIService "+proxy.APIServiceName)
 	f.StringVar(&metricsAddr, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	f.StringVar(&replica, "replica-name", "", "name of this replica, recorded in the Connected condition of the Clusters whose tunnel it holds (default: $POD_NAME, else the host name); other replicas look for a pod of that name in --namespace")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }

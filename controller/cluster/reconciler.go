@@ -111,7 +111,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	// The status is patched once, at the end, from what this pass observed.
-	patcher, err := reconciler.NewStatusPatcher(r.Client, cluster, ownedConditions...)
+	patcher, err := reconciler.NewStatusPatcher(r.Client, cluster, OwnedConditions...)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

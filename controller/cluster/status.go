@@ -17,8 +17,9 @@ import (
 // succeeded.
 var statusRules = reconciler.Conditions{Ready: fleet.ReadyCondition, Failing: "reconciling the cluster failed"}
 
-// ownedConditions are the conditions the Cluster reconciler writes.
-var ownedConditions = append(statusRules.Owned(), fleet.ImportedCondition)
+// OwnedConditions are the conditions the Cluster reconciler writes; it
+// keeps every other (Connected, written by fleet-proxy) as it reads it.
+var OwnedConditions = append(statusRules.Owned(), fleet.ImportedCondition)
 
 // observation is what one pass found and how it ended; computeConditions
 // turns it into the status. Keeping it a plain value keeps the status a pure

@@ -20,7 +20,11 @@ import (
 //
 // The patcher names the conditions its controller owns: any other
 // condition is written back as it was read, so a controller cannot clear
-// or change a condition another writer keeps.
+// or change a condition another writer keeps. A merge patch replaces the
+// whole list, so a patch that changes the conditions is made against the
+// version read (a conflict when another writer, such as fleet-proxy with
+// Connected, wrote meanwhile: the pass is retried, rather than its stale
+// copy of that condition written back).
 type StatusPatcher struct {
 	client client.Client
 	// status is the object's status as last read or written, as a
@@ -77,7 +81,7 @@ func (p *StatusPatcher) Patch(ctx context.Context, obj client.Object, opts ...Pa
 		return err
 	}
 	var mergeOpts []client.MergeFromOption
-	if slices.Contains(opts, WithOptimisticLock) {
+	if slices.Contains(opts, WithOptimisticLock) || (len(p.owned) > 0 && !equality.Semantic.DeepEqual(conditionsOf(status), conditionsOf(p.status))) {
 		mergeOpts = append(mergeOpts, client.MergeFromWithOptimisticLock{})
 	}
 	manager := p.manager
@@ -127,6 +131,12 @@ func (p *StatusPatcher) keepUnowned(obj client.Object) error {
 	}
 	setter.SetConditions(out)
 	return nil
+}
+
+// conditionsOf returns the conditions of a status as statusOf gives it.
+func conditionsOf(status any) any {
+	m, _ := status.(map[string]any)
+	return m["conditions"]
 }
 
 // statusOf returns obj's status as an unstructured value.

@@ -113,6 +113,50 @@ func TestStatusPatcher_KeepsConditionsItDoesNotOwn(t *testing.T) {
 	}
 }
 
+// A condition another writer adds or changes after the pass read the
+// object is not overwritten by the pass's stale copy of the list (a merge
+// patch replaces the whole list): the patch conflicts, and the retried
+// pass keeps it.
+func TestStatusPatcher_DoesNotWriteBackAStaleCondition(t *testing.T) {
+	c := env.Upstream.Client
+	g := newGroup(t)
+	p, err := reconciler.NewStatusPatcher(c, g, ready.Owned()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Meanwhile another writer (fleet-proxy's Connected on a Cluster).
+	theirs := g.DeepCopy()
+	meta.SetStatusCondition(&theirs.Status.Conditions, metav1.Condition{Type: "Connected", Status: metav1.ConditionTrue, Reason: "TunnelUp", Message: "theirs"})
+	if err := c.Status().Update(t.Context(), theirs); err != nil {
+		t.Fatal(err)
+	}
+	ready.Set(g, reconciler.Success(fleet.SucceededReason, "ok"), t0)
+	if err := p.Patch(t.Context(), g); !apierrors.IsConflict(err) {
+		t.Fatalf("a patch of the conditions over a newer list: want a conflict, got %v", err)
+	}
+	// The retried pass reads the newer object.
+	again := &fleet.ClusterGroup{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(g), again); err != nil {
+		t.Fatal(err)
+	}
+	p, err = reconciler.NewStatusPatcher(c, again, ready.Owned()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready.Set(again, reconciler.Success(fleet.SucceededReason, "ok"), t0)
+	if err := p.Patch(t.Context(), again); err != nil {
+		t.Fatal(err)
+	}
+	got := &fleet.ClusterGroup{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(g), got); err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(got.Status.Conditions, "Connected"); cond == nil || cond.Message != "theirs" ||
+		!meta.IsStatusConditionTrue(got.Status.Conditions, fleet.ReadyCondition) {
+		t.Errorf("conditions %+v", got.Status.Conditions)
+	}
+}
+
 // With the optimistic lock, a status that records a decision made on one
 // version of the object is not written over a newer one.
 func TestStatusPatcher_OptimisticLockRefusesAChangedObject(t *testing.T) {

@@ -67,6 +67,8 @@ type Server struct {
 
 	tunnelsUp     prometheus.Gauge
 	sessionsUp    prometheus.Gauge
+	connects      prometheus.Counter
+	disconnects   prometheus.Counter
 	refused       prometheus.Counter
 	revoked       prometheus.Counter
 	transportsNow prometheus.GaugeFunc
@@ -102,8 +104,16 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 		attached:     map[*attachedSession]struct{}{},
 		transports:   map[string]*http.Transport{},
 		tunnelsUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fleet_proxy_tunnels_connected",
-			Help: "Clusters with at least one agent tunnel connected to this fleet-proxy replica.",
+			Name: "fleet_proxy_tunnels",
+			Help: "Clusters with at least one agent tunnel held by this fleet-proxy replica.",
+		}),
+		connects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_tunnel_connects_total",
+			Help: "Agent tunnel sessions that connected to this fleet-proxy replica.",
+		}),
+		disconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_tunnel_disconnects_total",
+			Help: "Agent tunnel sessions that ended on this fleet-proxy replica.",
 		}),
 		sessionsUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fleet_proxy_tunnel_sessions",
@@ -130,7 +140,7 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 	// The server side never serves connects from agents.
 	s.rd.ClientConnectAuthorizer = func(string, string) bool { return false }
 	if reg != nil {
-		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.refused, s.revoked)
+		reg.MustRegister(s.tunnelsUp, s.sessionsUp, s.connects, s.disconnects, s.refused, s.revoked)
 		// remotedialer keeps its metrics, and whether they are on, in
 		// package variables that its sessions read: they are registered
 		// once per process, on the first registry given (a second
@@ -182,6 +192,7 @@ func (s *Server) connected(sess *attachedSession) {
 		s.tunnelsUp.Inc()
 	}
 	s.sessionsUp.Inc()
+	s.connects.Inc()
 	s.mu.Unlock()
 	s.Log.Info("agent tunnel connected", "cluster", key, "sessions", n)
 	if s.OnConnect != nil {
@@ -196,6 +207,7 @@ func (s *Server) disconnected(sess *attachedSession) {
 	s.sessions[key]--
 	n := s.sessions[key]
 	s.sessionsUp.Dec()
+	s.disconnects.Inc()
 	t := s.transports[key]
 	if n <= 0 {
 		delete(s.sessions, key)
@@ -280,11 +292,11 @@ func (s *Server) HasSession(key string) bool {
 	return s.rd.HasSession(sessionKey(key))
 }
 
-// Held reports whether an agent of the cluster holds a session, on this
-// replica or on a connected peer: whether a user's request for the cluster
-// can be served from this replica.
+// Held reports whether the cluster's tunnel is held anywhere: an agent
+// session on this replica (counted from OnConnect on, before remotedialer
+// registers it) or, with peering, one a peer announced.
 func (s *Server) Held(key string) bool {
-	return s.rd.HasSession(sessionKey(key))
+	return s.Sessions(key) > 0 || s.rd.HasSession(sessionKey(key))
 }
 
 // Recheck asks Authenticate again, with the attach request that opened it,

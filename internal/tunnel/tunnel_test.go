@@ -235,8 +235,11 @@ func TestRequestThroughTheTunnelReachesTheAgentsHandler(t *testing.T) {
 	if rt2, _ := u.server.RoundTripper(key); rt2 != rt {
 		t.Error("the transport is not kept per key")
 	}
-	if got := testutil.ToFloat64(gauge(t, u.reg, "fleet_proxy_tunnels_connected")); got != 1 {
-		t.Errorf("fleet_proxy_tunnels_connected = %v", got)
+	if got := testutil.ToFloat64(gauge(t, u.reg, "fleet_proxy_tunnels")); got != 1 {
+		t.Errorf("fleet_proxy_tunnels = %v", got)
+	}
+	if !u.server.Held(key) || u.server.Held("fleet-default/cluster-b") {
+		t.Error("Held does not follow the sessions")
 	}
 	if connected.Load() != 1 {
 		t.Errorf("OnConnect called %d times", connected.Load())
@@ -253,12 +256,21 @@ func TestRequestThroughTheTunnelReachesTheAgentsHandler(t *testing.T) {
 	if disconnected.Load() != 1 {
 		t.Errorf("OnDisconnect called %d times", disconnected.Load())
 	}
-	if got := testutil.ToFloat64(gauge(t, u.reg, "fleet_proxy_tunnels_connected")); got != 0 {
-		t.Errorf("fleet_proxy_tunnels_connected = %v after disconnect", got)
+	if got := testutil.ToFloat64(gauge(t, u.reg, "fleet_proxy_tunnels")); got != 0 {
+		t.Errorf("fleet_proxy_tunnels = %v after disconnect", got)
+	}
+	if u.server.Held(key) {
+		t.Error("Held after the session went")
+	}
+	for name, want := range map[string]float64{"fleet_proxy_tunnel_connects_total": 1, "fleet_proxy_tunnel_disconnects_total": 1} {
+		if got := testutil.ToFloat64(gauge(t, u.reg, name)); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
 }
 
-// gauge finds a registered metric by name, as a collector for testutil.
+// gauge finds a registered metric (a gauge or counter) by name, as a
+// collector for testutil.
 func gauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -268,7 +280,12 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Colle
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name})
-			g.Set(mf.GetMetric()[0].GetGauge().GetValue())
+			m := mf.GetMetric()[0]
+			if m.GetCounter() != nil {
+				g.Set(m.GetCounter().GetValue())
+			} else {
+				g.Set(m.GetGauge().GetValue())
+			}
 			return g
 		}
 	}

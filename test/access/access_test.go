@@ -25,21 +25,29 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gitops-fleet/fleet/agent/access"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	clustercontroller "github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
+	"github.com/gitops-fleet/fleet/proxy/connected"
 	"github.com/gitops-fleet/fleet/proxy/proxytest"
 )
 
@@ -48,11 +56,58 @@ const (
 	workspace      = "fleet-default"
 )
 
+// replica is the in-process fleet-proxy's name in the Connected condition.
+const replica = "fleet-proxy-test-0"
+
 var (
 	env     *controlplane.Env
 	tunnels *proxy.TunnelServer
 	logs    *testenv.Logs
+	// fleet-proxy's identity with the chart's rights for the status.
+	proxyClient    client.Client
+	proxyClientset kubernetes.Interface
 )
+
+// proxyIdentity is a ServiceAccount fleet-proxy with the rules the chart
+// gives fleet-proxy for the Connected condition and the events
+// (charts/fleet/templates/proxy.yaml; the chart test pins them) and
+// clients acting as it.
+func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, error) {
+	c := env.Upstream.Client
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"}}
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: proxyNamespace, Name: sa.Name}}
+	objs := []client.Object{
+		sa,
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-status"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-status"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy-status"}, Subjects: subjects},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-proxy-pods"}, Subjects: subjects},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return nil, nil, err
+		}
+	}
+	tok, err := env.Upstream.ServiceAccountToken(ctx, sa.Namespace, sa.Name, 2*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := env.Upstream.ConfigForToken(tok)
+	pc, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	return pc, cs, err
+}
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{
@@ -100,7 +155,30 @@ func setup(s *testenv.Suite) error {
 	if err != nil {
 		return err
 	}
-	tunnels = proxy.NewTunnelServer(reader, tunnel.NewServer(nil, prometheus.NewRegistry()))
+	ts := tunnel.NewServer(nil, prometheus.NewRegistry())
+	tunnels = proxy.NewTunnelServer(reader, ts)
+	// The Connected condition and the tunnel events, as `fleet proxy`
+	// writes them (a short sweep interval: the tests wait for it), as a
+	// ServiceAccount with only the chart's rights for them.
+	if proxyClient, proxyClientset, err = proxyIdentity(ctx); err != nil {
+		return err
+	}
+	eb := events.NewBroadcaster(&events.EventSinkImpl{Interface: proxyClientset.EventsV1()})
+	if err := eb.StartRecordingToSinkWithContext(ctx); err != nil {
+		return err
+	}
+	status, err := connected.New(connected.Options{
+		Client: proxyClient, Lister: reader, Holder: ts, Local: ts.Sessions, Replica: replica,
+		Running:       connected.PodRunning(proxyClientset, proxyNamespace),
+		Recorder:      eb.NewRecorder(scheme.Scheme, "fleet-proxy"),
+		SweepInterval: 2 * time.Second,
+		Log:           ctrllog.Log.WithName("connected"),
+	})
+	if err != nil {
+		return err
+	}
+	ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
+	s.Go("connected", status.Run)
 	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Attacher: tunnels,
 		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry()})
 	if err != nil {
@@ -385,5 +463,197 @@ func TestUserReachesDownstreamThroughTheTunnel(t *testing.T) {
 		if strings.Contains(logs.String(), tok) {
 			t.Errorf("the token of %s is in the log", name)
 		}
+	}
+}
+
+// connectedCondition reads the Cluster's Connected condition (nil: none).
+func connectedCondition(ctx context.Context, cluster string) (*metav1.Condition, error) {
+	cl := &fleet.Cluster{}
+	if err := env.Upstream.Client.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl); err != nil {
+		return nil, err
+	}
+	return meta.FindStatusCondition(cl.Status.Conditions, fleet.ConnectedCondition), nil
+}
+
+// waitConnected waits (bounded) for the Cluster's Connected condition to
+// have status and reason, and returns it.
+func waitConnected(t *testing.T, cluster string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	var got *metav1.Condition
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("Connected=%s (%s) on %s", status, reason, cluster), func() error {
+		c, err := connectedCondition(t.Context(), cluster)
+		if err != nil {
+			return err
+		}
+		if c == nil || c.Status != status || c.Reason != reason {
+			return fmt.Errorf("condition %+v", c)
+		}
+		got = c
+		return nil
+	})
+	return got
+}
+
+// waitEvent waits (bounded) for an event of fleet-proxy with reason on the
+// Cluster.
+func waitEvent(t *testing.T, cluster, typ, reason string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("event %s on %s", reason, cluster), func() error {
+		list, err := env.Upstream.Clientset.EventsV1().Events(workspace).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "Cluster" && e.Regarding.Name == cluster && e.Reason == reason && e.Type == typ &&
+				e.ReportingController == "fleet-proxy" {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(list.Items))
+	})
+}
+
+// The Cluster shows whether its agent's tunnel is up: Connected=True
+// naming the replica while the agent is connected, False (after a short
+// grace) once it went, with events; the controller's status patch keeps
+// the condition.
+func TestConnectedConditionFollowsTheTunnel(t *testing.T) {
+	ctx := t.Context()
+	up := env.Upstream
+	const cluster = "cluster-c"
+	key := workspace + "/" + cluster
+	tok := agentIdentity(t, cluster, "reg-c", cluster)
+
+	if c, err := connectedCondition(ctx, cluster); err != nil || c != nil {
+		t.Fatalf("Connected before any agent: %+v %v", c, err)
+	}
+	attachURL, err := tunnel.AttachURL(up.Config.Host, workspace, cluster)
+	must(t, err)
+	agent := &tunnel.Client{
+		URL:        attachURL,
+		Token:      func(context.Context) (string, error) { return tok, nil },
+		TLS:        upstreamTLS(t),
+		Handler:    http.NotFoundHandler(),
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
+	}
+	agentRun := testenv.Start(t, "agent tunnel", agent.Run)
+	upCond := waitConnected(t, cluster, metav1.ConditionTrue, fleet.TunnelUpReason)
+	if connected.HolderOf(upCond) != replica || !strings.Contains(upCond.Message, replica) {
+		t.Errorf("Connected=True does not name the replica %s: %q", replica, upCond.Message)
+	}
+	waitEvent(t, cluster, corev1.EventTypeNormal, connected.ConnectedEvent)
+
+	// The condition is fleet-proxy's, by server-side apply.
+	cl := &fleet.Cluster{}
+	must(t, up.Client.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl))
+	var byProxy bool
+	for _, m := range cl.ManagedFields {
+		if m.Manager == connected.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply && m.Subresource == "status" {
+			byProxy = true
+		}
+	}
+	if !byProxy {
+		t.Errorf("no status apply by %s in %+v", connected.FieldManager, cl.ManagedFields)
+	}
+
+	// A status patch of the Cluster controller (its owned conditions)
+	// neither removes nor changes it.
+	patcher, err := reconciler.NewStatusPatcher(up.Client, cl, clustercontroller.OwnedConditions...)
+	must(t, err)
+	cl.Status.Conditions = nil // a pass that sets only what it owns
+	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fleet.ReadyCondition, Status: metav1.ConditionFalse,
+		Reason: fleet.OfflineReason, Message: "written by a controller pass"})
+	must(t, patcher.Patch(ctx, cl))
+	after, err := connectedCondition(ctx, cluster)
+	must(t, err)
+	if after == nil || after.Status != upCond.Status || after.Reason != upCond.Reason || after.Message != upCond.Message ||
+		!after.LastTransitionTime.Equal(&upCond.LastTransitionTime) {
+		t.Errorf("after the controller's patch: %+v, want %+v", after, upCond)
+	}
+
+	// Another replica that does not see this one's session (no peering)
+	// wrote False: the replica holding the tunnel sets True again.
+	must(t, up.Client.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl))
+	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fleet.ConnectedCondition, Status: metav1.ConditionFalse,
+		Reason: fleet.TunnelDownReason, Message: "written by another replica"})
+	must(t, up.Client.Status().Update(ctx, cl))
+	if again := waitConnected(t, cluster, metav1.ConditionTrue, fleet.TunnelUpReason); connected.HolderOf(again) != replica {
+		t.Errorf("Connected=True again does not name %s: %q", replica, again.Message)
+	}
+
+	// The agent goes: False, with what to check, after the grace.
+	wentAt := time.Now()
+	must(t, agentRun.Stop(10*time.Second))
+	downCond := waitConnected(t, cluster, metav1.ConditionFalse, fleet.TunnelDownReason)
+	if took := time.Since(wentAt); took < connected.DefaultGrace-time.Second {
+		t.Errorf("Connected=False %s after the agent went, before the grace of %s", took, connected.DefaultGrace)
+	}
+	if !strings.Contains(downCond.Message, "No agent tunnel since") || !strings.Contains(downCond.Message, "fleet-agent pods") ||
+		!strings.Contains(downCond.Message, "cattle-fleet-system") {
+		t.Errorf("Connected=False message %q", downCond.Message)
+	}
+	waitEvent(t, cluster, corev1.EventTypeWarning, connected.DisconnectedEvent)
+
+	// fleet-proxy's rights stop at the status: its identity may not
+	// change the Cluster itself nor delete it.
+	must(t, proxyClient.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl))
+	cl.Spec.Paused = true
+	if err := proxyClient.Update(ctx, cl); !apierrors.IsForbidden(err) {
+		t.Errorf("fleet-proxy updating a Cluster's spec: want 403, got %v", err)
+	}
+	if err := proxyClient.Delete(ctx, cl); !apierrors.IsForbidden(err) {
+		t.Errorf("fleet-proxy deleting a Cluster: want 403, got %v", err)
+	}
+	if tunnels.Server.Held(key) {
+		t.Error("the tunnel is held after the agent went")
+	}
+	// The Ready the controller wrote is still there: fleet-proxy's apply
+	// touches only its condition.
+	must(t, up.Client.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl))
+	if r := meta.FindStatusCondition(cl.Status.Conditions, fleet.ReadyCondition); r == nil || r.Message != "written by a controller pass" {
+		t.Errorf("Ready after fleet-proxy's writes: %+v", r)
+	}
+}
+
+// A replica ends Connected=True conditions that name a replica whose pod
+// is gone, and leaves those of a replica that runs.
+func TestConnectedOfAGoneReplicaIsEnded(t *testing.T) {
+	ctx := t.Context()
+	c := env.Upstream.Client
+	setTrue := func(cluster, holder string) {
+		t.Helper()
+		cl := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: cluster}}
+		must(t, c.Create(ctx, cl))
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fleet.ConnectedCondition, Status: metav1.ConditionTrue,
+			Reason: fleet.TunnelUpReason, Message: "The agent's tunnel is held by fleet-proxy replica " + holder})
+		must(t, c.Status().Update(ctx, cl))
+	}
+	// A live replica: its pod runs (no kubelet here: the status by hand).
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-live-1"},
+		Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "fleet-proxy", Image: "registry.example/fleet:1"}}},
+	}
+	must(t, env.Upstream.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "default"}}))
+	must(t, c.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: "fleet-proxy", Image: "registry.example/fleet:1", ImageID: "registry.example/fleet@sha256:00",
+		Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
+	}}}
+	must(t, c.Status().Update(ctx, pod))
+
+	setTrue("cluster-gone", "fleet-proxy-gone-0")
+	setTrue("cluster-live", pod.Name)
+
+	down := waitConnected(t, "cluster-gone", metav1.ConditionFalse, fleet.TunnelDownReason)
+	if !strings.Contains(down.Message, "fleet-agent pods") {
+		t.Errorf("message %q", down.Message)
+	}
+	// Several sweeps later the live replica's True is still there.
+	time.Sleep(5 * time.Second)
+	live, err := connectedCondition(ctx, "cluster-live")
+	must(t, err)
+	if live == nil || live.Status != metav1.ConditionTrue || connected.HolderOf(live) != pod.Name {
+		t.Errorf("a running replica's Connected=True was changed: %+v", live)
 	}
 }
