@@ -280,7 +280,9 @@ func TestForCluster_RefusesWhatCannotWork(t *testing.T) {
 		{"context without its user", nil, Options{Context: "no-user"}, `context "no-user": the kubeconfig has no user "nobody"`},
 		{"context without its cluster", nil, Options{Context: "no-cluster"}, `no cluster "nowhere"`},
 		{"server not https", nil, Options{Context: "bad-server"}, `upstream server "unix:///var/run/k8s.sock": want an https:// URL`},
-		{"relative file of unknown origin", func(c *clientcmdapi.Config) { c.AuthInfos["admin"].LocationOfOrigin, c.AuthInfos["admin"].TokenFile = "", "tok" },
+		{"relative file of unknown origin", func(c *clientcmdapi.Config) {
+			c.AuthInfos["admin"].LocationOfOrigin, c.AuthInfos["admin"].TokenFile = "", "tok"
+		},
 			Options{}, `user "admin": file "tok" is relative`},
 		{"flatten with a file missing", nil, Options{Context: "certs@rancher", Flatten: true}, "certs/client.key: no such file"},
 	}
