@@ -120,10 +120,13 @@ func TestGitopsExample_BuildsIntoStrictlyValidObjects(t *testing.T) {
 	}
 	want := []string{
 		"Bundle fleet-default/hello",
+		"Bundle fleet-default/payments-view",
 		"Cluster fleet-default/dev-1",
 		"ClusterGroup fleet-default/dev",
 		"ClusterRegistrationToken fleet-default/dev-token",
 		"Namespace /fleet-default",
+		"Role fleet-default/payments-dev-1-access",
+		"RoleBinding fleet-default/payments-dev-1-access",
 		"Secret fleet-default/dev-1-kubeconfig",
 	}
 	slices.Sort(got)
@@ -534,7 +537,9 @@ func TestGitopsExample_AppliedToARealUpstream(t *testing.T) {
 		case *fleet.ClusterGroup:
 			groups = append(groups, v)
 		case *fleet.Bundle:
-			bundle = v
+			if v.Name == "hello" {
+				bundle = v
+			}
 		case *fleet.Cluster:
 			dev1 = v
 		}
@@ -561,6 +566,10 @@ func TestGitopsExample_AppliedToARealUpstream(t *testing.T) {
 			return fmt.Errorf("options %+v", bd.Spec.Options)
 		}
 		return nil
+	})
+	// The team access Bundle goes to dev-1 (and, by its target, only there).
+	wait("BundleDeployment payments-view for dev-1", func() error {
+		return up.Get(ctx, client.ObjectKey{Namespace: bdKey.Namespace, Name: "payments-view"}, &fleet.BundleDeployment{})
 	})
 	b := &fleet.Bundle{}
 	if err := up.Get(ctx, client.ObjectKeyFromObject(bundle), b); err != nil {

@@ -37,6 +37,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newProxyCommand(), newBenchCommand())
+	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand())
 	return root
 }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gitops-fleet/fleet/internal/kubeconfig"
+)
+
+func newKubeconfigCommand() *cobra.Command {
+	var req kubeconfig.Request
+	var cluster, output string
+	cmd := &cobra.Command{
+		Use:   "kubeconfig --cluster <workspace>/<name>",
+		Short: "Print a kubeconfig that reaches a Cluster through the upstream API server's cluster proxy, as your upstream user",
+		Long: `Print a kubeconfig whose server is the Cluster's proxy URL on the upstream API server
+(<upstream>/apis/proxy.fleet.cattle.io/v1alpha1/namespaces/<workspace>/clusters/<name>/proxy) and whose
+user is your current upstream user, copied from your kubeconfig (read as kubectl does: --kubeconfig,
+$KUBECONFIG, ~/.kube/config; --context picks the upstream context).
+
+Files your kubeconfig refers to (CA, client certificate and key, token file) stay files, with absolute
+paths: no credential is copied, and rotated ones keep working, on this machine. --flatten inlines them
+instead, for a kubeconfig that works elsewhere (it then holds your credentials: keep it secret).
+
+The Cluster must exist (an error otherwise). If you may not read it, or may not use its proxy (get on
+fleet.cattle.io clusters/proxy), you are warned on stderr and the kubeconfig is still printed.`,
+		Example: `  fleet kubeconfig --cluster fleet-default/dev-1 --output ~/.kube/dev-1
+  KUBECONFIG=~/.kube/dev-1 kubectl get pods -n payments`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ref, err := kubeconfig.ParseClusterRef(cluster)
+			if err != nil {
+				return fmt.Errorf("--cluster: %w", err)
+			}
+			req.Cluster = ref
+			data, warnings, err := kubeconfig.Generate(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			for _, w := range warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			if output == "" {
+				_, err = cmd.OutOrStdout().Write(data)
+				return err
+			}
+			if err := kubeconfig.WriteFile(output, data); err != nil {
+				return fmt.Errorf("--output: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cluster, "cluster", "", "the Cluster, as <workspace>/<name> (required)")
+	f.StringVar(&req.Kubeconfig, "kubeconfig", "", "your kubeconfig for the upstream cluster (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&req.Context, "context", "", "the context of your kubeconfig to use (default: its current context)")
+	f.StringVar(&req.ContextName, "context-name", "", "name of the context, cluster and user of the printed kubeconfig (default: the Cluster's name)")
+	f.BoolVar(&req.Flatten, "flatten", false, "inline the files your kubeconfig refers to (CA, client certificate and key, token file)")
+	f.StringVarP(&output, "output", "o", "", "write the kubeconfig to this file (mode 0600, replaced whole) instead of standard output")
+	_ = cmd.MarkFlagRequired("cluster")
+	return cmd
+}
