@@ -31,6 +31,52 @@ func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 // admin client certificate, the kubelet's serving certificate and the
 // service-account signing key into dir.
 func newPKI(dir string, serviceIP net.IP) (*pki, error) {
+	p, err := newCA(dir, "ca", "fleet-dev-ca")
+	if err != nil {
+		return nil, err
+	}
+	loopback := []net.IP{net.IPv4(127, 0, 0, 1), serviceIP}
+	apiNames := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	if err := p.issue("apiserver", "kube-apiserver", nil, apiNames, loopback, x509.ExtKeyUsageServerAuth); err != nil {
+		return nil, err
+	}
+	if err := p.issue("admin", "fleet-dev-admin", []string{"system:masters"}, nil, nil, x509.ExtKeyUsageClientAuth); err != nil {
+		return nil, err
+	}
+	if err := p.issue("kubelet", "localhost", nil, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth); err != nil {
+		return nil, err
+	}
+	// The aggregation layer: a CA of its own signs the client certificate
+	// the aggregator presents to aggregated API servers (fleet-proxy), so
+	// that certificate authenticates nobody to the API server itself.
+	fp, err := newCA(dir, "front-proxy-ca", "fleet-dev-front-proxy-ca")
+	if err != nil {
+		return nil, err
+	}
+	if err := fp.issue("front-proxy-client", frontProxyClientName, nil, nil, nil, x509.ExtKeyUsageClientAuth); err != nil {
+		return nil, err
+	}
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePEM(p.path("sa.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)); err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	return p, writePEM(p.path("sa.pub"), "PUBLIC KEY", pub)
+}
+
+// frontProxyClientName is the aggregator's client certificate's name, the
+// one --requestheader-allowed-names allows.
+const frontProxyClientName = "front-proxy-client"
+
+// newCA writes <name>.crt and <name>.key, a new CA, into dir; certificates
+// it issues land beside them.
+func newCA(dir, name, cn string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -40,7 +86,7 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "fleet-dev-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
@@ -56,35 +102,10 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 		return nil, err
 	}
 	p := &pki{dir: dir, caCert: ca, caKey: key}
-	if err := writePEM(p.path("ca.crt"), "CERTIFICATE", der); err != nil {
+	if err := writePEM(p.path(name+".crt"), "CERTIFICATE", der); err != nil {
 		return nil, err
 	}
-	if err := writeKey(p.path("ca.key"), key); err != nil {
-		return nil, err
-	}
-	loopback := []net.IP{net.IPv4(127, 0, 0, 1), serviceIP}
-	apiNames := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	if err := p.issue("apiserver", "kube-apiserver", nil, apiNames, loopback, x509.ExtKeyUsageServerAuth); err != nil {
-		return nil, err
-	}
-	if err := p.issue("admin", "fleet-dev-admin", []string{"system:masters"}, nil, nil, x509.ExtKeyUsageClientAuth); err != nil {
-		return nil, err
-	}
-	if err := p.issue("kubelet", "localhost", nil, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth); err != nil {
-		return nil, err
-	}
-	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	if err := writePEM(p.path("sa.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)); err != nil {
-		return nil, err
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return nil, err
-	}
-	return p, writePEM(p.path("sa.pub"), "PUBLIC KEY", pub)
+	return p, writeKey(p.path(name+".key"), key)
 }
 
 func (p *pki) issue(name, cn string, orgs, dns []string, ips []net.IP, usage x509.ExtKeyUsage) error {
