@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // pki is one cluster's certificate authority and the files made from it.
@@ -148,4 +150,60 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 
 func writePEM(path, typ string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
+
+// UserConfig is a config for the cluster from the host as user name in
+// groups, authenticated by a client certificate its CA issues now (how a
+// person logs in to a dev cluster; e2e tests play users with it).
+func (c *Cluster) UserConfig(name string, groups ...string) (*rest.Config, error) {
+	dir := filepath.Join(c.Dir, "pki")
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, err
+	}
+	caBlock, _ := pem.Decode(caPEM)
+	keyBlock, _ := pem.Decode(keyPEM)
+	if caBlock == nil || keyBlock == nil {
+		return nil, fmt.Errorf("cluster %s: unreadable CA in %s", c.Name, dir)
+	}
+	ca, err := x509.ParseCertificate(caBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	caKey, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: name, Organization: groups},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return &rest.Config{
+		Host: fmt.Sprintf("https://127.0.0.1:%d", c.APIPort),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   caPEM,
+			CertData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+			KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		},
+		QPS: 50, Burst: 100,
+	}, nil
 }
