@@ -32,6 +32,7 @@ require (
 
 require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/moby/spdystream v0.5.1 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
 )
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,8 +96,20 @@ func (a *Agent) runDeployer(ctx context.Context, s *session) error {
 
 // Run runs the agent until ctx ends. With leader election, only the leader
 // registers and works; losing leadership ends Run with an error so the
-// process restarts as a follower.
+// process restarts as a follower. With Access, every replica holds a tunnel
+// besides; a tunnel down for longer than TunnelDownLimit ends Run with an
+// error too.
 func (a *Agent) Run(ctx context.Context) error {
+	if !a.opts.Access {
+		return a.runElected(ctx)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.runElected(ctx) })
+	g.Go(func() error { return a.runAccess(ctx) })
+	return g.Wait()
+}
+
+func (a *Agent) runElected(ctx context.Context) error {
 	if !a.opts.LeaderElect {
 		return a.run(ctx)
 	}

@@ -46,6 +46,15 @@ type Options struct {
 	// DisableDeployer runs registration and heartbeat only (benchmarks of
 	// registration).
 	DisableDeployer bool
+	// Access runs the cluster-access side (docs/cluster-access.md) in every
+	// replica, leader or not: a tunnel to the upstream's fleet-proxy and
+	// the handler that serves users' requests as per-user impersonators.
+	Access bool
+	// TunnelDownLimit is how long the tunnel may stay down, once the
+	// upstream serves the proxy API, before Run ends with an error so that
+	// the process starts afresh (default 15m; negative: never).
+	TunnelDownLimit time.Duration
+
 	// ResyncInterval is how often applied BundleDeployments are checked for
 	// drift and health (default 30s).
 	ResyncInterval time.Duration
@@ -67,6 +76,9 @@ func (o *Options) defaults() error {
 	}
 	if o.LeaseDuration <= 0 {
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 30*time.Second, 25*time.Second, 10*time.Second
+	}
+	if o.TunnelDownLimit == 0 {
+		o.TunnelDownLimit = 15 * time.Minute
 	}
 	if o.RegistrationTimeout <= 0 {
 		o.RegistrationTimeout = 5 * time.Minute

@@ -28,7 +28,8 @@ func newAgentCommand() *cobra.Command {
 		Long: `Run the agent in a downstream cluster. Settings come from flags or, as the
 fleet-agent chart sets them, from the environment: NAMESPACE, POD_NAME,
 GENERATION, CHECKIN_INTERVAL, CATTLE_ELECTION_LEASE_DURATION,
-CATTLE_ELECTION_RENEW_DEADLINE, CATTLE_ELECTION_RETRY_PERIOD.`,
+CATTLE_ELECTION_RENEW_DEADLINE, CATTLE_ELECTION_RETRY_PERIOD, ACCESS,
+TUNNEL_DOWN_LIMIT.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
@@ -61,6 +62,7 @@ CATTLE_ELECTION_RENEW_DEADLINE, CATTLE_ELECTION_RETRY_PERIOD.`,
 	f.StringVar(&opts.PodName, "pod-name", os.Getenv("POD_NAME"), "this replica's name (leader election)")
 	f.StringVar(&probeAddress, "probe-address", ":8081", "address of /healthz and /readyz (0 disables them)")
 	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect one active replica")
+	f.BoolVar(&opts.Access, "access", true, "hold a tunnel to the upstream's fleet-proxy and serve users' requests (every replica)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }
@@ -76,6 +78,7 @@ func agentEnv(o *agent.Options) error {
 		{"CATTLE_ELECTION_LEASE_DURATION", &o.LeaseDuration},
 		{"CATTLE_ELECTION_RENEW_DEADLINE", &o.RenewDeadline},
 		{"CATTLE_ELECTION_RETRY_PERIOD", &o.RetryPeriod},
+		{"TUNNEL_DOWN_LIMIT", &o.TunnelDownLimit},
 	}
 	var errs []error
 	for _, d := range durations {
@@ -86,6 +89,14 @@ func agentEnv(o *agent.Options) error {
 				continue
 			}
 			*d.into = p
+		}
+	}
+	if v := os.Getenv("ACCESS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("environment variable ACCESS=%q is not true or false", v))
+		} else {
+			o.Access = b
 		}
 	}
 	if v := os.Getenv("GENERATION"); v != "" {

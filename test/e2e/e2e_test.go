@@ -548,6 +548,8 @@ func TestE2E(t *testing.T) {
 		}))
 	})
 
+	t.Run("cluster access through the manager", func(t *testing.T) { testAccess(t, dev2Name) })
+
 	t.Run("Cluster deleted: cleaned up upstream and downstream", func(t *testing.T) {
 		cs := clientset(t, "dev-1")
 		c := getCluster(t, "dev-1")

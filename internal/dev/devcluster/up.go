@@ -300,6 +300,18 @@ func (c *Cluster) apiserverArgs(p *pki) []string {
 		"--kubelet-client-certificate=" + p.path("admin.crt"), "--kubelet-client-key=" + p.path("admin.key"),
 		"--kubelet-certificate-authority=" + p.path("ca.crt"),
 		"--kubelet-preferred-address-types=Hostname",
+		// The aggregation layer, as kubeadm, k3s and managed clusters run it:
+		// fleet-proxy is an aggregated API server.
+		"--requestheader-client-ca-file=" + p.path("front-proxy-ca.crt"),
+		"--requestheader-allowed-names=" + frontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p.path("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + p.path("front-proxy-client.key"),
+		// No kube-proxy: the aggregator dials an aggregated server's
+		// endpoints (pod IPs) directly.
+		"--enable-aggregator-routing=true",
 		"--profiling=false", "--v=1",
 	}
 }

@@ -1,0 +1,224 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+
+	"github.com/gitops-fleet/fleet/agent/access"
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
+)
+
+// Cluster access (docs/cluster-access.md): every replica, leader or not,
+// holds a tunnel to the upstream and serves what comes through it with the
+// access handler, so the cluster stays reachable while one agent pod is
+// gone. The replicas share the request identity the leader keeps in the
+// local fleet-agent Secret; they read it and never write it.
+
+// errIdentityChanged ends one access session: the stored credential now
+// names another Cluster or upstream (the agent registered again).
+var errIdentityChanged = errors.New("the stored credential names another cluster or upstream")
+
+// accessPoll is how often a replica reads the stored credential: while it
+// waits for the first one, and to follow the leader's renewals.
+const accessPoll = 10 * time.Second
+
+// runAccess holds the tunnel until ctx ends. It returns an error only when
+// the tunnel stayed down longer than Options.TunnelDownLimit, which ends
+// the process so that it starts afresh.
+func (a *Agent) runAccess(ctx context.Context) error {
+	log := a.log.WithName("access")
+	waiting := false
+	for ctx.Err() == nil {
+		cred, err := readCredential(ctx, a.local, a.opts.Namespace)
+		if err != nil || cred == nil {
+			if !waiting {
+				log.Info("waiting for the agent's credential before opening the tunnel", "error", errString(err))
+				waiting = true
+			}
+			if sleep(ctx, accessPoll) != nil {
+				return nil
+			}
+			continue
+		}
+		waiting = false
+		err = a.serveAccess(ctx, cred)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, tunnel.ErrTunnelDown):
+			return err
+		case err != nil:
+			log.Info("access session ended; starting again", "reason", err.Error())
+			if sleep(ctx, time.Second) != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// serveAccess runs one access session under cred: the tunnel client, the
+// access handler's key refresh and impersonator GC, and a watch on the
+// stored credential.
+func (a *Agent) serveAccess(ctx context.Context, cred *credential) error {
+	log := a.log.WithName("access").WithValues("cluster", cred.ClusterNamespace+"/"+cred.ClusterName)
+	tokens := newTokenSource(cred.Token)
+	mode := config.TLSModeStrict
+	if len(cred.APIServerCA) == 0 {
+		mode = config.TLSModeSystemStore
+	}
+	up, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, mode, tokens, a.opts.SystemCAs)
+	if err != nil {
+		return err
+	}
+	// Until the upstream serves the proxy API (fleet-proxy not installed),
+	// there is nothing to attach to; that is not a tunnel that is down.
+	if err := a.waitForProxyAPI(ctx, up, cred, tokens); err != nil {
+		return err
+	}
+	keys, err := access.UpstreamKeys(up)
+	if err != nil {
+		return err
+	}
+	audience := cred.ClusterNamespace + "/" + cred.ClusterName
+	h, err := access.New(access.Options{
+		Audience:    audience,
+		Verifier:    assertion.NewVerifier(assertion.NewKeySet()),
+		RefreshKeys: keys,
+		Local:       rest.CopyConfig(a.opts.Local),
+		Log:         log,
+	})
+	if err != nil {
+		return err
+	}
+	attach, err := tunnel.AttachURL(cred.APIServerURL, cred.ClusterNamespace, cred.ClusterName)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := rest.TLSConfigFor(up)
+	if err != nil {
+		return fmt.Errorf("TLS configuration of the upstream: %w", err)
+	}
+	c := &tunnel.Client{
+		URL: attach,
+		// Each attempt reads the stored credential again: the leader renews
+		// it, and a follower may have started long before.
+		Token: func(ctx context.Context) (string, error) {
+			now, err := readCredential(ctx, a.local, a.opts.Namespace)
+			if err != nil {
+				return "", err
+			}
+			if now == nil || !sameIdentity(now, cred) {
+				return "", errIdentityChanged
+			}
+			tokens.set(now.Token)
+			return now.Token, nil
+		},
+		TLS:     tlsConfig,
+		Handler: h,
+		Log:     log,
+	}
+	log.Info("opening the tunnel", "replica", a.opts.PodName)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.Run(gctx) })
+	g.Go(func() error { return h.Run(gctx) })
+	g.Go(func() error { return c.Watch(gctx, a.opts.TunnelDownLimit) })
+	g.Go(func() error { return a.followCredential(gctx, cred, tokens) })
+	return g.Wait()
+}
+
+// followCredential keeps tokens current from the stored credential and
+// returns errIdentityChanged when it names another cluster or upstream.
+func (a *Agent) followCredential(ctx context.Context, cred *credential, tokens *tokenSource) error {
+	for {
+		if err := sleep(ctx, accessPoll); err != nil {
+			return nil
+		}
+		now, err := readCredential(ctx, a.local, a.opts.Namespace)
+		if err != nil {
+			continue // a read that fails now is tried again; the tunnel stays
+		}
+		if now == nil || !sameIdentity(now, cred) {
+			return errIdentityChanged
+		}
+		tokens.set(now.Token)
+	}
+}
+
+// waitForProxyAPI returns once the upstream serves the proxy API group
+// (its discovery document answers anything but 404), checking every
+// minute and following the stored credential meanwhile.
+func (a *Agent) waitForProxyAPI(ctx context.Context, up *rest.Config, cred *credential, tokens *tokenSource) error {
+	hc, err := rest.HTTPClientFor(up)
+	if err != nil {
+		return err
+	}
+	url := up.Host + "/apis/" + tunnel.ProxyGroup + "/" + tunnel.ProxyVersion
+	logged := false
+	for {
+		served, err := proxyAPIServed(ctx, hc, url)
+		if served {
+			return nil
+		}
+		wait := time.Minute
+		if err != nil {
+			wait = accessPoll // the upstream is unreachable: sooner
+		}
+		if !logged {
+			a.log.WithName("access").Info("the upstream serves no cluster-access API yet (fleet-proxy not installed or its APIService missing); checking again every minute",
+				"api", tunnel.ProxyGroup+"/"+tunnel.ProxyVersion, "error", errString(err))
+			logged = true
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		now, err := readCredential(ctx, a.local, a.opts.Namespace)
+		if err == nil && (now == nil || !sameIdentity(now, cred)) {
+			return errIdentityChanged
+		}
+		if err == nil {
+			tokens.set(now.Token)
+		}
+	}
+}
+
+// proxyAPIServed asks for the group version's discovery document. 404 is
+// "not served"; any other answer (503 while fleet-proxy is down included)
+// means the APIService exists, and the tunnel's own retries take over.
+func proxyAPIServed(ctx context.Context, hc *http.Client, url string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	return true, nil
+}
+
+// sameIdentity reports whether two credentials are of the same Cluster on
+// the same upstream (a renewal changes only the token and its times).
+func sameIdentity(x, y *credential) bool {
+	return x.ClusterNamespace == y.ClusterNamespace && x.ClusterName == y.ClusterName &&
+		x.APIServerURL == y.APIServerURL && string(x.APIServerCA) == string(y.APIServerCA)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,389 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	"k8s.io/utils/ptr"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/internal/registration"
+)
+
+// The access tests play upstream users, each a client certificate the
+// upstream's CA issues: the user alice-<cluster> in group team-a may use
+// clusters/proxy on that one Cluster; a Bundle gives Group fleet:team-a
+// view rights in namespace team-a downstream (plus exec and port-forward
+// there) and runs a workload in it.
+const (
+	teamNS     = "team-a"
+	teamGroup  = "team-a"
+	accessPath = "/apis/" + registration.ProxyAPIGroup + "/v1alpha1/namespaces/"
+)
+
+// proxyConfig is cfg (an upstream user) aimed at cluster's proxy URL.
+func proxyConfig(cfg *rest.Config, clusterName string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Host = strings.TrimSuffix(c.Host, "/") + accessPath + ws + "/clusters/" + clusterName + "/proxy"
+	return c
+}
+
+func upstreamUser(t *testing.T, name string, groups ...string) *rest.Config {
+	t.Helper()
+	cfg, err := cluster("upstream").UserConfig(name, groups...)
+	must(t, err)
+	return cfg
+}
+
+func kube(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	return cs
+}
+
+// teamBundle is what a platform team commits to give team-a its rights
+// downstream: fleet:<group> names, never the upstream ones.
+func teamBundle(targets ...string) *fleet.Bundle {
+	resources := `apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-a
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: team-a-view
+  namespace: team-a
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: view
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: Group
+    name: fleet:team-a
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: team-a-debug
+  namespace: team-a
+rules:
+  - apiGroups: [""]
+    resources: ["pods/exec", "pods/portforward"]
+    verbs: ["create", "get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: team-a-debug
+  namespace: team-a
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: team-a-debug
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: Group
+    name: fleet:team-a
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: echo
+  namespace: team-a
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: echo}
+  template:
+    metadata:
+      labels: {app: echo}
+    spec:
+      automountServiceAccountToken: false
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65535
+      containers:
+        - name: echo
+          image: registry.k8s.io/pause:3.10
+          imagePullPolicy: IfNotPresent
+          args: ["serve", ":8080"]
+          ports:
+            - containerPort: 8080
+`
+	b := &fleet.Bundle{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "team-a-access"},
+		Spec: fleet.BundleSpec{
+			Resources: []fleet.BundleResource{{Name: "team-a.yaml", Content: resources}},
+		},
+	}
+	for _, c := range targets {
+		b.Spec.Targets = append(b.Spec.Targets, fleet.BundleTarget{ClusterName: c})
+	}
+	return b
+}
+
+// grantProxy lets user use clusters/proxy on exactly one Cluster (what
+// ClusterRole fleet-cluster-proxy does per workspace, narrowed by name).
+func grantProxy(t *testing.T, user, clusterName string) {
+	t.Helper()
+	name := "proxy-" + user
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"clusters/proxy"},
+			ResourceNames: []string{clusterName}, Verbs: []string{"get", "create", "update", "patch", "delete"}}},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}
+	must(t, up.Create(t.Context(), role))
+	must(t, up.Create(t.Context(), binding))
+}
+
+// statusCode is the HTTP status of a client-go error (0 if none).
+func statusCode(err error) int32 {
+	if s, ok := err.(apierrors.APIStatus); ok {
+		return s.Status().Code
+	}
+	return 0
+}
+
+// echoPod waits, through the proxy as the user, for the team's workload.
+func echoPod(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	must(t, devenv.Poll(t.Context(), 3*time.Minute, func() error {
+		pods, err := cs.CoreV1().Pods(teamNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=echo"})
+		if err != nil {
+			return err
+		}
+		for i := range pods.Items {
+			if podReady(&pods.Items[i]) {
+				pod = &pods.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("no ready echo pod among %d", len(pods.Items))
+	}))
+	return pod
+}
+
+func testAccess(t *testing.T, dev2 string) {
+	clusters := []struct{ flow, name string }{{"manager-initiated", "dev-1"}, {"agent-initiated", dev2}}
+	must(t, up.Create(t.Context(), teamBundle("dev-1", dev2)))
+	for _, c := range clusters {
+		grantProxy(t, "alice-"+c.name, c.name)
+	}
+	mallory := upstreamUser(t, "mallory", teamGroup)
+	root := upstreamUser(t, "root", "system:masters")
+
+	for i, c := range clusters {
+		other := clusters[1-i].name
+		alice := upstreamUser(t, "alice-"+c.name, teamGroup)
+		cs := kube(t, proxyConfig(alice, c.name))
+
+		t.Run(c.flow+": a user with clusters/proxy reaches what fleet:<group> may do there, nothing more", func(t *testing.T) {
+			pod := echoPod(t, cs)
+			_, err := cs.CoreV1().Pods("kube-system").List(t.Context(), metav1.ListOptions{})
+			if statusCode(err) != http.StatusForbidden || !strings.Contains(err.Error(), "fleet:alice-"+c.name) {
+				t.Errorf("pods in kube-system: %v; want the downstream's 403 naming fleet:alice-%s", err, c.name)
+			}
+			_, err = kube(t, proxyConfig(alice, other)).CoreV1().Pods(teamNS).List(t.Context(), metav1.ListOptions{})
+			if statusCode(err) != http.StatusForbidden {
+				t.Errorf("cluster %s through its proxy without the right: %v; want 403", other, err)
+			}
+			_, err = kube(t, proxyConfig(mallory, c.name)).CoreV1().Pods(teamNS).List(t.Context(), metav1.ListOptions{})
+			if statusCode(err) != http.StatusForbidden {
+				t.Errorf("a user without clusters/proxy: %v; want 403", err)
+			}
+			// An upstream cluster-admin passes fleet-proxy but is no one
+			// downstream: fleet:root in group fleet:system:masters.
+			_, err = kube(t, proxyConfig(root, c.name)).CoreV1().Pods("kube-system").List(t.Context(), metav1.ListOptions{})
+			if statusCode(err) != http.StatusForbidden {
+				t.Errorf("upstream system:masters downstream: %v; want 403", err)
+			}
+			t.Logf("alice-%s lists %s/%s through the proxy", c.name, teamNS, pod.Name)
+		})
+
+		t.Run(c.flow+": smuggled identity headers gain nothing", func(t *testing.T) {
+			hc, err := rest.HTTPClientFor(proxyConfig(alice, c.name))
+			must(t, err)
+			base := proxyConfig(alice, c.name).Host
+			for _, hdr := range []http.Header{
+				{"Impersonate-User": {"system:admin"}},
+				{"Impersonate-Group": {"system:masters"}},
+				{"Connection": {"Impersonate-User"}, "Impersonate-User": {"system:admin"}},
+				{"Connection": {"X-Remote-User"}, "X-Remote-User": {"system:admin"}, "X-Remote-Group": {"system:masters"}},
+			} {
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/v1/namespaces/kube-system/secrets", nil)
+				for k, v := range hdr {
+					req.Header[k] = v
+				}
+				resp, err := hc.Do(req)
+				must(t, err)
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusForbidden {
+					t.Errorf("headers %v: %s %s; want 403", hdr, resp.Status, body)
+				}
+			}
+			// The impersonator without impersonation headers can do nothing.
+			down := clientset(t, c.name)
+			sas, err := down.CoreV1().ServiceAccounts("cattle-impersonation-system").List(t.Context(), metav1.ListOptions{})
+			must(t, err)
+			if len(sas.Items) == 0 {
+				t.Fatal("no impersonator ServiceAccount downstream after requests through the proxy")
+			}
+			for _, sa := range sas.Items {
+				tok, err := down.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(t.Context(), sa.Name, &authnTokenRequest, metav1.CreateOptions{})
+				must(t, err)
+				cfg, err := cluster(c.name).RESTConfig()
+				must(t, err)
+				cfg = rest.AnonymousClientConfig(cfg)
+				cfg.BearerToken = tok.Status.Token
+				_, err = kube(t, cfg).CoreV1().Pods(teamNS).List(t.Context(), metav1.ListOptions{})
+				if statusCode(err) != http.StatusForbidden {
+					t.Errorf("impersonator %s without headers lists pods: %v; want 403", sa.Name, err)
+				}
+			}
+		})
+
+		t.Run(c.flow+": exec, logs -f, port-forward and watch through the proxy", func(t *testing.T) {
+			cfg := proxyConfig(alice, c.name)
+			pod := echoPod(t, cs)
+			for _, mode := range []string{"SPDY", "WebSocket"} {
+				u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(teamNS).Name(pod.Name).SubResource("exec").
+					VersionedParams(&corev1.PodExecOptions{Container: "echo", Command: []string{"/pause", "echo", "hello", mode}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+				var exec remotecommand.Executor
+				var err error
+				if mode == "SPDY" {
+					exec, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
+				} else {
+					exec, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
+				}
+				must(t, err)
+				var out, errOut bytes.Buffer
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+				cancel()
+				if err != nil || strings.TrimSpace(out.String()) != "hello "+mode {
+					t.Errorf("exec over %s: %v, stdout %q, stderr %q", mode, err, out.String(), errOut.String())
+				}
+			}
+
+			// logs -f: two tick lines arrive one after the other on one stream.
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			stream, err := cs.CoreV1().Pods(teamNS).GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true, TailLines: ptr.To[int64](1)}).Stream(ctx)
+			must(t, err)
+			sc := bufio.NewScanner(stream)
+			var ticks []string
+			for len(ticks) < 3 && sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "tick ") {
+					ticks = append(ticks, sc.Text())
+				}
+			}
+			stream.Close()
+			cancel()
+			if len(ticks) < 3 {
+				t.Errorf("logs -f: got %q (%v); want three tick lines as they are written", ticks, sc.Err())
+			}
+
+			// port-forward, both transports.
+			pfURL := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(teamNS).Name(pod.Name).SubResource("portforward").URL()
+			for _, mode := range []string{"SPDY", "WebSocket"} {
+				var dialer httpstream.Dialer
+				if mode == "SPDY" {
+					rt, upgrader, err := spdy.RoundTripperFor(cfg)
+					must(t, err)
+					dialer = spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, pfURL)
+				} else {
+					d, err := portforward.NewSPDYOverWebsocketDialer(pfURL, cfg)
+					must(t, err)
+					dialer = d
+				}
+				body, err := portForwardGet(t, dialer, "8080")
+				if err != nil || !strings.HasPrefix(body, "hello from "+pod.Name) {
+					t.Errorf("port-forward over %s: %v, body %q", mode, err, body)
+				}
+			}
+
+			// A watch through the proxy sees a change made downstream.
+			w, err := cs.CoreV1().ConfigMaps(teamNS).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=watched"})
+			must(t, err)
+			defer w.Stop()
+			_, err = clientset(t, c.name).CoreV1().ConfigMaps(teamNS).Create(t.Context(),
+				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{})
+			must(t, err)
+			select {
+			case ev := <-w.ResultChan():
+				if ev.Type != watch.Added {
+					t.Errorf("watch through the proxy: %s; want ADDED", ev.Type)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("watch through the proxy: no event within 30s of the change")
+			}
+		})
+	}
+}
+
+// authnTokenRequest asks for a short-lived token.
+var authnTokenRequest = authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+
+// portForwardGet forwards a local port to the pod's port and GETs / on it.
+func portForwardGet(t *testing.T, dialer httpstream.Dialer, port string) (string, error) {
+	stop, ready := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + port}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		return "", err
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- pf.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-errs:
+		return "", fmt.Errorf("port-forward ended: %v", err)
+	case <-time.After(time.Minute):
+		return "", fmt.Errorf("port-forward not ready within a minute")
+	}
+	ports, err := pf.GetPorts()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, (&url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0].Local), Path: "/"}).String(), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
