@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 )
 
@@ -54,6 +55,11 @@ type Options struct {
 	// upstream serves the proxy API, before Run ends with an error so that
 	// the process starts afresh (default 15m; negative: never).
 	TunnelDownLimit time.Duration
+
+	// Registerer, when set, gets the agent's metrics (the access handler's
+	// impersonator cache). Each access session registers its collectors
+	// in place of the previous session's.
+	Registerer prometheus.Registerer
 
 	// ResyncInterval is how often applied BundleDeployments are checked for
 	// drift and health (default 30s).

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 
@@ -95,6 +96,7 @@ func (a *Agent) serveAccess(ctx context.Context, cred *credential) error {
 		RefreshKeys: keys,
 		Local:       rest.CopyConfig(a.opts.Local),
 		Log:         log,
+		Registerer:  replacing(a.opts.Registerer),
 	})
 	if err != nil {
 		return err
@@ -221,4 +223,34 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// replacing returns a Registerer that registers a collector in place of
+// an equal one already registered (the previous access session's), or nil
+// when reg is nil.
+func replacing(reg prometheus.Registerer) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return replacingRegisterer{reg}
+}
+
+type replacingRegisterer struct{ prometheus.Registerer }
+
+func (r replacingRegisterer) Register(c prometheus.Collector) error {
+	err := r.Registerer.Register(c)
+	var already prometheus.AlreadyRegisteredError
+	if errors.As(err, &already) {
+		r.Registerer.Unregister(already.ExistingCollector)
+		return r.Registerer.Register(c)
+	}
+	return err
+}
+
+func (r replacingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
 }

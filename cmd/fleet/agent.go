@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -41,6 +44,9 @@ TUNNEL_DOWN_LIMIT.`,
 				return fmt.Errorf("finding the local cluster: %w", err)
 			}
 			opts.Local = local
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			opts.Registerer = reg
 			if err := agentEnv(&opts); err != nil {
 				return err
 			}
@@ -49,7 +55,7 @@ TUNNEL_DOWN_LIMIT.`,
 				return err
 			}
 			if probeAddress != "" && probeAddress != "0" {
-				if err := serveProbes(cmd.Context(), probeAddress, a.ReadyCheck); err != nil {
+				if err := serveProbes(cmd.Context(), probeAddress, a.ReadyCheck, reg); err != nil {
 					return err
 				}
 			}
@@ -60,7 +66,7 @@ TUNNEL_DOWN_LIMIT.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: in-cluster, or $KUBECONFIG)")
 	f.StringVar(&opts.Namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "the agent's namespace")
 	f.StringVar(&opts.PodName, "pod-name", os.Getenv("POD_NAME"), "this replica's name (leader election)")
-	f.StringVar(&probeAddress, "probe-address", ":8081", "address of /healthz and /readyz (0 disables them)")
+	f.StringVar(&probeAddress, "probe-address", ":8081", "address of /healthz, /readyz and /metrics (0 disables them)")
 	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect one active replica")
 	f.BoolVar(&opts.Access, "access", true, "hold a tunnel to the upstream's fleet-proxy and serve users' requests (every replica)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
@@ -110,9 +116,11 @@ func agentEnv(o *agent.Options) error {
 	return errors.Join(errs...)
 }
 
-// serveProbes serves /healthz (always ok while the process runs) and /readyz.
-func serveProbes(ctx context.Context, addr string, ready func(*http.Request) error) error {
+// serveProbes serves /healthz (always ok while the process runs), /readyz
+// and the agent's Prometheus metrics at /metrics.
+func serveProbes(ctx context.Context, addr string, ready func(*http.Request) error, metrics prometheus.Gatherer) error {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := ready(r); err != nil {

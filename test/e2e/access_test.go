@@ -232,7 +232,11 @@ func testAccess(t *testing.T, dev2 string) {
 		})
 
 		t.Run(c.flow+": smuggled identity headers gain nothing", func(t *testing.T) {
-			hc, err := rest.HTTPClientFor(proxyConfig(alice, c.name))
+			// HTTP/1.1: Go's HTTP/2 client refuses to send a Connection
+			// header, and the CVE-2021-31999 case is an HTTP/1.1 one.
+			h1 := proxyConfig(alice, c.name)
+			h1.NextProtos = []string{"http/1.1"}
+			hc, err := rest.HTTPClientFor(h1)
 			must(t, err)
 			base := proxyConfig(alice, c.name).Host
 			for _, hdr := range []http.Header{
@@ -249,8 +253,12 @@ func testAccess(t *testing.T, dev2 string) {
 				must(t, err)
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusForbidden {
-					t.Errorf("headers %v: %s %s; want 403", hdr, resp.Status, body)
+				// The upstream API server handles Impersonate-* itself
+				// (alice may not impersonate: 403; a group without a user:
+				// 400); what reaches fleet-proxy is stripped, and
+				// fleet:alice-<c> may not read kube-system's secrets: 403.
+				if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusBadRequest {
+					t.Errorf("headers %v: %s %s; want 403 or 400", hdr, resp.Status, body)
 				}
 			}
 			// The impersonator without impersonation headers can do nothing.

@@ -81,7 +81,6 @@ func (e *Env) InstallController(ctx context.Context, set ...string) error {
 		"--set", "image.tag=" + ImageTag, "--set", "image.imagePullPolicy=Never",
 		"--set", "agent.image.imagePullPolicy=Never", "--set", "agent.tlsMode=strict",
 		"--set", "apiServerURL=" + up.Server(), "--set-file", "apiServerCA=" + caFile,
-		"--set", "proxy.enabled=true",
 		"--wait", "--timeout", "3m"}
 	for _, s := range set {
 		args = append(args, "--set", s)
