@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/watch"
@@ -358,6 +359,172 @@ func testAccess(t *testing.T, dev2 string) {
 			}
 		})
 	}
+
+	t.Run("resilience: proxy replica killed, agent replica killed, agent down and back; a watch outlives them", func(t *testing.T) {
+		testAccessResilience(t, "dev-1", dev2)
+	})
+}
+
+// testAccessResilience kills what carries name's tunnel, one part at a
+// time, while a watch through the proxy on other stays open throughout.
+func testAccessResilience(t *testing.T, name, other string) {
+	ctx := t.Context()
+	alice := kube(t, proxyConfig(upstreamUser(t, "alice-"+name, teamGroup), name))
+	reachable := func() error {
+		_, err := alice.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{})
+		return err
+	}
+	// A long watch: opened now, it must still deliver after every step
+	// below (well over a minute: no timeout of the aggregator, fleet-proxy,
+	// the tunnel or the agent cuts it).
+	watchOpened := time.Now()
+	w, err := kube(t, proxyConfig(upstreamUser(t, "alice-"+other, teamGroup), other)).CoreV1().ConfigMaps(teamNS).
+		Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=long-watch"})
+	must(t, err)
+	defer w.Stop()
+
+	connected := connectedCondition(t, name, metav1.ConditionTrue, 2*time.Minute)
+	proxyPod := strings.TrimPrefix(connected.Message, "The agent's tunnel is held by fleet-proxy replica ")
+
+	// 1. The fleet-proxy replica holding the tunnel is killed: the agent
+	// attaches to another replica (through the aggregator) within seconds.
+	upCS := clientset(t, "upstream")
+	must(t, upCS.CoreV1().Pods(agentNS).Delete(ctx, proxyPod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	killed := time.Now()
+	must(t, devenv.Poll(ctx, time.Minute, reachable))
+	t.Logf("proxy replica %s killed: reachable again after %s", proxyPod, time.Since(killed).Round(100*time.Millisecond))
+	must(t, devenv.Poll(ctx, time.Minute, func() error {
+		c := connectedCondition(t, name, metav1.ConditionTrue, time.Minute)
+		if strings.HasSuffix(c.Message, proxyPod) {
+			return fmt.Errorf("Connected still names the killed replica: %s", c.Message)
+		}
+		return nil
+	}))
+
+	// 2. Two agent replicas, each with its own tunnel: killing one keeps
+	// the cluster reachable, and Connected never turns False.
+	down := clientset(t, name)
+	scaleAgent(t, down, 2)
+	pods := tunnelledAgents(t, down, 2)
+	before := connectedCondition(t, name, metav1.ConditionTrue, time.Minute)
+	must(t, down.CoreV1().Pods(agentNS).Delete(ctx, pods[0], metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	killed = time.Now()
+	failures := 0
+	for time.Since(killed) < 15*time.Second { // longer than Connected's grace
+		if err := reachable(); err != nil {
+			failures++
+			t.Logf("%s after killing agent pod %s: %v", time.Since(killed).Round(time.Millisecond), pods[0], err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// A request in flight on the killed pod's session may fail; the
+	// cluster must not be unreachable for longer than that.
+	if failures > 2 {
+		t.Errorf("%d of the requests in the 15s after killing one of two agent pods failed; want the other pod's tunnel to serve them", failures)
+	}
+	after := connectedCondition(t, name, metav1.ConditionTrue, time.Minute)
+	if !after.LastTransitionTime.Equal(&before.LastTransitionTime) {
+		t.Errorf("Connected went False and back while one of two agent replicas was killed (was %s, now %s)", before.LastTransitionTime, after.LastTransitionTime)
+	}
+
+	// 3. No agent: Connected=False with the reason, 503 through the proxy;
+	// the agent back: True, reachable.
+	scaleAgent(t, down, 0)
+	must(t, devenv.Poll(ctx, 2*time.Minute, func() error {
+		pods, err := down.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{LabelSelector: agentPods})
+		if err != nil || len(pods.Items) > 0 {
+			return fmt.Errorf("agent pods still there: %v", err)
+		}
+		return nil
+	}))
+	c := connectedCondition(t, name, metav1.ConditionFalse, 2*time.Minute)
+	if c.Reason != fleet.TunnelDownReason || !strings.Contains(c.Message, agentNS) {
+		t.Errorf("Connected=False: reason %q, message %q; want %s naming namespace %s", c.Reason, c.Message, fleet.TunnelDownReason, agentNS)
+	}
+	if err := reachable(); statusCode(err) != http.StatusServiceUnavailable {
+		t.Errorf("a request while no agent runs: %v; want 503", err)
+	}
+	scaleAgent(t, down, 1)
+	connectedCondition(t, name, metav1.ConditionTrue, 3*time.Minute)
+	must(t, devenv.Poll(ctx, time.Minute, reachable))
+	runningAgent(t, down, 2*time.Minute)
+
+	// The watch opened before all this still delivers.
+	_, err = clientset(t, other).CoreV1().ConfigMaps(teamNS).Create(ctx,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "long-watch"}}, metav1.CreateOptions{})
+	must(t, err)
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok || ev.Type != watch.Added {
+			t.Errorf("watch through the proxy open for %s: closed %v, event %s; want ADDED", time.Since(watchOpened).Round(time.Second), !ok, ev.Type)
+		} else {
+			t.Logf("a watch through the proxy delivered after %s open", time.Since(watchOpened).Round(time.Second))
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("watch through the proxy open for %s: no event within 30s of the change", time.Since(watchOpened).Round(time.Second))
+	}
+	if d := time.Since(watchOpened); d < time.Minute {
+		t.Errorf("the watch was open only %s; the steps above should take over a minute", d)
+	}
+}
+
+// connectedCondition waits for Cluster name's Connected condition to have
+// status want and returns it.
+func connectedCondition(t *testing.T, name string, want metav1.ConditionStatus, timeout time.Duration) metav1.Condition {
+	t.Helper()
+	var got metav1.Condition
+	must(t, devenv.Poll(t.Context(), timeout, func() error {
+		c := meta.FindStatusCondition(getCluster(t, name).Status.Conditions, fleet.ConnectedCondition)
+		if c == nil || c.Status != want {
+			return fmt.Errorf("Connected is %v, want %s", c, want)
+		}
+		got = *c
+		return nil
+	}))
+	return got
+}
+
+// scaleAgent sets the agent Deployment's replicas through its scale
+// subresource, as an operator would (`kubectl scale`).
+func scaleAgent(t *testing.T, cs *kubernetes.Clientset, replicas int32) {
+	t.Helper()
+	s, err := cs.AppsV1().Deployments(agentNS).GetScale(t.Context(), "fleet-agent", metav1.GetOptions{})
+	must(t, err)
+	s.Spec.Replicas = replicas
+	_, err = cs.AppsV1().Deployments(agentNS).UpdateScale(t.Context(), "fleet-agent", s, metav1.UpdateOptions{})
+	must(t, err)
+}
+
+// tunnelledAgents waits for n ready agent pods whose logs say their tunnel
+// is connected, and returns their names.
+func tunnelledAgents(t *testing.T, cs *kubernetes.Clientset, n int) []string {
+	t.Helper()
+	var names []string
+	must(t, devenv.Poll(t.Context(), 3*time.Minute, func() error {
+		pods, err := cs.CoreV1().Pods(agentNS).List(t.Context(), metav1.ListOptions{LabelSelector: agentPods})
+		if err != nil {
+			return err
+		}
+		names = names[:0]
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.DeletionTimestamp != nil || !podReady(p) {
+				continue
+			}
+			logs, err := cs.CoreV1().Pods(agentNS).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+			if err != nil {
+				return err
+			}
+			if bytes.Contains(logs, []byte("agent tunnel connected")) {
+				names = append(names, p.Name)
+			}
+		}
+		if len(names) < n {
+			return fmt.Errorf("%d ready agent pods with a connected tunnel, want %d", len(names), n)
+		}
+		return nil
+	}))
+	return names
 }
 
 // authnTokenRequest asks for a short-lived token.
