@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,7 +56,7 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewMethodNotSupported(clustersResource, r.Method))
 		return
 	}
-	decision, reason, err := s.authz.Authorize(r.Context(), authorizer.AttributesRecord{
+	right := authorizer.AttributesRecord{
 		User:            u,
 		Verb:            verb,
 		Namespace:       ws,
@@ -63,7 +66,8 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 		Subresource:     rightSubresource,
 		Name:            name,
 		ResourceRequest: true,
-	})
+	}
+	decision, reason, err := s.authz.Authorize(r.Context(), right)
 	if decision != authorizer.DecisionAllow {
 		msg := fmt.Sprintf("user %q cannot %s %s %s/%s on Cluster %s: access to a cluster through fleet-proxy needs that right (ClusterRole fleet-cluster-proxy)",
 			u.GetName(), verb, rightGroup, rightResource, rightSubresource, key)
@@ -98,13 +102,23 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
-	out := r.Clone(r.Context())
+	// The request ends when its right goes, even while it streams.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	conns := &connSet{}
+	stop := s.whileAllowed(ctx, right, key, func() {
+		cancel()
+		conns.closeAll() // an upgraded stream no longer follows ctx
+	})
+	defer stop()
+
+	out := r.Clone(ctx)
 	out.Header = sanitize(r.Header, httpstream.IsUpgradeRequest(r))
 	out.Header.Set(AssertionHeader, assertion)
 	out.URL.Path, out.URL.RawPath = inner.Path, inner.RawPath
 
 	transport := &http.Transport{
-		DialContext:           dial,
+		DialContext:           conns.track(dial),
 		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: 0,
 		ExpectContinueTimeout: time.Second,
@@ -216,4 +230,77 @@ func (e responder) Error(w http.ResponseWriter, r *http.Request, err error) {
 	st := apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s: the request did not reach the agent: %v", e.key, err))
 	st.ErrStatus.Code = http.StatusBadGateway
 	writeStatus(w, st)
+}
+
+// whileAllowed checks right again every StreamRecheckInterval while ctx
+// lasts (the authorizer's cache bounds how stale an answer is) and calls
+// revoke once it is denied. A check that fails keeps the request: the next
+// one decides. The returned func stops the checks. Nothing runs for a
+// request that ends before the first check.
+func (s *Server) whileAllowed(ctx context.Context, right authorizer.AttributesRecord, key string, revoke func()) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // the callback resets t: not before it is set
+	defer mu.Unlock()
+	t = time.AfterFunc(s.opts.StreamRecheckInterval, func() {
+		decision, _, err := s.authz.Authorize(ctx, right)
+		if ctx.Err() != nil {
+			return
+		}
+		if decision == authorizer.DecisionAllow || err != nil {
+			mu.Lock()
+			if !stopped {
+				t.Reset(s.opts.StreamRecheckInterval)
+			}
+			mu.Unlock()
+			return
+		}
+		log.FromContext(ctx).Info("ending an open request: the user no longer has clusters/proxy on the cluster",
+			"cluster", key, "user", right.User.GetName(), "verb", right.Verb)
+		s.metrics.refused("revoked")
+		revoke()
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// connSet holds the connections a request dialed to the agent, so that a
+// revoked upgraded stream (exec, port-forward), which no longer follows
+// the request's context, can be closed.
+type connSet struct {
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+func (c *connSet) track(dial DialFunc) DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			_ = conn.Close()
+			return nil, errors.New("the request's access was revoked")
+		}
+		c.conns = append(c.conns, conn)
+		return conn, nil
+	}
+}
+
+func (c *connSet) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+	c.conns = nil
 }

@@ -94,6 +94,20 @@ func backendHandler(w http.ResponseWriter, r *http.Request) {
 			case <-time.After(300 * time.Millisecond):
 			}
 		}
+	case r.URL.Path == "/watch-long":
+		// A watch that lasts until the client or the proxy ends it (two
+		// minutes at most): an event every 200 ms.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		for i := range 600 {
+			fmt.Fprintf(w, "{\"type\":\"ADDED\",\"n\":%d}\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 	case r.Header.Get("Upgrade") == "fleet-test":
 		// A minimal upgrade: 101, then echo each line back.
 		conn, buf, err := w.(http.Hijacker).Hijack()
@@ -152,7 +166,8 @@ func setup(s *testenv.Suite) error {
 	if keys, err = proxy.EnsureSigningKeys(ctx, up.Clientset, proxyNamespace); err != nil {
 		return err
 	}
-	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Asserter: keys, Keys: keys})
+	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Asserter: keys, Keys: keys,
+		StreamRecheckInterval: time.Second})
 	if err != nil {
 		return err
 	}

@@ -389,6 +389,111 @@ func TestProxy_AccessEndsWithTheRight(t *testing.T) {
 	}
 }
 
+// Open streams end with the right too: a watch and an upgraded stream
+// (exec, port-forward) of a user whose binding is removed are closed, while
+// another user's stream on the same cluster goes on.
+func TestProxy_OpenStreamsEndWithTheRight(t *testing.T) {
+	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
+	users := testenv.Namespace(t, env.Upstream.Client, "users-")
+	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
+	grant(t, ws, alice.name, "c1")
+	grant(t, ws, bob.name, "c1")
+	tunnels.connect(ws + "/c1")
+	for _, u := range []*user{alice, bob} {
+		eventuallyStatus(t, u.name+" reaching c1", http.StatusOK, func() *http.Response {
+			return u.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
+		}).Body.Close()
+	}
+
+	// streamEnds reads a watch until it ends and reports when.
+	streamEnds := func(u *user) <-chan time.Time {
+		resp := u.do(t, http.MethodGet, clusterPath(ws, "c1", "/watch-long?watch=true"), nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: watch status %d", u.name, resp.StatusCode)
+		}
+		ended := make(chan time.Time, 1)
+		go func() {
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			ended <- time.Now()
+		}()
+		return ended
+	}
+	aliceWatch, bobWatch := streamEnds(alice), streamEnds(bob)
+	aliceExec := upgrade(t, alice, clusterPath(ws, "c1", "/api/v1/namespaces/default/pods/p/exec"))
+	defer aliceExec.Close()
+	execEnded := make(chan time.Time, 1)
+	go func() {
+		br := bufio.NewReader(aliceExec)
+		for {
+			if _, err := fmt.Fprintf(aliceExec, "ping\n"); err != nil {
+				break
+			}
+			if _, err := br.ReadString('\n'); err != nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		execEnded <- time.Now()
+	}()
+
+	// Only alice's binding goes.
+	var rbs rbacv1.RoleBindingList
+	if err := env.Upstream.Client.List(t.Context(), &rbs, client.InNamespace(ws)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range rbs.Items {
+		if rbs.Items[i].Subjects[0].Name == alice.name {
+			if err := env.Upstream.Client.Delete(t.Context(), &rbs.Items[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	revoked := time.Now()
+	// The allowed answer is cached 10 s; the stream is checked every
+	// second here (15 s by default).
+	for what, ended := range map[string]<-chan time.Time{"watch": aliceWatch, "exec": execEnded} {
+		select {
+		case at := <-ended:
+			t.Logf("alice's %s ended %s after her binding was removed", what, at.Sub(revoked).Round(100*time.Millisecond))
+		case <-time.After(30 * time.Second):
+			t.Errorf("alice's %s still open 30s after her binding was removed", what)
+		}
+	}
+	select {
+	case at := <-bobWatch:
+		t.Errorf("bob's watch ended %s after alice's binding was removed; bob still has the right", at.Sub(revoked))
+	default:
+	}
+}
+
+// upgrade opens an upgraded stream (the backend echoes lines) through the
+// upstream API server as u.
+func upgrade(t *testing.T, u *user, path string) net.Conn {
+	t.Helper()
+	pool := u.client.Transport.(*http.Transport).TLSClientConfig.RootCAs
+	host := strings.Trim(strings.TrimPrefix(env.Upstream.Config.Host, "https://"), "/")
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", host, &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: fleet-test\r\nContent-Length: 0\r\n\r\n", path, host, u.token)
+	// Read the 101 byte by byte: what follows belongs to the stream.
+	var head []byte
+	one := make([]byte, 1)
+	for !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		if _, err := conn.Read(one); err != nil {
+			t.Fatalf("reading the upgrade response: %v (%q)", err, head)
+		}
+		head = append(head, one[0])
+	}
+	if !bytes.HasPrefix(head, []byte("HTTP/1.1 101")) {
+		t.Fatalf("upgrade: %q", head)
+	}
+	return conn
+}
+
 func TestMetrics_ProxiedRequestsCounted(t *testing.T) {
 	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")

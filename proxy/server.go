@@ -95,6 +95,10 @@ type Options struct {
 	// AuthorizationCacheTTL is how long an allowed or denied answer is
 	// kept (zero: 10 s).
 	AuthorizationCacheTTL time.Duration
+	// StreamRecheckInterval is how often the right of a request still
+	// open (a watch, logs -f, exec, port-forward) is checked again; the
+	// request is ended once it is gone (zero: 15 s).
+	StreamRecheckInterval time.Duration
 }
 
 // Server is fleet-proxy's HTTPS handler.
@@ -117,6 +121,9 @@ func New(opts Options) (*Server, error) {
 	ttl := opts.AuthorizationCacheTTL
 	if ttl == 0 {
 		ttl = 10 * time.Second
+	}
+	if opts.StreamRecheckInterval == 0 {
+		opts.StreamRecheckInterval = 15 * time.Second
 	}
 	authn, err := newRequestHeaderAuth(opts.Client)
 	if err != nil {
