@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -86,9 +87,61 @@ func (e *Env) InstallController(ctx context.Context, set ...string) error {
 		args = append(args, "--set", s)
 	}
 	if err := e.helm(up, args...); err != nil {
-		return fmt.Errorf("%w\nread: kubectl --kubeconfig %s -n %s logs deploy/fleet-controller", err, up.KubeconfigPath(), SystemNamespace)
+		return fmt.Errorf("%w\n%s", err, PodReport(ctx, up, SystemNamespace))
 	}
 	return nil
+}
+
+// PodReport says, for every pod of namespace ns in c that is not ready,
+// why (phase, container states, the last lines of its logs): what a
+// failed `helm --wait` or rollout leaves to read.
+func PodReport(ctx context.Context, c *devcluster.Cluster, ns string) string {
+	cs, err := c.Clientset()
+	if err != nil {
+		return "pods: " + err.Error()
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "pods: " + err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pods in %s of %s:\n", ns, c.Name)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		fmt.Fprintf(&b, "- %s: %s, ready %v\n", p.Name, p.Status.Phase, ready)
+		if ready {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Status != corev1.ConditionTrue && cond.Message != "" {
+				fmt.Fprintf(&b, "    %s: %s %s\n", cond.Type, cond.Reason, cond.Message)
+			}
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			switch {
+			case st.State.Waiting != nil:
+				fmt.Fprintf(&b, "    %s waiting: %s %s (restarts %d)\n", st.Name, st.State.Waiting.Reason, st.State.Waiting.Message, st.RestartCount)
+			case st.State.Terminated != nil:
+				fmt.Fprintf(&b, "    %s terminated: %s exit %d\n", st.Name, st.State.Terminated.Reason, st.State.Terminated.ExitCode)
+			}
+			for _, previous := range []bool{false, true} {
+				if previous && st.RestartCount == 0 {
+					continue
+				}
+				logs, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: st.Name, Previous: previous, TailLines: ptr.To[int64](15)}).DoRaw(ctx)
+				if err == nil && len(logs) > 0 {
+					fmt.Fprintf(&b, "    logs of %s (previous %v):\n      %s\n", st.Name, previous, strings.ReplaceAll(strings.TrimSpace(string(logs)), "\n", "\n      "))
+				}
+			}
+		}
+	}
+	return b.String()
 }
 
 // BuildGitops builds dir (examples/gitops) with kustomize, as a GitOps tool
