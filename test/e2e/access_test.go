@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/watch"
+	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -96,6 +97,9 @@ rules:
   - apiGroups: [""]
     resources: ["pods/exec", "pods/portforward"]
     verbs: ["create", "get"]
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["create", "update", "patch", "delete"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -280,6 +284,34 @@ func testAccess(t *testing.T, dev2 string) {
 				if statusCode(err) != http.StatusForbidden {
 					t.Errorf("impersonator %s without headers lists pods: %v; want 403", sa.Name, err)
 				}
+			}
+		})
+
+		t.Run(c.flow+": server-side apply and delete through the proxy, as the user", func(t *testing.T) {
+			echoPod(t, cs) // the team's Bundle is applied
+			cm := corev1apply.ConfigMap("applied", teamNS).WithData(map[string]string{"by": "alice"})
+			got, err := cs.CoreV1().ConfigMaps(teamNS).Apply(t.Context(), cm, metav1.ApplyOptions{FieldManager: "alice-cli", Force: true})
+			must(t, err)
+			managers := []string{}
+			for _, m := range got.ManagedFields {
+				managers = append(managers, m.Manager)
+			}
+			if len(managers) != 1 || managers[0] != "alice-cli" || got.Data["by"] != "alice" {
+				t.Errorf("applied ConfigMap: managers %v, data %v; want alice-cli's apply", managers, got.Data)
+			}
+			// Downstream, the object is there; the audit identity is the user's.
+			down := clientset(t, c.name)
+			if _, err := down.CoreV1().ConfigMaps(teamNS).Get(t.Context(), "applied", metav1.GetOptions{}); err != nil {
+				t.Errorf("the applied ConfigMap downstream: %v", err)
+			}
+			must(t, cs.CoreV1().ConfigMaps(teamNS).Delete(t.Context(), "applied", metav1.DeleteOptions{}))
+			if _, err := down.CoreV1().ConfigMaps(teamNS).Get(t.Context(), "applied", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("after a delete through the proxy: %v; want NotFound", err)
+			}
+			// Outside what fleet:team-a may write: the downstream's 403.
+			_, err = cs.CoreV1().ConfigMaps("default").Apply(t.Context(), corev1apply.ConfigMap("applied", "default"), metav1.ApplyOptions{FieldManager: "alice-cli"})
+			if statusCode(err) != http.StatusForbidden {
+				t.Errorf("apply in namespace default: %v; want 403", err)
 			}
 		})
 
