@@ -41,6 +41,11 @@ func (b *bearerRoundTripper) RoundTrip(req *http.Request) (*http.Response, error
 	return b.next.RoundTrip(req)
 }
 
+// WrappedRoundTripper lets client-go reach the transport underneath to
+// cancel a request (a watch that times out), instead of logging that it
+// cannot, every 30 s per informer.
+func (b *bearerRoundTripper) WrappedRoundTripper() http.RoundTripper { return b.next }
+
 // upstreamConfig builds a REST config for the upstream API server.
 //
 // TLS modes: strict trusts only the given CA. system-store first tries the

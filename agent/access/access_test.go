@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -66,10 +67,18 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{t: t, down: env.Downstreams[0], admin: env.Downstreams[0].Clientset}
 	f.signer = newSigner(t)
 	f.reg = prometheus.NewRegistry()
+	// The local API server as an agent in a pod sees it: rest.InClusterConfig
+	// gives a host without a path.
+	local := rest.CopyConfig(f.down.Config)
+	u, err := url.Parse(local.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Host = u.Scheme + "://" + u.Host
 	h, err := New(Options{
 		Audience:   audience,
 		Verifier:   assertion.NewVerifier(assertion.NewKeySet(f.signer.PublicKey())),
-		Local:      f.down.Config,
+		Local:      local,
 		Now:        f.clock,
 		Registerer: f.reg,
 	})
@@ -154,7 +163,9 @@ func (f *fixture) raw(id assertion.Identity, method, path, body string, hdr http
 		}
 		req.Header.Set(assertion.HeaderName, tok)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// As fleet-proxy, which refuses them: a redirect is an answer.
+	noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirects.Do(req)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -232,6 +243,18 @@ func TestUserBindingGrantsOneNamespace(t *testing.T) {
 	bob := f.as(assertion.Identity{User: "bob"})
 	_, err = bob.CoreV1().Pods(mine).List(ctx, metav1.ListOptions{})
 	forbidden(t, "bob listing pods", err)
+}
+
+// A GET is answered by the API server, not redirected by the handler (an
+// in-cluster host has no path; fleet-proxy refuses redirects).
+func TestGetIsServedNotRedirected(t *testing.T) {
+	f := newFixture(t)
+	for _, path := range []string{"/version", "/api", "/api/v1/namespaces/default"} {
+		code, body := f.raw(assertion.Identity{User: "alice"}, http.MethodGet, path, "", nil)
+		if code == http.StatusMovedPermanently || code == http.StatusFound || code >= 500 {
+			t.Errorf("GET %s: %d %s; want the API server's answer", path, code, body)
+		}
+	}
 }
 
 func TestGroupBinding(t *testing.T) {

@@ -142,6 +142,12 @@ func newForwarder(local *rest.Config) (*proxy.UpgradeAwareHandler, error) {
 			return nil, fmt.Errorf("access: local API server %q: %w", anon.Host, err)
 		}
 	}
+	// UpgradeAwareHandler answers every GET with a redirect to "<path>/"
+	// when its Location has no path (kubernetes#4958), and in-cluster
+	// configs have none (https://10.96.0.1:443).
+	if loc.Path == "" {
+		loc.Path = "/"
+	}
 	tlsCfg, err := rest.TLSConfigFor(anon)
 	if err != nil {
 		return nil, fmt.Errorf("access: %w", err)
