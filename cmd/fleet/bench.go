@@ -53,7 +53,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&opts.Quick, "quick", false, "smoke run for CI (under two minutes)")
+	f.BoolVar(&opts.Quick, "quick", false, "smoke run for CI (about two and a half minutes)")
 	f.IntVar(&opts.Clusters, "clusters", 0, "clusters in the scale scenario (default 1000, 50 with --quick)")
 	f.IntVar(&opts.Shards, "shards", 1, "controller shards")
 	f.StringVar(&jsonFile, "json", "", "write the results as JSON to this file")

@@ -695,6 +695,7 @@ func (ae *accessEnv) tunnelsIdle(ctx context.Context, n int, atRest time.Duratio
 	}
 	ae.settle(ctx, 30*time.Second)
 	rssIdentities, _ := ae.proxyUsage()
+	anonIdentities := ae.proxyAnonMB()
 
 	up := ae.env.Upstream
 	tctx, cancel := context.WithCancel(context.Background())
@@ -742,6 +743,7 @@ func (ae *accessEnv) tunnelsIdle(ctx context.Context, n int, atRest time.Duratio
 	// Connected conditions and events are written after each connect.
 	ae.settle(ctx, time.Minute)
 	rssTunnels, cpu0 := ae.proxyUsage()
+	anonTunnels := ae.proxyAnonMB()
 	select {
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
@@ -760,9 +762,10 @@ func (ae *accessEnv) tunnelsIdle(ctx context.Context, n int, atRest time.Duratio
 		ProxyRSSPerTunnelKB: f(perTunnelKB),
 		Goal:                "< 300 MB at 1,000 tunnels, near-zero CPU at rest"}
 	r.Notes = fmt.Sprintf("fleet-proxy as its own process; RSS fresh %.1f MB, with %d Clusters' identities cached %.1f MB (%.1f KB each), "+
-		"with the tunnels %.1f MB (%.1f KB per tunnel), after %s at rest %.1f MB (%.1f MB anonymous, the rest the binary's pages); "+
+		"with the tunnels %.1f MB (%.1f KB per tunnel; anonymous alone %.1f KB, the rest file-backed pages), "+
+		"after %s at rest %.1f MB (%.1f MB anonymous, the rest the binary's pages); "+
 		"CPU %% is over those %s; wall is connecting the tunnels %d at a time; %d tunnels held at the end, %d reconnects",
-		rssFresh, n, rssIdentities, (rssIdentities-rssFresh)*1024/float64(n), rssTunnels, perTunnelKB, atRest, rssEnd, anonEnd,
+		rssFresh, n, rssIdentities, (rssIdentities-rssFresh)*1024/float64(n), rssTunnels, perTunnelKB, (anonTunnels-anonIdentities)*1024/float64(n), atRest, rssEnd, anonEnd,
 		atRest, batch, held, reconnects)
 	return r, nil
 }

@@ -10,7 +10,8 @@ import (
 
 // Options select the run.
 type Options struct {
-	// Quick is the CI smoke run (under two minutes).
+	// Quick is the CI smoke run (about two and a half minutes, the access
+	// scenarios about 35 s of it).
 	Quick bool
 	// Clusters is the size of the scale scenario (default 100 quick, 1000).
 	Clusters int
