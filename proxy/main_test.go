@@ -20,9 +20,9 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/proxy"
-	"github.com/gitops-fleet/fleet/proxy/proxytest"
 )
 
 const proxyNamespace = "fleet-system"
@@ -179,7 +179,7 @@ func setup(s *testenv.Suite) error {
 	})
 
 	// What the chart installs, pointing at this test process.
-	return proxytest.Register(ctx, up.Client, up.Clientset, proxyNamespace, host, port, certPEM)
+	return proxyenv.Register(ctx, up.Client, up.Clientset, proxyNamespace, host, port, certPEM)
 }
 
 // user is an upstream ServiceAccount with a bearer token, calling the

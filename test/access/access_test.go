@@ -28,27 +28,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/gitops-fleet/fleet/agent/access"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	clustercontroller "github.com/gitops-fleet/fleet/controller/cluster"
-	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
-	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
-	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
 	"github.com/gitops-fleet/fleet/proxy/connected"
-	"github.com/gitops-fleet/fleet/proxy/proxytest"
 )
 
 const (
@@ -133,8 +128,7 @@ func setup(s *testenv.Suite) error {
 		return err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
-	svcName := "fleet-proxy." + proxyNamespace + ".svc"
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(svcName, []net.IP{net.ParseIP(host)}, []string{svcName})
+	certPEM, keyPEM, err := proxyenv.ServingCert(proxyNamespace, host)
 	if err != nil {
 		return err
 	}
@@ -192,7 +186,7 @@ func setup(s *testenv.Suite) error {
 	})
 
 	// What the chart installs, pointing at this test process.
-	return proxytest.Register(ctx, up.Client, up.Clientset, proxyNamespace, host, port, certPEM)
+	return proxyenv.Register(ctx, up.Client, up.Clientset, proxyNamespace, host, port, certPEM)
 }
 
 func must(t *testing.T, err error) {
@@ -210,49 +204,9 @@ func must(t *testing.T, err error) {
 // It returns a token of the request identity.
 func agentIdentity(t *testing.T, cluster, reg string, attachable ...string) string {
 	t.Helper()
-	ctx := t.Context()
-	c := env.Upstream.Client
-	clusterNS := names.ClusterNamespace(workspace, cluster)
-	cl := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: cluster}, Spec: fleet.ClusterSpec{ClientID: "client-" + cluster}}
-	must(t, c.Create(ctx, cl))
-	cl.Status.Namespace = clusterNS
-	must(t, c.Status().Update(ctx, cl))
-	must(t, c.Create(ctx, names.NewClusterNamespace(workspace, cluster)))
-	r := &fleet.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: reg, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: fleet.GroupVersion.String(), Kind: "Cluster", Name: cl.Name, UID: cl.UID,
-		}}},
-		Spec: fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
-	}
-	must(t, c.Create(ctx, r))
-	r.Status.Granted = true
-	must(t, c.Status().Update(ctx, r))
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
-		Namespace: clusterNS, Name: registration.RequestServiceAccountName(reg),
-		Labels: map[string]string{
-			fleet.ManagedLabel:                      "true",
-			registration.RegistrationLabel:          reg,
-			registration.RegistrationNamespaceLabel: workspace,
-		},
-		Annotations: map[string]string{
-			fleet.ClusterRegistrationAnnotation:          reg,
-			fleet.ClusterRegistrationNamespaceAnnotation: workspace,
-			fleet.ClusterAnnotation:                      cluster,
-		},
-	}}
-	must(t, c.Create(ctx, sa))
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: sa.Name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{registration.ProxyAPIGroup}, Resources: []string{"clusters/attach"},
-			ResourceNames: attachable, Verbs: []string{"get"}}},
-	}
-	must(t, c.Create(ctx, role))
-	must(t, c.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: sa.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: sa.Namespace, Name: sa.Name}},
-	}))
-	tok, err := env.Upstream.ServiceAccountToken(ctx, sa.Namespace, sa.Name, time.Hour)
+	sa, err := proxyenv.AgentIdentity(t.Context(), env.Upstream.Client, workspace, cluster, reg, attachable...)
+	must(t, err)
+	tok, err := env.Upstream.ServiceAccountToken(t.Context(), sa.Namespace, sa.Name, time.Hour)
 	must(t, err)
 	return tok
 }
@@ -393,24 +347,10 @@ func TestUserReachesDownstreamThroughTheTunnel(t *testing.T) {
 
 	// The agent of Cluster A: tunnel client + access handler to the
 	// downstream API server, keys read through the upstream as the agent.
-	keysFn, err := access.UpstreamKeys(up.ConfigForToken(agentA))
+	a, err := proxyenv.NewAgent(ctx, proxyenv.AgentOptions{Upstream: up.Config, Token: agentA,
+		Workspace: workspace, Cluster: clusterA, Local: down.Config})
 	must(t, err)
-	var ks *assertion.KeySet
-	testenv.Eventually(t, 30*time.Second, "signing keys through the upstream", func() error {
-		ks, err = keysFn(ctx)
-		return err
-	})
-	h, err := access.New(access.Options{Audience: keyA, Verifier: assertion.NewVerifier(ks), RefreshKeys: keysFn, Local: rest.CopyConfig(down.Config)})
-	must(t, err)
-	attachURL, err := tunnel.AttachURL(up.Config.Host, workspace, clusterA)
-	must(t, err)
-	agent := &tunnel.Client{
-		URL:        attachURL,
-		Token:      func(context.Context) (string, error) { return agentA, nil },
-		TLS:        upstreamTLS(t),
-		Handler:    h,
-		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
-	}
+	agent := a.Tunnel
 	agentRun := testenv.Start(t, "agent tunnel", agent.Run)
 	testenv.Eventually(t, 30*time.Second, "cluster A's tunnel", func() error {
 		if !tunnels.Server.HasSession(keyA) || !agent.Connected() {

@@ -2,7 +2,6 @@ package access_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -25,13 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gitops-fleet/fleet/agent/access"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
-	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -50,24 +47,10 @@ func startAgent(t *testing.T, cluster, agentToken string) {
 	ctx := t.Context()
 	up, down := env.Upstream, env.Downstreams[0]
 	key := workspace + "/" + cluster
-	keysFn, err := access.UpstreamKeys(up.ConfigForToken(agentToken))
+	a, err := proxyenv.NewAgent(ctx, proxyenv.AgentOptions{Upstream: up.Config, Token: agentToken,
+		Workspace: workspace, Cluster: cluster, Local: down.Config})
 	must(t, err)
-	var ks *assertion.KeySet
-	testenv.Eventually(t, 30*time.Second, "signing keys through the upstream", func() error {
-		ks, err = keysFn(ctx)
-		return err
-	})
-	h, err := access.New(access.Options{Audience: key, Verifier: assertion.NewVerifier(ks), RefreshKeys: keysFn, Local: rest.CopyConfig(down.Config)})
-	must(t, err)
-	attachURL, err := tunnel.AttachURL(up.Config.Host, workspace, cluster)
-	must(t, err)
-	agent := &tunnel.Client{
-		URL:        attachURL,
-		Token:      func(context.Context) (string, error) { return agentToken, nil },
-		TLS:        upstreamTLS(t),
-		Handler:    h,
-		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
-	}
+	agent := a.Tunnel
 	run := testenv.Start(t, "agent tunnel "+cluster, agent.Run)
 	t.Cleanup(func() {
 		if err := run.Stop(10 * time.Second); err != nil {

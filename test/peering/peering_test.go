@@ -32,10 +32,10 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
-	"github.com/gitops-fleet/fleet/proxy/proxytest"
 )
 
 const (
@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 // replica is one fleet-proxy, run as `fleet proxy` runs it.
 type replica struct {
 	name    string
-	addr    proxytest.Replica
+	addr    proxyenv.Replica
 	tunnels *proxy.TunnelServer
 	reg     *prometheus.Registry
 	ln      *trackingListener
@@ -109,7 +109,7 @@ func setup(s *testenv.Suite) error {
 			return err
 		}
 	}
-	return proxytest.RegisterReplicas(ctx, up.Client, up.Clientset, proxyNamespace, servingCA, replicas[0].addr)
+	return proxyenv.RegisterReplicas(ctx, up.Client, up.Clientset, proxyNamespace, servingCA, replicas[0].addr)
 }
 
 // startReplica wires a replica as cmd/fleet's proxy command does.
@@ -121,7 +121,7 @@ func startReplica(ctx context.Context, name string, cert tls.Certificate, keys *
 		cancel()
 		return nil, err
 	}
-	r := &replica{name: name, addr: proxytest.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port},
+	r := &replica{name: name, addr: proxyenv.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port},
 		reg: prometheus.NewRegistry(), ln: &trackingListener{Listener: l}, stopped: make(chan struct{})}
 	identities, err := proxy.IdentityCache(ctx, up.Config)
 	if err != nil {
@@ -212,7 +212,7 @@ func remember(tok string) {
 // returns a token of it.
 func agentToken(t *testing.T, cluster, reg string) string {
 	t.Helper()
-	sa, err := proxytest.AgentIdentity(t.Context(), env.Upstream.Client, workspace, cluster, reg, cluster)
+	sa, err := proxyenv.AgentIdentity(t.Context(), env.Upstream.Client, workspace, cluster, reg, cluster)
 	must(t, err)
 	tok, err := env.Upstream.ServiceAccountToken(t.Context(), sa.Namespace, sa.Name, time.Hour)
 	must(t, err)
@@ -336,7 +336,7 @@ func TestPeering_RequestsServedThroughTheReplicaWithTheTunnel(t *testing.T) {
 
 	// B becomes a ready endpoint: the replicas find each other, and B
 	// reaches the agent through A.
-	must(t, proxytest.SetReady(ctx, env.Upstream.Client, proxyNamespace, b.addr, true))
+	must(t, proxyenv.SetReady(ctx, env.Upstream.Client, proxyNamespace, b.addr, true))
 	testenv.Eventually(t, 30*time.Second, "B to hold the cluster through its peer A", func() (bool, error) {
 		return b.tunnels.Server.Held(key), nil
 	})
@@ -392,7 +392,7 @@ func TestPeering_RequestsServedThroughTheReplicaWithTheTunnel(t *testing.T) {
 
 	// A stops (its endpoint first turns not ready, as a terminating pod's):
 	// the agent reattaches through the aggregator to B.
-	must(t, proxytest.SetReady(ctx, env.Upstream.Client, proxyNamespace, a.addr, false))
+	must(t, proxyenv.SetReady(ctx, env.Upstream.Client, proxyNamespace, a.addr, false))
 	a.stop()
 	testenv.Eventually(t, 60*time.Second, "the agent's tunnel on B", func() error {
 		if n := b.tunnels.Server.Sessions(key); n != 1 {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
 // Options select the run.
 type Options struct {
-	// Quick is the CI smoke run (under two minutes).
+	// Quick is the CI smoke run (about two and a half minutes, the access
+	// scenarios about 35 s of it).
 	Quick bool
 	// Clusters is the size of the scale scenario (default 100 quick, 1000).
 	Clusters int
@@ -22,10 +24,55 @@ type Options struct {
 	// ProfileDir, when set, receives CPU and heap profiles of the
 	// controllers taken during the scale scenario.
 	ProfileDir string
+	// Only selects the groups to run: "registration" (render,
+	// registration, scale, steady state, rollout), "access" (cluster
+	// access through fleet-proxy). Empty runs both.
+	Only []string
+	// Tunnels is the size of the idle-tunnels scenario (default 1000,
+	// 100 quick).
+	Tunnels int
 }
 
-// Run runs every scenario and returns their results.
+// Groups are the values of Options.Only.
+var Groups = []string{"registration", "access"}
+
+func (o Options) runs(group string) bool {
+	return len(o.Only) == 0 || slices.Contains(o.Only, group)
+}
+
+// Run runs the selected scenarios and returns their results.
 func Run(ctx context.Context, opts Options) ([]Result, error) {
+	for _, g := range opts.Only {
+		if !slices.Contains(Groups, g) {
+			return nil, fmt.Errorf("unknown scenario group %q (want one of %v)", g, Groups)
+		}
+	}
+	step := func(format string, args ...any) {
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+		}
+	}
+	var results []Result
+	if opts.runs("registration") {
+		rs, err := runRegistration(ctx, opts, step)
+		results = append(results, rs...)
+		if err != nil {
+			return results, err
+		}
+	}
+	if opts.runs("access") {
+		rs, err := runAccess(ctx, opts, step)
+		results = append(results, rs...)
+		if err != nil {
+			return results, err
+		}
+	}
+	return results, nil
+}
+
+// runRegistration runs the registration scenarios on their own control
+// planes and controller, stopped before anything else runs.
+func runRegistration(ctx context.Context, opts Options, step func(string, ...any)) ([]Result, error) {
 	// Full mode measures at the product's default heartbeat interval (1m).
 	latencyN, downstreams, window, renders, heartbeat := 20, 3, 2*time.Minute, 1000, time.Minute
 	rollout := []int{1, 10, 50}
@@ -37,11 +84,6 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		opts.Clusters = 1000
 		if opts.Quick {
 			opts.Clusters = 50
-		}
-	}
-	step := func(format string, args ...any) {
-		if opts.Progress != nil {
-			fmt.Fprintf(opts.Progress, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 		}
 	}
 	var results []Result

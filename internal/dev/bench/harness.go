@@ -153,6 +153,27 @@ func processUsage(pid int) (peakRSSMB, cpuS float64) {
 	return peakRSSMB, cpuS
 }
 
+// processRSS is a process's current resident set and its anonymous part
+// (heap, stacks: not the binary's pages), in MB, from /proc.
+func processRSS(pid int) (rssMB, anonMB float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		name, rest, _ := strings.Cut(sc.Text(), ":")
+		kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+		switch name {
+		case "VmRSS":
+			rssMB = kb / 1024
+		case "RssAnon":
+			anonMB = kb / 1024
+		}
+	}
+	return rssMB, anonMB
+}
+
 // requestCounts sums the upstream API server's apiserver_request_total into
 // reads (GET, LIST, WATCH) and writes (everything else).
 func (h *harness) requestCounts(ctx context.Context) (reads, writes float64, err error) {

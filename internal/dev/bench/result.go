@@ -31,6 +31,11 @@ type Result struct {
 	UpstreamReadsPerRegistration  *float64 `json:"upstream_reads_per_registration"`
 	UpstreamWritesPerRegistration *float64 `json:"upstream_writes_per_registration"`
 	LeftoverObjects               *int     `json:"leftover_objects"`
+	// fleet-proxy's process: current RSS, CPU as % of one core over the
+	// scenario's window, RSS added per idle tunnel.
+	ProxyRSSMB          *float64 `json:"proxy_rss_mb"`
+	ProxyCPUPct         *float64 `json:"proxy_cpu_pct"`
+	ProxyRSSPerTunnelKB *float64 `json:"proxy_rss_per_tunnel_kb"`
 	// Goal says what the scenario aims for; Notes adds what the table cannot.
 	Goal  string `json:"goal,omitempty"`
 	Notes string `json:"notes,omitempty"`
@@ -60,12 +65,12 @@ func (r *Result) latencies(samples []time.Duration) {
 // WriteTable prints the results as a table.
 func WriteTable(w io.Writer, results []Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tCOUNT\tP50 MS\tP95 MS\tMAX MS\tWALL S\tPER S\tCTRL RSS MB\tCTRL CPU S\tREADS/REG\tWRITES/REG\tLEFTOVER\tGOAL")
+	fmt.Fprintln(tw, "SCENARIO\tCOUNT\tP50 MS\tP95 MS\tMAX MS\tWALL S\tPER S\tCTRL RSS MB\tCTRL CPU S\tREADS/REG\tWRITES/REG\tLEFTOVER\tPROXY RSS MB\tPROXY CPU %\tGOAL")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Count,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Count,
 			show(r.P50Ms), show(r.P95Ms), show(r.MaxMs), show(r.WallS), show(r.ThroughputPerS),
 			show(r.ControllerPeakRSSMB), show(r.ControllerCPUS), show(r.UpstreamReadsPerRegistration),
-			show(r.UpstreamWritesPerRegistration), showInt(r.LeftoverObjects), r.Goal)
+			show(r.UpstreamWritesPerRegistration), showInt(r.LeftoverObjects), show(r.ProxyRSSMB), show(r.ProxyCPUPct), r.Goal)
 	}
 	_ = tw.Flush()
 	for _, r := range results {

@@ -1,7 +1,10 @@
-// Package proxytest registers a fleet-proxy running in a test process with
-// a test control plane's aggregator, as charts/fleet does in a cluster.
-// Only tests import it.
-package proxytest
+// Package proxyenv wires fleet-proxy and agents' tunnels on local control
+// planes (internal/dev/controlplane) for the access tests and the
+// benchmark: it registers a fleet-proxy listening on this machine with the
+// upstream aggregator, as charts/fleet does in a cluster, makes what a grant
+// leaves for an agent's identity, and runs an agent's tunnel with its
+// access handler, as the agent does.
+package proxyenv
 
 import (
 	"context"
@@ -25,7 +28,7 @@ import (
 	"github.com/gitops-fleet/fleet/proxy"
 )
 
-// Replica is a fleet-proxy listener in the test process: a non-loopback
+// Replica is a fleet-proxy listener on this machine: a non-loopback
 // host (EndpointSlices refuse loopback) and a port.
 type Replica struct {
 	Host string
