@@ -257,6 +257,30 @@ func TestGetIsServedNotRedirected(t *testing.T) {
 	}
 }
 
+// An upgrade (exec) after plain requests reaches the API server over
+// HTTP/1.1: the plain requests' HTTP/2 must not leak into the upgrade's
+// TLS handshake (the API server would read the upgrade as a bad HTTP/2
+// preface and the handler answer 503).
+func TestUpgradeAfterPlainRequestsReachesTheAPIServer(t *testing.T) {
+	f := newFixture(t)
+	ns := f.namespace("exec-")
+	alice := assertion.Identity{User: "alice"}
+	for range 3 {
+		f.raw(alice, http.MethodGet, "/api/v1/namespaces/"+ns, "", nil)
+	}
+	f.grant(ns, rbacv1.Subject{Kind: "User", Name: "fleet:alice"}, []string{"pods/exec"}, "create", "get")
+	code, body := f.raw(alice, http.MethodPost, "/api/v1/namespaces/"+ns+"/pods/nothere/exec?command=true&stdout=true", "", http.Header{
+		"Connection":                {"Upgrade"},
+		"Upgrade":                   {"SPDY/3.1"},
+		"X-Stream-Protocol-Version": {"v4.channel.k8s.io"},
+	})
+	// No kubelet here: the API server's own answer for a pod that is not
+	// there proves the upgrade reached it.
+	if code != http.StatusNotFound {
+		t.Errorf("exec upgrade: %d %s; want the API server's 404 for the missing pod", code, body)
+	}
+}
+
 func TestGroupBinding(t *testing.T) {
 	f := newFixture(t)
 	ns := f.namespace("team-")

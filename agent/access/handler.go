@@ -113,7 +113,7 @@ func New(opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("access: %w", err)
 	}
-	p, err := newForwarder(opts.Local)
+	p, err := newForwarder(opts.Local, opts.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func New(opts Options) (*Handler, error) {
 // newForwarder builds the UpgradeAwareHandler to the local kube-apiserver:
 // TLS from local without its credentials, and the credentials round
 // tripper as the last hop for plain and upgrade requests.
-func newForwarder(local *rest.Config) (*proxy.UpgradeAwareHandler, error) {
+func newForwarder(local *rest.Config, log logr.Logger) (*proxy.UpgradeAwareHandler, error) {
 	anon := rest.AnonymousClientConfig(local)
 	loc, err := url.Parse(anon.Host)
 	if err != nil || loc.Host == "" {
@@ -162,7 +162,15 @@ func newForwarder(local *rest.Config) (*proxy.UpgradeAwareHandler, error) {
 	if tlsCfg == nil {
 		base.ForceAttemptHTTP2 = false
 	}
-	upgradeBase := &http.Transport{TLSClientConfig: tlsCfg, TLSHandshakeTimeout: 10 * time.Second}
+	// Upgrades (exec, attach, port-forward) speak HTTP/1.1 on a raw TLS
+	// connection: their own TLS config, since base adds "h2" to the
+	// NextProtos of the config it is given once it is first used, and the
+	// API server would then answer the upgrade in HTTP/2.
+	upgradeTLS := tlsCfg.Clone()
+	if upgradeTLS != nil {
+		upgradeTLS.NextProtos = []string{"http/1.1"}
+	}
+	upgradeBase := &http.Transport{TLSClientConfig: upgradeTLS, TLSHandshakeTimeout: 10 * time.Second}
 	return &proxy.UpgradeAwareHandler{
 		Location:           loc,
 		Transport:          &credentials{next: base},
@@ -173,7 +181,7 @@ func newForwarder(local *rest.Config) (*proxy.UpgradeAwareHandler, error) {
 		// Flush every write: watches and logs stream.
 		FlushInterval:             -1,
 		RejectForwardingRedirects: true,
-		Responder:                 errorResponder{},
+		Responder:                 errorResponder{log: log},
 	}, nil
 }
 
@@ -381,9 +389,11 @@ func (rt *credentials) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // errorResponder answers proxy errors without details of the backend.
-type errorResponder struct{}
+type errorResponder struct{ log logr.Logger }
 
-func (errorResponder) Error(w http.ResponseWriter, req *http.Request, err error) {
+func (e errorResponder) Error(w http.ResponseWriter, req *http.Request, err error) {
+	// The error names addresses, never the credentials.
+	e.log.Info("could not reach the local API server", "path", req.URL.Path, "error", err.Error())
 	writeStatus(w, req, apierrors.NewServiceUnavailable("the agent could not reach the cluster's API server"))
 }
 

@@ -1,6 +1,8 @@
 package access
 
 import (
+	"github.com/go-logr/logr"
+
 	"bufio"
 	"encoding/pem"
 	"io"
@@ -121,7 +123,7 @@ func TestUpgradeStreams(t *testing.T) {
 	defer backend.Close()
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: backend.Certificate().Raw})
 	fwd, err := newForwarder(&rest.Config{Host: backend.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
-		BearerToken: "the-agents-own-token-never-forwarded"})
+		BearerToken: "the-agents-own-token-never-forwarded"}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

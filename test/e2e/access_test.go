@@ -200,7 +200,9 @@ func echoPod(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod {
 }
 
 func testAccess(t *testing.T, dev2 string) {
-	clusters := []struct{ flow, name string }{{"manager-initiated", "dev-1"}, {"agent-initiated", dev2}}
+	// name is the Cluster's, dev the dev cluster's (the agent-initiated
+	// Cluster's name is made by the controller).
+	clusters := []struct{ flow, name, dev string }{{"manager-initiated", "dev-1", "dev-1"}, {"agent-initiated", dev2, "dev-2"}}
 	must(t, up.Create(t.Context(), teamBundle("dev-1", dev2)))
 	for _, c := range clusters {
 		grantProxy(t, "alice-"+c.name, c.name)
@@ -267,7 +269,7 @@ func testAccess(t *testing.T, dev2 string) {
 				}
 			}
 			// The impersonator without impersonation headers can do nothing.
-			down := clientset(t, c.name)
+			down := clientset(t, c.dev)
 			sas, err := down.CoreV1().ServiceAccounts("cattle-impersonation-system").List(t.Context(), metav1.ListOptions{})
 			must(t, err)
 			if len(sas.Items) == 0 {
@@ -276,7 +278,7 @@ func testAccess(t *testing.T, dev2 string) {
 			for _, sa := range sas.Items {
 				tok, err := down.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(t.Context(), sa.Name, &authnTokenRequest, metav1.CreateOptions{})
 				must(t, err)
-				cfg, err := cluster(c.name).RESTConfig()
+				cfg, err := cluster(c.dev).RESTConfig()
 				must(t, err)
 				cfg = rest.AnonymousClientConfig(cfg)
 				cfg.BearerToken = tok.Status.Token
@@ -300,7 +302,7 @@ func testAccess(t *testing.T, dev2 string) {
 				t.Errorf("applied ConfigMap: managers %v, data %v; want alice-cli's apply", managers, got.Data)
 			}
 			// Downstream, the object is there; the audit identity is the user's.
-			down := clientset(t, c.name)
+			down := clientset(t, c.dev)
 			if _, err := down.CoreV1().ConfigMaps(teamNS).Get(t.Context(), "applied", metav1.GetOptions{}); err != nil {
 				t.Errorf("the applied ConfigMap downstream: %v", err)
 			}
@@ -378,7 +380,7 @@ func testAccess(t *testing.T, dev2 string) {
 			w, err := cs.CoreV1().ConfigMaps(teamNS).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=watched"})
 			must(t, err)
 			defer w.Stop()
-			_, err = clientset(t, c.name).CoreV1().ConfigMaps(teamNS).Create(t.Context(),
+			_, err = clientset(t, c.dev).CoreV1().ConfigMaps(teamNS).Create(t.Context(),
 				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{})
 			must(t, err)
 			select {
@@ -393,13 +395,13 @@ func testAccess(t *testing.T, dev2 string) {
 	}
 
 	t.Run("resilience: proxy replica killed, agent replica killed, agent down and back; a watch outlives them", func(t *testing.T) {
-		testAccessResilience(t, "dev-1", dev2)
+		testAccessResilience(t, "dev-1", dev2, "dev-2")
 	})
 }
 
 // testAccessResilience kills what carries name's tunnel, one part at a
 // time, while a watch through the proxy on other stays open throughout.
-func testAccessResilience(t *testing.T, name, other string) {
+func testAccessResilience(t *testing.T, name, other, otherDev string) {
 	ctx := t.Context()
 	alice := kube(t, proxyConfig(upstreamUser(t, "alice-"+name, teamGroup), name))
 	reachable := func() error {
@@ -482,7 +484,7 @@ func testAccessResilience(t *testing.T, name, other string) {
 	runningAgent(t, down, 2*time.Minute)
 
 	// The watch opened before all this still delivers.
-	_, err = clientset(t, other).CoreV1().ConfigMaps(teamNS).Create(ctx,
+	_, err = clientset(t, otherDev).CoreV1().ConfigMaps(teamNS).Create(ctx,
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "long-watch"}}, metav1.CreateOptions{})
 	must(t, err)
 	select {
