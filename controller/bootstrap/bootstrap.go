@@ -307,12 +307,16 @@ func (r *Reconciler) ensureGroup(ctx context.Context, p *pass) error {
 			MatchLabels: map[string]string{NameLabel: config.LocalClusterName},
 		}},
 	}
-	_, err := r.ensure(ctx, g, reconciler.Shared())
-	var w *reconciler.Waiting
-	if errors.As(err, &w) && w.Reason == ObjectConflictReason {
+	existing := &fleet.ClusterGroup{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(g), existing)
+	switch {
+	case err == nil && existing.Labels[Label] != "true":
 		ctrl.LoggerFrom(ctx).V(1).Info("leaving a ClusterGroup the bootstrap did not make", "clusterGroup", p.ns+"/"+GroupName)
 		return nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading ClusterGroup %s/%s: %w", p.ns, GroupName, err)
 	}
+	_, err = r.ensure(ctx, g, reconciler.Shared())
 	return err
 }
 

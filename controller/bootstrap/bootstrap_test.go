@@ -271,7 +271,8 @@ func TestLocalCluster_BundlesOfTheWorkspaceTargetIt(t *testing.T) {
 // bootstrap.enabled false (hot-reloaded from the ConfigMap) an existing local
 // Cluster is left as it is; once deleted, it does not come back, and a
 // workspace the configuration names is not made. Turned on again, it comes
-// back. (Runs last: it changes the controller's configuration.)
+// back, once a Cluster local it did not make is out of the way. (Runs last:
+// it changes the controller's configuration.)
 func TestLocalCluster_TurnedOffMakesNothingAndDeletesNothing(t *testing.T) {
 	ctx := t.Context()
 	before := waitLocal(t)
@@ -313,7 +314,36 @@ func TestLocalCluster_TurnedOffMakesNothingAndDeletesNothing(t *testing.T) {
 		return nil
 	})
 
+	// On again, with a Cluster local someone else made in the way: it is
+	// never written (a Warning event says why); deleted, the local cluster
+	// is made.
+	mine := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: config.LocalClusterName, Labels: map[string]string{"team": "mine"}}}
+	if err := up.Create(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
 	setConfig(t, `{"bootstrap": {"enabled": true}}`, true)
+	testenv.Eventually(t, time.Minute, "an ObjectConflict event on the Cluster in the way", func() error {
+		events := &corev1.EventList{}
+		if err := up.List(ctx, events, client.InNamespace(ws)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == bootstrap.ObjectConflictReason && e.InvolvedObject.UID == mine.UID {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(events.Items))
+	})
+	got := &fleet.Cluster{}
+	if err := up.Get(ctx, localKey, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.KubeConfigSecret != "" || got.Labels[bootstrap.Label] != "" || got.Labels[bootstrap.NameLabel] != "" {
+		t.Errorf("the bootstrap wrote a Cluster it did not make: labels %v, spec %+v", got.Labels, got.Spec)
+	}
+	if err := up.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
 	waitLocal(t)
 }
 
