@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -36,8 +37,12 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		ctrl, err = controller.New(s.Context(), controller.Options{
-			RestConfig:     identity,
-			InitialConfig:  &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")},
+			RestConfig: identity,
+			InitialConfig: &config.Config{
+				APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca"),
+				// The local cluster has a suite of its own (controller/bootstrap).
+				Bootstrap: config.Bootstrap{Enabled: ptr.To(false)},
+			},
 			MetricsAddress: "0",
 			ProbeAddress:   "0",
 		})

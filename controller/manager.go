@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gitops-fleet/fleet/controller/admission"
+	"github.com/gitops-fleet/fleet/controller/bootstrap"
 	"github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/controller/capi"
 	"github.com/gitops-fleet/fleet/controller/cluster"
@@ -221,6 +222,24 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Config:   store,
 		Recorder: events,
 	}).SetupWithManager(mgr, opts.CAPIPollInterval); err != nil {
+		return nil, err
+	}
+	// The local cluster: its kubeconfig reaches the API server as the
+	// controller does (in a pod, the in-cluster address and CA).
+	server, err := bootstrap.ServerOf(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := (&bootstrap.Reconciler{
+		Shard:     opts.Shard,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Config:    store,
+		Clientset: clientset,
+		Recorder:  events,
+		Namespace: opts.Namespace,
+		Server:    server,
+	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -122,8 +123,8 @@ func TestFleetChart_RegistrationRoles(t *testing.T) {
 					}
 				}
 			case "ClusterRoleBinding":
-				if o.GetName() == "fleet-controller" || strings.HasPrefix(o.GetName(), "fleet-proxy") {
-					continue // checked by TestFleetChart_ControllerRBACIsTheReviewedList and TestFleetChart_ProxyRBACIsTheReviewedList
+				if strings.HasPrefix(o.GetName(), "fleet-controller") || strings.HasPrefix(o.GetName(), "fleet-proxy") {
+					continue // checked by TestFleetChart_ControllerRBACIsTheReviewedList, TestFleetChart_BootstrapIdentity and TestFleetChart_ProxyRBACIsTheReviewedList
 				}
 				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 				for _, s := range subjects {
@@ -285,5 +286,76 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantBindings, gotBindings); diff != "" {
 		t.Errorf("fleet-proxy's bindings are not the reviewed list (-reviewed +rendered):\n%s", diff)
+	}
+}
+
+// TestFleetChart_BootstrapIdentity: the local cluster's credential
+// (docs/operations.md, "The local cluster") belongs to ServiceAccount
+// fleet-controller-bootstrap, bound to cluster-admin and to nothing else,
+// which no pod mounts; with bootstrap.enabled false neither is rendered and
+// the controller is told so. The bootstrap values reach the controller's
+// configuration.
+func TestFleetChart_BootstrapIdentity(t *testing.T) {
+	ch, err := renderer.LoadChartDir("../../charts/fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		values  string
+		enabled bool
+		ns      string
+		agentNS string
+	}{
+		{values: "", enabled: true, ns: "fleet-local", agentNS: "cattle-fleet-system"},
+		{values: "bootstrap: {namespace: mgmt, agentNamespace: cattle-fleet-local-system}\n", enabled: true, ns: "mgmt", agentNS: "cattle-fleet-local-system"},
+		{values: "bootstrap: {enabled: false}\n", enabled: false, ns: "fleet-local", agentNS: "cattle-fleet-system"},
+	} {
+		out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte(tc.values)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := out.Objects()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		var cfg *config.Config
+		for _, o := range objs {
+			switch {
+			case o.GetKind() == "ConfigMap" && o.GetName() == config.ConfigMapName:
+				data, _, _ := unstructured.NestedString(o.Object, "data", config.ConfigMapKey)
+				if cfg, err = config.Parse([]byte(data)); err != nil {
+					t.Fatal(err)
+				}
+			case o.GetKind() == "ServiceAccount" && o.GetName() == "fleet-controller-bootstrap":
+				automount, found, _ := unstructured.NestedBool(o.Object, "automountServiceAccountToken")
+				got = append(got, fmt.Sprintf("ServiceAccount/%s/%s automount=%v", o.GetNamespace(), o.GetName(), !found || automount))
+			case o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding":
+				var b rbacv1.ClusterRoleBinding
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &b); err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range b.Subjects {
+					if s.Name == "fleet-controller-bootstrap" || o.GetName() == "fleet-controller-bootstrap" {
+						got = append(got, fmt.Sprintf("%s/%s: %s/%s -> %s/%s/%s", o.GetKind(), o.GetName(), b.RoleRef.Kind, b.RoleRef.Name, s.Kind, s.Namespace, s.Name))
+					}
+				}
+			}
+		}
+		var want []string
+		if tc.enabled {
+			want = []string{
+				"ServiceAccount/cattle-fleet-system/fleet-controller-bootstrap automount=false",
+				"ClusterRoleBinding/fleet-controller-bootstrap: ClusterRole/cluster-admin -> ServiceAccount/cattle-fleet-system/fleet-controller-bootstrap",
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("values %q: the bootstrap identity is not the reviewed one (-reviewed +rendered):\n%s", tc.values, diff)
+		}
+		if cfg == nil || cfg.BootstrapEnabled() != tc.enabled || cfg.GetBootstrapNamespace() != tc.ns || cfg.GetBootstrapAgentNamespace() != tc.agentNS {
+			t.Errorf("values %q: the controller's bootstrap configuration is %+v", tc.values, cfg)
+		}
 	}
 }

@@ -8,6 +8,7 @@ package configstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -32,6 +33,7 @@ type Store struct {
 	mu          sync.RWMutex
 	cfg         *config.Config
 	err         error
+	known       bool
 	subscribers []chan event.GenericEvent
 
 	client   client.Client
@@ -58,7 +60,7 @@ func (s *Store) Get() *config.Config {
 // callers without a ConfigMap use it).
 func (s *Store) Set(cfg *config.Config) {
 	s.mu.Lock()
-	s.cfg, s.err = cfg, nil
+	s.cfg, s.err, s.known = cfg, nil, true
 	subs := s.subscribers
 	s.mu.Unlock()
 	for _, ch := range subs {
@@ -102,27 +104,64 @@ func (s *Store) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(s)
 }
 
+// ErrNotKnown: the configuration in force may not be the ConfigMap's (it
+// is invalid, so an earlier one or the defaults are in force).
+var ErrNotKnown = errors.New("the controller configuration is not known yet")
+
+// Known returns the configuration in force once it is known to be what
+// the ConfigMap says: loaded from it, set, or the initial one because there
+// is no ConfigMap. Until the watch delivered the ConfigMap it reads it
+// (after the manager started: from the cache). While the ConfigMap is
+// invalid it returns ErrNotKnown. For decisions a default must not make,
+// such as making objects a person turned off.
+func (s *Store) Known(ctx context.Context) (*config.Config, error) {
+	s.mu.RLock()
+	cfg, known := s.cfg, s.known
+	s.mu.RUnlock()
+	if known {
+		return cfg, nil
+	}
+	if err := s.load(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if !s.known {
+		return nil, fmt.Errorf("%w: ConfigMap %s: %w", ErrNotKnown, s.key, s.err)
+	}
+	return s.cfg, nil
+}
+
 // Reconcile loads the ConfigMap.
-func (s *Store) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (s *Store) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	return ctrl.Result{}, s.load(ctx)
+}
+
+// load reads the ConfigMap and puts it in force when it is valid.
+func (s *Store) load(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx)
 	cm := &corev1.ConfigMap{}
-	if err := s.client.Get(ctx, req.NamespacedName, cm); err != nil {
+	if err := s.client.Get(ctx, s.key, cm); err != nil {
 		if apierrors.IsNotFound(err) {
+			// What is in force is all there is.
+			s.mu.Lock()
+			s.known = true
+			s.mu.Unlock()
 			log.Info("controller ConfigMap not found; keeping the configuration in force")
-			return ctrl.Result{}, nil
+			return nil
 		}
-		return ctrl.Result{}, err
+		return err
 	}
 	cfg, err := config.FromConfigMap(cm)
 	if err != nil {
 		s.mu.Lock()
-		s.err = err
+		s.err, s.known = err, false
 		s.mu.Unlock()
 		log.Error(err, "invalid controller configuration; keeping the last valid one")
 		s.recorder.Eventf(cm, nil, corev1.EventTypeWarning, "ConfigInvalid", "LoadConfig", "%s; the last valid configuration stays in force", err.Error())
-		return ctrl.Result{}, nil
+		return nil
 	}
 	s.Set(cfg)
 	log.Info("controller configuration loaded", "resourceVersion", cm.ResourceVersion)
-	return ctrl.Result{}, nil
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -47,7 +48,11 @@ var isolated = os.Getenv(isolatedEnv) != ""
 
 // controllerConfig is the controller configuration of the tests.
 func controllerConfig() *config.Config {
-	return &config.Config{APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca")}
+	return &config.Config{
+		APIServerURL: "https://upstream.example.com:6443", APIServerCA: []byte("upstream-ca"),
+		// The local cluster has a suite of its own (controller/bootstrap).
+		Bootstrap: config.Bootstrap{Enabled: ptr.To(false)},
+	}
 }
 
 var (

@@ -43,6 +43,10 @@ const (
 	DefaultAgentRetryPeriod        = 10 * time.Second
 	DefaultRequestCredentialTTL    = 24 * time.Hour
 	DefaultOfflineMissedHeartbeats = 3
+	DefaultBootstrapNamespace      = "fleet-local"
+	// LocalClusterName is the Cluster the controller makes for the cluster it
+	// runs in (bootstrap), as Fleet names it.
+	LocalClusterName = "local"
 )
 
 // Config is the controller configuration. Zero values mean "default"; use
@@ -87,6 +91,10 @@ type Config struct {
 	// OfflineAfterMissedHeartbeats marks a Cluster offline after this many
 	// missed heartbeat intervals (default 3).
 	OfflineAfterMissedHeartbeats int `json:"offlineAfterMissedHeartbeats,omitempty"`
+
+	// Bootstrap registers the cluster the controller runs in as Cluster
+	// "local" (docs/operations.md, "The local cluster").
+	Bootstrap Bootstrap `json:"bootstrap,omitempty"`
 
 	// Trust boundaries (docs/operations.md, "Security model").
 
@@ -161,6 +169,42 @@ type InsecureKubeconfig struct {
 	Proxy bool `json:"proxy,omitempty"`
 }
 
+// Bootstrap is the local cluster's configuration, named as Fleet's chart
+// names it (bootstrap.enabled, bootstrap.namespace, bootstrap.agentNamespace).
+type Bootstrap struct {
+	// Enabled makes the controller keep Cluster "local" for its own cluster
+	// (default true). Turning it off makes nothing and deletes nothing.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Namespace is the workspace of Cluster "local" (default fleet-local).
+	Namespace string `json:"namespace,omitempty"`
+	// AgentNamespace is where the local agent runs (default
+	// cattle-fleet-system).
+	AgentNamespace string `json:"agentNamespace,omitempty"`
+}
+
+// BootstrapEnabled reports whether the controller keeps the local cluster.
+func (c *Config) BootstrapEnabled() bool {
+	return c.Bootstrap.Enabled == nil || *c.Bootstrap.Enabled
+}
+
+// GetBootstrapNamespace returns the local cluster's workspace, default
+// fleet-local.
+func (c *Config) GetBootstrapNamespace() string {
+	if c.Bootstrap.Namespace == "" {
+		return DefaultBootstrapNamespace
+	}
+	return c.Bootstrap.Namespace
+}
+
+// GetBootstrapAgentNamespace returns the local agent's namespace, default
+// cattle-fleet-system.
+func (c *Config) GetBootstrapAgentNamespace() string {
+	if c.Bootstrap.AgentNamespace == "" {
+		return DefaultSystemNamespace
+	}
+	return c.Bootstrap.AgentNamespace
+}
+
 // LeaderElection are Lease timings.
 type LeaderElection struct {
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
@@ -231,6 +275,14 @@ func (c *Config) Validate() error {
 			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 				errs = append(errs, fmt.Errorf("kubeConfigSecretNamespaces[%q]: %q is not a namespace name: %s", ws, ns, strings.Join(msgs, "; ")))
 			}
+		}
+	}
+	for name, ns := range map[string]string{"bootstrap.namespace": c.Bootstrap.Namespace, "bootstrap.agentNamespace": c.Bootstrap.AgentNamespace} {
+		if ns == "" {
+			continue
+		}
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s %q is not a namespace name: %s", name, ns, strings.Join(msgs, "; ")))
 		}
 	}
 	switch c.AgentTLSMode {

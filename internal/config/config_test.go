@@ -207,3 +207,33 @@ func TestOfflineAfter(t *testing.T) {
 		t.Errorf("OfflineAfter %s, want 20s", got)
 	}
 }
+
+func TestBootstrap_OnByDefaultWithFleetNames(t *testing.T) {
+	cfg, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.BootstrapEnabled() || cfg.GetBootstrapNamespace() != "fleet-local" || cfg.GetBootstrapAgentNamespace() != "cattle-fleet-system" {
+		t.Errorf("defaults: enabled %v, namespace %q, agentNamespace %q", cfg.BootstrapEnabled(), cfg.GetBootstrapNamespace(), cfg.GetBootstrapAgentNamespace())
+	}
+	cfg, err = Parse([]byte(`{"bootstrap": {"enabled": false, "namespace": "mgmt", "agentNamespace": "fleet-local-agent"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.BootstrapEnabled() || cfg.GetBootstrapNamespace() != "mgmt" || cfg.GetBootstrapAgentNamespace() != "fleet-local-agent" {
+		t.Errorf("set: %+v", cfg.Bootstrap)
+	}
+}
+
+func TestBootstrap_BadNamespacesAreRejected(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"bootstrap": {"namespace": "Fleet_Local"}}`:   `bootstrap.namespace "Fleet_Local" is not a namespace name`,
+		`{"bootstrap": {"agentNamespace": "a/b"}}`:      `bootstrap.agentNamespace "a/b" is not a namespace name`,
+		`{"bootstrap": {"enabled": true, "repo": "x"}}`: `unknown field "bootstrap.repo"`,
+	} {
+		_, err := Parse([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}

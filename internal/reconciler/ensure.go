@@ -122,7 +122,7 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 		log.V(1).Info("created "+kind, "object", key.String())
 		// ...then applied, which hands its fields to the apply manager:
 		// a created object is owned like every applied one.
-		_, err := o.apply(ctx, obj, obj.GetUID())
+		_, err := o.apply(ctx, obj, obj.GetUID(), eo.shared)
 		if err == nil {
 			err = o.live.Get(ctx, key, obj)
 		}
@@ -139,7 +139,7 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 		}
 		return Created, nil
 	}
-	action, err := o.apply(ctx, obj, existing.GetUID())
+	action, err := o.apply(ctx, obj, existing.GetUID(), eo.shared)
 	if err != nil {
 		return "", fmt.Errorf("applying %s %s: %w", kind, key, err)
 	}
@@ -151,15 +151,23 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 	return Updated, o.live.Get(ctx, key, obj)
 }
 
+// createManagers are the field managers whose fields pass to
+// apply.FieldManager at an apply of a shared object: the create's only.
+var createManagers = earlierManagers[1:]
+
 // apply server-side applies obj to the object with the given UID (a
 // precondition: an object replaced meanwhile makes it fail).
-func (o *Objects) apply(ctx context.Context, obj client.Object, uid types.UID) (ssa.Action, error) {
+func (o *Objects) apply(ctx context.Context, obj client.Object, uid types.UID, shared bool) (ssa.Action, error) {
 	u, err := o.desired(obj)
 	if err != nil {
 		return "", err
 	}
 	u.SetUID(uid)
-	entry, err := o.rm.Apply(ctx, u, ssa.ApplyOptions{Cleanup: ssa.ApplyCleanupOptions{FieldManagers: earlierManagers}})
+	managers := earlierManagers
+	if shared {
+		managers = createManagers
+	}
+	entry, err := o.rm.Apply(ctx, u, ssa.ApplyOptions{Cleanup: ssa.ApplyCleanupOptions{FieldManagers: managers}})
 	if err != nil {
 		return "", err
 	}
@@ -172,6 +180,15 @@ type EnsureOption func(*ensureOptions)
 type ensureOptions struct {
 	expect    bool
 	expectUID types.UID
+	shared    bool
+}
+
+// Shared makes Ensure keep only the fields it is given of an object that
+// other writes of the controller change too (FieldManager's): a Cluster
+// whose clientID and finalizer the Cluster reconciler sets. Without it an
+// apply takes FieldManager's fields over and removes those it does not set.
+func Shared() EnsureOption {
+	return func(o *ensureOptions) { o.shared = true }
 }
 
 // ExpectUID makes Ensure write only the object the pass decided on: the

@@ -280,3 +280,45 @@ func TestObjects_ExpectUIDWritesOnlyOverWhatThePassSaw(t *testing.T) {
 		t.Errorf("the Secret was made again: %v", err)
 	}
 }
+
+// TestObjects_SharedKeepsTheControllersOtherFields: an object the controller
+// both applies and writes otherwise (a Cluster: clientID and finalizer set
+// by the Cluster reconciler) keeps those other fields through an apply with
+// Shared, which an apply without it takes over and removes.
+func TestObjects_SharedKeepsTheControllersOtherFields(t *testing.T) {
+	ctx, c, ns := t.Context(), env.Upstream.Client, newNamespace(t)
+	owner := labelOwner{name: "bootstrap"}
+	desired := func(v string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Data: map[string]string{"applied": v}}
+	}
+	if _, err := objects().Ensure(ctx, owner, desired("1"), reconciler.Shared()); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["other"] = "kept"
+	if err := c.Update(ctx, cm, client.FieldOwner(reconciler.FieldManager)); err != nil {
+		t.Fatal(err)
+	}
+
+	got := desired("2")
+	if action, err := objects().Ensure(ctx, owner, got, reconciler.Shared()); err != nil || action != reconciler.Updated {
+		t.Fatalf("Ensure = %s, %v", action, err)
+	}
+	if got.Data["applied"] != "2" || got.Data["other"] != "kept" {
+		t.Errorf("with Shared: data %v, want applied=2 and other=kept", got.Data)
+	}
+	if appliedBy(got, apply.FieldManager, metav1.ManagedFieldsOperationUpdate) {
+		t.Errorf("the create's fields were not handed to the apply: %+v", got.ManagedFields)
+	}
+
+	got = desired("3")
+	if _, err := objects().Ensure(ctx, owner, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Data["other"]; ok || got.Data["applied"] != "3" {
+		t.Errorf("without Shared: data %v, want only applied=3 (the controller's other field taken over and removed)", got.Data)
+	}
+}

@@ -15,10 +15,12 @@ import (
 )
 
 // FleetControllerIdentity installs the controller's ServiceAccount and RBAC
-// exactly as charts/fleet renders them (in namespace, the release
-// namespace) and returns a REST config that acts as that ServiceAccount. A
-// controller run with it has the rights the chart gives it and no more, so
-// a suite run so proves the chart's rules suffice.
+// exactly as charts/fleet renders them with its default values (in
+// namespace, the release namespace), the local cluster's identity
+// fleet-controller-bootstrap included, and returns a REST config that acts
+// as the controller's ServiceAccount. A controller run with it has the
+// rights the chart gives it and no more, so a suite run so proves the
+// chart's rules suffice.
 func (cp *ControlPlane) FleetControllerIdentity(ctx context.Context, namespace string) (*rest.Config, error) {
 	root, err := RepoRoot()
 	if err != nil {
