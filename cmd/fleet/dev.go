@@ -289,6 +289,13 @@ func runDemo(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags,
 	st.printf("dev-2     registered agent-initiated: helm install fleet-agent with dev-token's values, Cluster Ready (%.1fs)", time.Since(t).Seconds())
 
 	t = time.Now()
+	if _, err := devenv.ClusterReady(ctx, upc, "fleet-local", "local", 3*time.Minute); err != nil {
+		return fmt.Errorf("step 'upstream registered itself as fleet-local/local' failed: %w\nread: kubectl --kubeconfig %s -n %s logs deploy/fleet-controller; kubectl --kubeconfig %s -n %s logs deploy/fleet-agent",
+			err, up.KubeconfigPath(), devenv.SystemNamespace, up.KubeconfigPath(), devenv.SystemNamespace)
+	}
+	st.printf("upstream  registered itself as fleet-local/local: agent pushed into %s, Cluster Ready (%.1fs)", devenv.SystemNamespace, time.Since(t).Seconds())
+
+	t = time.Now()
 	if err := devenv.BundleReady(ctx, upc, "fleet-default", "hello", 2, 3*time.Minute); err != nil {
 		return fmt.Errorf("step 'Bundle hello Ready on dev-1 and dev-2' failed: %w", err)
 	}

@@ -242,6 +242,15 @@ func TestE2E(t *testing.T) {
 			"capi.namespaces={capi}"))
 	})
 
+	t.Run("the upstream registers itself as fleet-local/local, its agent in cattle-fleet-system", func(t *testing.T) {
+		if _, err := devenv.ClusterReady(t.Context(), up, "fleet-local", "local", 3*time.Minute); err != nil {
+			t.Fatalf("%v\n%s", err, devenv.PodReport(t.Context(), cluster("upstream"), agentNS))
+		}
+		if _, err := clientset(t, "upstream").AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{}); err != nil {
+			t.Errorf("the local agent's Deployment: %v", err)
+		}
+	})
+
 	t.Run("manager-initiated: examples/gitops applied, agent pushed, adopted without a restart", func(t *testing.T) {
 		cs := clientset(t, "dev-1")
 		kc, err := cluster("dev-1").PortableKubeconfig()
