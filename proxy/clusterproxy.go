@@ -124,7 +124,9 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 		ExpectContinueTimeout: time.Second,
 	}
 	defer transport.CloseIdleConnections()
-	loc := &url.URL{Scheme: "http", Host: AgentAddress, Path: inner.Path, RawPath: inner.RawPath}
+	// The query goes in the location too: an upgrade (exec's command and
+	// streams) is dialed to the location as it is, without the request's.
+	loc := &url.URL{Scheme: "http", Host: AgentAddress, Path: inner.Path, RawPath: inner.RawPath, RawQuery: r.URL.RawQuery}
 	h := proxy.NewUpgradeAwareHandler(loc, lastHop{transport}, false, false, responder{key: key})
 	h.UseLocationHost = true
 	h.UpgradeTransport = lastHop{transport}

@@ -115,7 +115,7 @@ func backendHandler(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer conn.Close()
-		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: fleet-test\r\n\r\n")
+		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: fleet-test\r\nX-Query: " + r.URL.RawQuery + "\r\n\r\n")
 		_ = buf.Flush()
 		for {
 			line, err := buf.ReadString('\n')

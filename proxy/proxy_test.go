@@ -306,7 +306,7 @@ func TestProxy_UpgradeThroughTheUpstream(t *testing.T) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: fleet-test\r\nContent-Length: 0\r\n\r\n",
-		clusterPath(ws, "c1", "/api/v1/namespaces/default/pods/p/exec"), host, alice.token)
+		clusterPath(ws, "c1", "/api/v1/namespaces/default/pods/p/exec?command=sh&stdout=true"), host, alice.token)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -315,6 +315,10 @@ func TestProxy_UpgradeThroughTheUpstream(t *testing.T) {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	// exec's command and streams are its query: it reaches the agent.
+	if q := resp.Header.Get("X-Query"); q != "command=sh&stdout=true" {
+		t.Errorf("the agent got query %q; want command=sh&stdout=true", q)
 	}
 	for _, line := range []string{"one", "two"} {
 		fmt.Fprintf(conn, "%s\n", line)
