@@ -188,6 +188,12 @@ func ParseAgentValues(data []byte) (*AgentValues, error) {
 	if err := yaml.Unmarshal(data, v); err != nil {
 		return nil, fmt.Errorf("parsing agent values: %w", err)
 	}
+	// JSON escapes can carry characters YAML cannot (a C1 control
+	// character such as \u0080): refused here, not when the values are
+	// written out for the agent.
+	if _, err := v.YAML(); err != nil {
+		return nil, fmt.Errorf("parsing agent values: a value holds characters YAML cannot carry (control characters?): %w", err)
+	}
 	return v, nil
 }
 
