@@ -141,13 +141,21 @@ func TestBundle_EndToEnd(t *testing.T) {
 		return nil
 	})
 
-	// A manual edit downstream: reported as Modified, then corrected.
-	cm, _ := configMap(t, prod.ds, appNS, "app-config")
-	cm.Data["color"] = "red"
-	if err := prod.ds.Client.Update(t.Context(), cm); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "drift reported on the Bundle", func() error {
+	// A manual edit downstream: reported as Modified, then corrected. The
+	// edit is made again while it is not there: an apply of the pruning
+	// update still under way (the Bundle's new content reaches the agent in
+	// more than one step) may rightly overwrite it once.
+	testenv.Eventually(t, 60*time.Second, "drift reported on the Bundle", func() error {
+		cm, err := configMap(t, prod.ds, appNS, "app-config")
+		if err != nil {
+			return err
+		}
+		if cm.Data["color"] != "red" {
+			cm.Data["color"] = "red"
+			if err := prod.ds.Client.Update(t.Context(), cm); err != nil {
+				return fmt.Errorf("editing app-config: %w", err)
+			}
+		}
 		got := bundleStatus(t, ws, "app")
 		if got.Status.Summary.Modified != 1 || len(got.Status.Summary.NonReadyResources) == 0 ||
 			len(got.Status.Summary.NonReadyResources[0].ModifiedStatus) == 0 || got.Status.Summary.NonReadyResources[0].ModifiedStatus[0].Name != "app-config" {
