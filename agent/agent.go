@@ -100,12 +100,17 @@ func (a *Agent) runDeployer(ctx context.Context, s *session) error {
 // besides; a tunnel down for longer than TunnelDownLimit ends Run with an
 // error too.
 func (a *Agent) Run(ctx context.Context) error {
-	if !a.opts.Access {
+	if !a.opts.Access && !a.opts.Direct {
 		return a.runElected(ctx)
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.runElected(ctx) })
-	g.Go(func() error { return a.runAccess(ctx) })
+	if a.opts.Access {
+		g.Go(func() error { return a.runAccess(ctx) })
+	}
+	if a.opts.Direct {
+		g.Go(func() error { return a.runDirect(ctx) })
+	}
 	return g.Wait()
 }
 

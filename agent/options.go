@@ -7,6 +7,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -56,6 +57,18 @@ type Options struct {
 	// the process starts afresh (default 15m; negative: never).
 	TunnelDownLimit time.Duration
 
+	// Direct serves the authorized cluster endpoint (every replica) at
+	// DirectAddress (default ":8443"): mode DirectMode ("agent", the
+	// default, or "webhook"), reached by users at DirectURL, with
+	// DirectHosts more names in its serving certificate. The revocation
+	// list is read every DirectSyncInterval (default 10s).
+	Direct             bool
+	DirectMode         string
+	DirectURL          string
+	DirectHosts        []string
+	DirectAddress      string
+	DirectSyncInterval time.Duration
+
 	// Registerer, when set, gets the agent's metrics (the access handler's
 	// impersonator cache). Each access session registers its collectors
 	// in place of the previous session's.
@@ -85,6 +98,18 @@ func (o *Options) defaults() error {
 	}
 	if o.TunnelDownLimit == 0 {
 		o.TunnelDownLimit = 15 * time.Minute
+	}
+	if o.DirectMode == "" {
+		o.DirectMode = DirectModeAgent
+	}
+	if o.DirectMode != DirectModeAgent && o.DirectMode != DirectModeWebhook {
+		return fmt.Errorf("agent: direct endpoint mode %q is not agent or webhook", o.DirectMode)
+	}
+	if o.DirectAddress == "" {
+		o.DirectAddress = ":8443"
+	}
+	if o.DirectSyncInterval <= 0 {
+		o.DirectSyncInterval = 10 * time.Second
 	}
 	if o.RegistrationTimeout <= 0 {
 		o.RegistrationTimeout = 5 * time.Minute

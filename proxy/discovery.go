@@ -39,6 +39,8 @@ func apiResources() metav1.APIResourceList {
 			{Name: "clusters", SingularName: "cluster", Namespaced: true, Kind: "Cluster", Verbs: metav1.Verbs{}},
 			{Name: "clusters/proxy", Namespaced: true, Kind: "ClusterProxyOptions", Verbs: metav1.Verbs{"create", "delete", "get", "patch", "update"}},
 			{Name: "clusters/attach", Namespaced: true, Kind: "ClusterAttachOptions", Verbs: metav1.Verbs{"get"}},
+			{Name: "clusters/token", Namespaced: true, Kind: "DirectTokenRequest", Verbs: metav1.Verbs{"create"}},
+			{Name: "clusters/revocations", Namespaced: true, Kind: "DirectTokenRevocations", Verbs: metav1.Verbs{"get"}},
 			{Name: "signingkeys", SingularName: "signingkeys", Namespaced: false, Kind: "SigningKeys", Verbs: metav1.Verbs{"get", "list"}},
 		},
 	}

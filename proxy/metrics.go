@@ -25,6 +25,9 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	bytes    *prometheus.CounterVec
 	refusals *prometheus.CounterVec
+	// directTokens counts direct tokens issued, directRevoked those revoked.
+	directTokens  prometheus.Counter
+	directRevoked prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,8 +49,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fleet_proxy_refused_total",
 			Help: "Requests fleet-proxy refused before reaching a cluster, by reason.",
 		}, []string{"reason"}),
+		directTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_direct_tokens_issued_total",
+			Help: "Direct tokens (authorized cluster endpoint) fleet-proxy issued.",
+		}),
+		directRevoked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_proxy_direct_tokens_revoked_total",
+			Help: "Direct tokens this replica marked revoked because their holder lost clusters/proxy.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.bytes, m.refusals} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.bytes, m.refusals, m.directTokens, m.directRevoked} {
 		if err := reg.Register(c); err != nil {
 			are := prometheus.AlreadyRegisteredError{}
 			if !errors.As(err, &are) {

@@ -95,6 +95,18 @@ type Options struct {
 	// AuthorizationCacheTTL is how long an allowed or denied answer is
 	// kept (zero: 10 s).
 	AuthorizationCacheTTL time.Duration
+	// DirectIssuer signs direct tokens for the authorized cluster endpoint
+	// and Registry records them (either nil: clusters/token answers 503).
+	DirectIssuer DirectIssuer
+	Registry     *Registry
+	// Agents maps an agent's identity to its Cluster for
+	// clusters/revocations (nil: 503).
+	Agents AgentAuthorizer
+	// DirectEnabled, when set, refuses a token for a Cluster without a
+	// direct endpoint (its error says what to set).
+	DirectEnabled func(ctx context.Context, ws, name string) error
+	// DirectTokenMaxLifetime bounds what a user may ask (zero: 24 h).
+	DirectTokenMaxLifetime time.Duration
 	// StreamRecheckInterval is how often the right of a request still
 	// open (a watch, logs -f, exec, port-forward) is checked again; the
 	// request is ended once it is gone (zero: 15 s).
@@ -121,6 +133,9 @@ func New(opts Options) (*Server, error) {
 	ttl := opts.AuthorizationCacheTTL
 	if ttl == 0 {
 		ttl = 10 * time.Second
+	}
+	if opts.DirectTokenMaxLifetime <= 0 || opts.DirectTokenMaxLifetime > assertion.MaxDirectLifetime {
+		opts.DirectTokenMaxLifetime = assertion.MaxDirectLifetime
 	}
 	if opts.StreamRecheckInterval == 0 {
 		opts.StreamRecheckInterval = 15 * time.Second
@@ -158,6 +173,8 @@ func New(opts Options) (*Server, error) {
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy/{path...}", s.clusterProxy)
 	api.HandleFunc("GET "+prefix+"/signingkeys", s.signingKeys)
 	api.HandleFunc("GET "+prefix+"/namespaces/{ws}/clusters/{name}/attach", s.attach)
+	api.HandleFunc("POST "+prefix+"/namespaces/{ws}/clusters/{name}/token", s.directToken)
+	api.HandleFunc("GET "+prefix+"/namespaces/{ws}/clusters/{name}/revocations", s.revocations)
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewGenericServerResponse(http.StatusNotFound, r.Method, clustersResource, "",
 			fmt.Sprintf("fleet-proxy serves no %s %s", r.Method, r.URL.Path), 0, false))
@@ -170,6 +187,22 @@ func New(opts Options) (*Server, error) {
 // Start reads the requestheader settings (an error when it cannot) and keeps
 // them current until ctx ends.
 func (s *Server) Start(ctx context.Context) error { return s.authn.start(ctx) }
+
+// Authorizer is the server's SubjectAccessReview authorizer (with its
+// cache), for Registry.RunRecheck.
+func (s *Server) Authorizer() authorizer.Authorizer { return s.authz }
+
+// RunDirectRecheck rechecks the holders of live direct tokens every
+// interval (zero: 10 s) until ctx ends (Registry.RunRecheck).
+func (s *Server) RunDirectRecheck(ctx context.Context, interval time.Duration) {
+	if s.opts.Registry == nil {
+		return
+	}
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	s.opts.Registry.RunRecheck(ctx, s.authz, interval, func(n int) { s.metrics.directRevoked.Add(float64(n)) })
+}
 
 // Handler serves the API; its listener must request (not require) client
 // certificates: see TLSConfig.

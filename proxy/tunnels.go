@@ -172,3 +172,28 @@ func (t *TunnelServer) RecheckOnChange(ctx context.Context, identities cache.Inf
 	go t.Server.RecheckLoop(ctx, period, changed)
 	return nil
 }
+
+var _ AgentAuthorizer = (*TunnelServer)(nil)
+
+// AuthorizeAgent is nil when u is the request identity of Cluster ws/name's
+// agent (the mapping attach uses).
+func (t *TunnelServer) AuthorizeAgent(ctx context.Context, u user.Info, ws, name string) error {
+	if u == nil || u.GetName() == "" {
+		return fmt.Errorf("%w: no authenticated caller", tunnel.ErrNotAnAgent)
+	}
+	_, err := tunnel.AuthorizeAttach(ctx, t.reader, u.GetName(), u.GetUID(), ws, name)
+	return err
+}
+
+// DirectEnabled refuses a direct token for a Cluster that does not exist or
+// has no direct endpoint (spec.agentDirectEndpoint).
+func (t *TunnelServer) DirectEnabled(ctx context.Context, ws, name string) error {
+	c := &fleet.Cluster{}
+	if err := t.reader.Get(ctx, client.ObjectKey{Namespace: ws, Name: name}, c); err != nil {
+		return fmt.Errorf("reading Cluster %s/%s: %w", ws, name, err)
+	}
+	if c.Spec.AgentDirectEndpoint == nil || c.Spec.AgentDirectEndpoint.URL == "" {
+		return fmt.Errorf("cluster %s/%s has no direct endpoint: set spec.agentDirectEndpoint.url (docs/operations.md, \"Direct access\")", ws, name)
+	}
+	return nil
+}

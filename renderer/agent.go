@@ -118,6 +118,20 @@ type AgentValues struct {
 	Internal struct {
 		SystemNamespace string `json:"systemNamespace"`
 	} `json:"internal"`
+	// Direct is set only for a Cluster with spec.agentDirectEndpoint, so
+	// the hash of every other agent stays what it was.
+	Direct *DirectValues `json:"direct,omitempty"`
+}
+
+// DirectValues are the chart's direct values (the authorized cluster
+// endpoint).
+type DirectValues struct {
+	Enabled     bool     `json:"enabled"`
+	Mode        string   `json:"mode"`
+	URL         string   `json:"url"`
+	ServiceType string   `json:"serviceType"`
+	NodePort    int32    `json:"nodePort"`
+	Hosts       []string `json:"hosts"`
 }
 
 // ErrNoAPIServerURL: the agent would not know where its upstream is.
@@ -262,6 +276,20 @@ func agentValues(cluster *fleet.Cluster, cfg *config.Config) (*AgentValues, []er
 				errs = append(errs, errors.New("spec.agentSchedulingCustomization.podDisruptionBudget: set either minAvailable or maxUnavailable, not both"))
 			}
 		}
+	}
+
+	if d := spec.AgentDirectEndpoint; d != nil {
+		dv := &DirectValues{Enabled: true, Mode: d.Mode, URL: d.URL, ServiceType: d.ServiceType, NodePort: d.NodePort, Hosts: append([]string{}, d.Hosts...)}
+		if dv.Mode == "" {
+			dv.Mode = "agent"
+		}
+		if dv.ServiceType == "" {
+			dv.ServiceType = "ClusterIP"
+		}
+		if !strings.HasPrefix(d.URL, "https://") {
+			errs = append(errs, fmt.Errorf("spec.agentDirectEndpoint.url %q: an https:// address where users reach the endpoint is required", d.URL))
+		}
+		v.Direct = dv
 	}
 
 	lease, renew, retry := cfg.GetAgentLeaderElection()

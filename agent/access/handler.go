@@ -30,7 +30,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -48,6 +47,9 @@ type Options struct {
 	// (at most every RefreshMinInterval); the keys it returns replace the
 	// Verifier's.
 	RefreshKeys func(context.Context) (*assertion.KeySet, error)
+	// KeysChanged, if set, is called with the keys after each refresh
+	// (the direct endpoint keeps them for a restart without the upstream).
+	KeysChanged func(*assertion.KeySet)
 	// Local is the agent's own config for the local kube-apiserver: it
 	// manages the impersonators with it. Requests are forwarded to the same
 	// server with its TLS settings but never its credentials.
@@ -67,6 +69,10 @@ type Options struct {
 	Now func() time.Time
 	// Log never receives a token or an assertion.
 	Log logr.Logger
+	// Direct makes the Handler the direct endpoint's: Registerer gets only
+	// its metrics (fleet_agent_direct_requests_total,
+	// fleet_agent_direct_refused_total).
+	Direct bool
 	// Registerer, when set, gets the impersonator metrics
 	// (fleet_agent_impersonators, fleet_agent_impersonator_token_requests_total,
 	// fleet_agent_impersonators_collected_total); nil registers none.
@@ -121,7 +127,11 @@ func New(opts Options) (*Handler, error) {
 		cs: cs, namespace: opts.Namespace, tokenTTL: opts.TokenTTL, now: opts.Now,
 		log: opts.Log, entries: map[string]*entry{}, metrics: newMetrics(),
 	}
-	if opts.Registerer != nil {
+	if opts.Registerer != nil && opts.Direct {
+		if err := imp.metrics.registerDirect(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("access: registering metrics: %w", err)
+		}
+	} else if opts.Registerer != nil {
 		if err := imp.metrics.register(opts.Registerer, imp); err != nil {
 			return nil, fmt.Errorf("access: registering metrics: %w", err)
 		}
@@ -199,42 +209,44 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, r, apierrors.NewUnauthorized("no valid identity assertion for this cluster"))
 		return
 	}
-	d := DownstreamFor(id)
-	token, err := h.imp.token(r.Context(), id.User, d)
-	if err != nil {
-		h.opts.Log.Error(err, "preparing the impersonator", "user", id.User)
-		writeStatus(w, r, apierrors.NewServiceUnavailable("the agent could not prepare the impersonating account for this user"))
-		return
-	}
-	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d, rejected: func() { h.imp.invalidate(id.User, token) }}))
-	sanitize(out.Header, httpstream.IsUpgradeRequest(r))
-	h.proxy.ServeHTTP(w, out)
+	h.serveAs(w, r, id)
 }
 
 // verify checks an assertion, refreshing the keys once on an unknown kid.
 func (h *Handler) verify(ctx context.Context, token string) (assertion.Identity, error) {
 	id, err := h.opts.Verifier.Verify(token, h.opts.Audience, h.opts.Now())
-	if !errors.Is(err, assertion.ErrUnknownKey) || h.opts.RefreshKeys == nil {
-		return id, err
-	}
-	h.refreshMu.Lock()
-	refreshed := false
-	if h.opts.Now().Sub(h.lastRefresh) >= RefreshMinInterval {
-		h.lastRefresh = h.opts.Now()
-		keys, rerr := h.opts.RefreshKeys(ctx)
-		if rerr != nil {
-			h.opts.Log.Error(rerr, "refreshing the signing keys")
-		} else {
-			h.opts.Verifier.SetKeys(keys)
-			refreshed = true
-		}
-	}
-	h.refreshMu.Unlock()
-	if !refreshed {
+	if !errors.Is(err, assertion.ErrUnknownKey) || !h.refreshOnUnknownKey(ctx) {
 		return id, err
 	}
 	return h.opts.Verifier.Verify(token, h.opts.Audience, h.opts.Now())
 }
+
+// refreshOnUnknownKey reads the signing keys again (at most every
+// RefreshMinInterval) and reports whether it did.
+func (h *Handler) refreshOnUnknownKey(ctx context.Context) bool {
+	if h.opts.RefreshKeys == nil {
+		return false
+	}
+	h.refreshMu.Lock()
+	defer h.refreshMu.Unlock()
+	if h.opts.Now().Sub(h.lastRefresh) < RefreshMinInterval {
+		return false
+	}
+	h.lastRefresh = h.opts.Now()
+	keys, err := h.opts.RefreshKeys(ctx)
+	if err != nil {
+		h.opts.Log.Error(err, "refreshing the signing keys")
+		return false
+	}
+	h.opts.Verifier.SetKeys(keys)
+	if h.opts.KeysChanged != nil {
+		h.opts.KeysChanged(keys)
+	}
+	return true
+}
+
+// Keys are the signing keys the Handler verifies with.
+func (h *Handler) Keys() *assertion.KeySet { return h.opts.Verifier.Keys() }
 
 // Run, until ctx ends, reads the signing keys at start and every
 // KeysInterval (when RefreshKeys is set) and collects unused impersonators
@@ -276,6 +288,9 @@ func (h *Handler) refreshKeys(ctx context.Context) {
 	}
 	h.lastRefresh = h.opts.Now()
 	h.opts.Verifier.SetKeys(keys)
+	if h.opts.KeysChanged != nil {
+		h.opts.KeysChanged(keys)
+	}
 }
 
 // CollectGarbage removes the impersonators unused for UnusedAfter and

@@ -2,14 +2,17 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // maxKeySetSize bounds the signing keys document.
@@ -50,5 +53,63 @@ func UpstreamKeys(upstream *rest.Config) (func(context.Context) (*assertion.KeyS
 			return nil, fmt.Errorf("the signing keys document is larger than %d bytes", maxKeySetSize)
 		}
 		return assertion.ParseKeySet(body)
+	}, nil
+}
+
+// maxRevocations bounds the revocation list document.
+const maxRevocations = 4 << 20
+
+// UpstreamRevocations returns a function that reads the revoked direct
+// tokens of Cluster ws/name from the upstream API server
+// (direct.RevocationsPath) as the agent's request identity; given the ETag
+// of the last answer it returns a nil list when nothing changed.
+func UpstreamRevocations(upstream *rest.Config, ws, name string) (func(ctx context.Context, etag string) ([]direct.Revoked, string, error), error) {
+	hc, err := rest.HTTPClientFor(upstream)
+	if err != nil {
+		return nil, fmt.Errorf("access: client for the revocation list: %w", err)
+	}
+	host := strings.TrimSuffix(upstream.Host, "/")
+	if !strings.Contains(host, "://") {
+		host = "https://" + host
+	}
+	u := host + direct.RevocationsPath(ws, name)
+	return func(ctx context.Context, etag string) ([]direct.Revoked, string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header.Set("Accept", "application/json")
+		if etag != "" {
+			req.Header.Set("If-None-Match", etag)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusNotModified:
+			return nil, etag, nil
+		case http.StatusOK:
+		default:
+			return nil, "", fmt.Errorf("reading the revocation list: %s", resp.Status)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxRevocations+1))
+		if err != nil {
+			return nil, "", err
+		}
+		if len(body) > maxRevocations {
+			return nil, "", fmt.Errorf("the revocation list is larger than %d bytes", maxRevocations)
+		}
+		var r direct.Revocations
+		if err := json.Unmarshal(body, &r); err != nil {
+			return nil, "", fmt.Errorf("the revocation list: %w", err)
+		}
+		if r.Revoked == nil {
+			r.Revoked = []direct.Revoked{}
+		}
+		return r.Revoked, resp.Header.Get("ETag"), nil
 	}, nil
 }

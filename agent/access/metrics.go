@@ -9,6 +9,10 @@ import (
 type metrics struct {
 	tokenRequests *prometheus.CounterVec
 	collected     prometheus.Counter
+	// Of the direct endpoint: requests served (and token reviews
+	// answered yes), requests refused.
+	directRequests prometheus.Counter
+	directRefused  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -21,7 +25,26 @@ func newMetrics() *metrics {
 			Name: "fleet_agent_impersonators_collected_total",
 			Help: "Impersonators removed because they went unused.",
 		}),
+		directRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_agent_direct_requests_total",
+			Help: "Requests the direct endpoint served (and token reviews it authenticated).",
+		}),
+		directRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_agent_direct_refused_total",
+			Help: "Requests and token reviews the direct endpoint refused (invalid, expired, revoked token, or a verb it does not carry).",
+		}),
 	}
+}
+
+// registerDirect puts the direct endpoint's metrics on reg (the
+// impersonator metrics come from the tunnel's handler).
+func (x *metrics) registerDirect(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{x.directRequests, x.directRefused} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // register puts the metrics and a gauge of the impersonators m knows on

@@ -126,6 +126,51 @@ type ClusterSpec struct {
 	// +optional
 	// +listType=atomic
 	AgentPullSecrets []corev1.LocalObjectReference `json:"agentPullSecrets,omitempty"`
+
+	// agentDirectEndpoint makes the agent serve an authorized cluster
+	// endpoint: users reach the cluster's API directly, with a token
+	// fleet-proxy issued them for this cluster and the same rights as
+	// through the proxy, also while the upstream is down
+	// (docs/operations.md, "Direct access").
+	// +optional
+	AgentDirectEndpoint *DirectEndpointSpec `json:"agentDirectEndpoint,omitempty"`
+}
+
+// DirectEndpointSpec is how a cluster's direct endpoint is served and
+// reached.
+type DirectEndpointSpec struct {
+	// url is where users reach the endpoint: how the operator exposes
+	// Service fleet-agent-direct (mode agent), or the downstream API
+	// server's own URL (mode webhook). `fleet kubeconfig` writes it into
+	// the context <cluster>-direct.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^https://`
+	URL string `json:"url"`
+	// mode is agent (the agent serves the Kubernetes API itself, through
+	// the same per-user impersonation as the proxy) or webhook (the
+	// downstream API server calls the agent as its token webhook; the
+	// operator sets its --authentication-token-webhook-config-file).
+	// Default agent.
+	// +optional
+	// +kubebuilder:validation:Enum=agent;webhook
+	Mode string `json:"mode,omitempty"`
+	// serviceType of Service fleet-agent-direct: ClusterIP (default),
+	// NodePort or LoadBalancer.
+	// +optional
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	ServiceType string `json:"serviceType,omitempty"`
+	// nodePort of the Service when serviceType is NodePort (0: chosen by
+	// the cluster).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	NodePort int32 `json:"nodePort,omitempty"`
+	// hosts are more DNS names or IP addresses for the serving
+	// certificate the agent makes (the url's host is always in it).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // AgentSchedulingCustomization adds scheduling objects for the agent.
@@ -283,6 +328,11 @@ type AgentStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	HeartbeatIntervalSeconds int32 `json:"heartbeatIntervalSeconds,omitempty"`
+	// directEndpointCA is the PEM CA certificate of the agent's direct
+	// endpoint (spec.agentDirectEndpoint), as the agent reports it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	DirectEndpointCA string `json:"directEndpointCA,omitempty"`
 }
 
 // ClusterDisplay holds short strings for kubectl columns.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,8 @@ func newAgentCommand() *cobra.Command {
 fleet-agent chart sets them, from the environment: NAMESPACE, POD_NAME,
 GENERATION, CHECKIN_INTERVAL, CATTLE_ELECTION_LEASE_DURATION,
 CATTLE_ELECTION_RENEW_DEADLINE, CATTLE_ELECTION_RETRY_PERIOD, ACCESS,
-TUNNEL_DOWN_LIMIT.`,
+TUNNEL_DOWN_LIMIT, DIRECT, DIRECT_MODE, DIRECT_URL, DIRECT_HOSTS (comma
+separated).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
@@ -69,6 +71,10 @@ TUNNEL_DOWN_LIMIT.`,
 	f.StringVar(&probeAddress, "probe-address", ":8081", "address of /healthz, /readyz and /metrics (0 disables them)")
 	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect one active replica")
 	f.BoolVar(&opts.Access, "access", true, "hold a tunnel to the upstream's fleet-proxy and serve users' requests (every replica)")
+	f.BoolVar(&opts.Direct, "direct", false, "serve the authorized cluster endpoint (every replica)")
+	f.StringVar(&opts.DirectMode, "direct-mode", "agent", "agent (serve the Kubernetes API) or webhook (the API server's token webhook)")
+	f.StringVar(&opts.DirectURL, "direct-url", "", "where users reach the direct endpoint")
+	f.StringVar(&opts.DirectAddress, "direct-address", ":8443", "address the direct endpoint listens on")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }
@@ -103,6 +109,27 @@ func agentEnv(o *agent.Options) error {
 			errs = append(errs, fmt.Errorf("environment variable ACCESS=%q is not true or false", v))
 		} else {
 			o.Access = b
+		}
+	}
+	if v := os.Getenv("DIRECT"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("environment variable DIRECT=%q is not true or false", v))
+		} else {
+			o.Direct = b
+		}
+	}
+	if v := os.Getenv("DIRECT_MODE"); v != "" {
+		o.DirectMode = v
+	}
+	if v := os.Getenv("DIRECT_URL"); v != "" {
+		o.DirectURL = v
+	}
+	if v := os.Getenv("DIRECT_HOSTS"); v != "" {
+		for h := range strings.SplitSeq(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				o.DirectHosts = append(o.DirectHosts, h)
+			}
 		}
 	}
 	if v := os.Getenv("GENERATION"); v != "" {

@@ -172,7 +172,7 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: all},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"proxy.fleet.cattle.io"}, Resources: []string{"clusters/attach"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"proxy.fleet.cattle.io"}, Resources: []string{"clusters/attach", "clusters/revocations"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get", "list", "watch"}},
 		},
 		"Role/fleet-controller": {
@@ -217,6 +217,7 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 		"ClusterRole/fleet-proxy-entry": {
 			{APIGroups: []string{"proxy.fleet.cattle.io"}, Resources: []string{"clusters/proxy"}, Verbs: write},
 			{APIGroups: []string{"proxy.fleet.cattle.io"}, Resources: []string{"signingkeys"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"proxy.fleet.cattle.io"}, Resources: []string{"clusters/token"}, Verbs: []string{"create"}},
 		},
 		"ClusterRole/fleet-cluster-proxy": {
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/proxy"}, Verbs: write},
@@ -237,6 +238,8 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 			// Peer discovery: the endpoints of Service fleet-proxy.
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+			// The registries of issued direct tokens.
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 			// Whether the replica a Connected=True names still runs.
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		},

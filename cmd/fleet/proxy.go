@@ -34,6 +34,7 @@ const recheckPeriod = time.Minute
 
 func newProxyCommand() *cobra.Command {
 	var kubeconfig, namespace, service, listen, certFile, keyFile, caFile, podIP, metricsAddr, replica string
+	var directMaxLifetime, directRecheck time.Duration
 	var devLog, setCABundle bool
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -125,8 +126,13 @@ func newProxyCommand() *cobra.Command {
 				return err
 			}
 			ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
+			registry := proxy.NewRegistry(cs, namespace)
+			if err := registry.Start(ctx); err != nil {
+				return err
+			}
 			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys,
-				Peer: ts.PeerHandler()})
+				Peer: ts.PeerHandler(), DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEnabled: tunnels.DirectEnabled,
+				DirectTokenMaxLifetime: directMaxLifetime})
 			if err != nil {
 				return err
 			}
@@ -152,6 +158,7 @@ func newProxyCommand() *cobra.Command {
 			}
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return status.Run(ctx) })
+			g.Go(func() error { srv.RunDirectRecheck(ctx, directRecheck); return nil })
 			g.Go(func() error { return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert))) })
 			if metricsAddr != "0" && metricsAddr != "" {
 				ms := &http.Server{Addr: metricsAddr, ReadHeaderTimeout: 10 * time.Second,
@@ -179,6 +186,8 @@ func newProxyCommand() *cobra.Command {
 	f.BoolVar(&setCABundle, "set-apiservice-ca-bundle", true, "with the certificate of Secret fleet-proxy-tls, write its CA into APIService "+proxy.APIServiceName)
 	f.StringVar(&metricsAddr, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	f.StringVar(&replica, "replica-name", "", "name of this replica, recorded in the Connected condition of the Clusters whose tunnel it holds (default: $POD_NAME, else the host name); other replicas look for a pod of that name in --namespace")
+	f.DurationVar(&directMaxLifetime, "direct-token-max-lifetime", 24*time.Hour, "longest lifetime a user may ask for a direct token (at most 24h)")
+	f.DurationVar(&directRecheck, "direct-recheck-interval", 10*time.Second, "how often the holders of live direct tokens are checked for clusters/proxy (a token whose right is gone is revoked)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }

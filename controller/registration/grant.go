@@ -425,7 +425,9 @@ func workspaceRules(cluster string) []rbacv1.PolicyRule {
 		// server lets the WebSocket to the aggregated proxy API through
 		// only with this right; fleet-proxy then maps the identity to this
 		// Cluster itself and refuses any other. Only its own Cluster.
-		{APIGroups: []string{registration.ProxyAPIGroup}, Resources: []string{"clusters/attach"}, ResourceNames: []string{cluster}, Verbs: []string{"get"}},
+		// And the revoked direct tokens of its cluster (authorized cluster
+		// endpoint), by the same mapping.
+		{APIGroups: []string{registration.ProxyAPIGroup}, Resources: []string{"clusters/attach", "clusters/revocations"}, ResourceNames: []string{cluster}, Verbs: []string{"get"}},
 	}
 }
 

@@ -2,10 +2,12 @@ package kubeconfig
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,8 +15,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // Request is what `fleet kubeconfig` is asked for.
@@ -24,6 +29,10 @@ type Request struct {
 	Kubeconfig string
 	Cluster    ClusterRef
 	Options
+	// DirectTokenTTL is the lifetime asked for the direct context's token
+	// (zero: one hour). NoDirect writes no direct context.
+	DirectTokenTTL time.Duration
+	NoDirect       bool
 }
 
 // Generate reads the caller's kubeconfig, builds the kubeconfig for the
@@ -55,6 +64,17 @@ func Generate(ctx context.Context, req Request) ([]byte, []string, error) {
 	warnings, err := Check(ctx, cfg, req.Cluster)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !req.NoDirect {
+		name := req.ContextName
+		if name == "" {
+			name = req.Cluster.Name
+		}
+		w, err := AddDirect(ctx, cfg, out, req.Cluster, name+"-direct", req.DirectTokenTTL)
+		if err != nil {
+			return nil, nil, err
+		}
+		warnings = append(warnings, w...)
 	}
 	data, err := clientcmd.Write(*out)
 	if err != nil {
@@ -103,6 +123,64 @@ func Check(ctx context.Context, cfg *rest.Config, ref ClusterRef) ([]string, err
 		warnings = append(warnings, fmt.Sprintf("you may not get clusters/proxy (fleet.cattle.io) on Cluster %q in workspace %q: requests with this kubeconfig get 403 until that right is bound to you upstream (ClusterRole fleet-cluster-proxy, or a Role with resourceNames [%s])",
 			ref.Name, ref.Workspace, ref.Name))
 	}
+	return warnings, nil
+}
+
+// AddDirect adds to out the context name (and its cluster and user of the
+// same name) that reaches Cluster ref's direct endpoint, when the Cluster
+// has one (spec.agentDirectEndpoint) and its agent reported the endpoint's
+// CA: its server is the endpoint's URL, its user a direct token fleet-proxy
+// issues the caller (cfg) for ttl. What stops it (no endpoint, no CA yet, no
+// right) is a warning; the proxy context is written anyway.
+func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, ref ClusterRef, name string, ttl time.Duration) ([]string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := cs.CoreV1().RESTClient().Get().
+		AbsPath("/apis", fleet.GroupVersion.Group, fleet.GroupVersion.Version, "namespaces", ref.Workspace, "clusters", ref.Name).
+		DoRaw(ctx)
+	if err != nil {
+		return nil, nil // Check has said why
+	}
+	var c fleet.Cluster
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("reading Cluster %s: %w", ref, err)
+	}
+	d := c.Spec.AgentDirectEndpoint
+	if d == nil || d.URL == "" {
+		return nil, nil
+	}
+	// In mode webhook the agent reports its API server's CA there.
+	ca := c.Status.Agent.DirectEndpointCA
+	if ca == "" {
+		return []string{fmt.Sprintf("Cluster %s has a direct endpoint, but its agent has not reported the endpoint's CA yet (status.agent.directEndpointCA): no context %s; run this again once the agent is up", ref, name)}, nil
+	}
+	var treq direct.TokenRequest
+	treq.Kind, treq.APIVersion = direct.TokenRequestKind, direct.APIVersion
+	treq.Spec.ExpirationSeconds = int64(ttl / time.Second)
+	body, err := json.Marshal(treq)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cs.CoreV1().RESTClient().Post().AbsPath(direct.TokenPath(ref.Workspace, ref.Name)).
+		SetHeader("Content-Type", "application/json").Body(body).DoRaw(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("no direct token for Cluster %s, so no context %s: %v", ref, name, err)}, nil
+	}
+	var tok direct.TokenResponse
+	if err := json.Unmarshal(resp, &tok); err != nil || tok.Status.Token == "" {
+		return nil, fmt.Errorf("fleet-proxy's direct token answer for Cluster %s is not a %s", ref, direct.TokenResponseKind)
+	}
+	out.Clusters[name] = &clientcmdapi.Cluster{Server: d.URL, CertificateAuthorityData: []byte(ca)}
+	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	var warnings []string
+	if len(tok.Status.Verbs) < len(assertion.DirectVerbs) {
+		warnings = append(warnings, fmt.Sprintf("the direct token carries only the verbs %v (those you hold on clusters/proxy of Cluster %s)", tok.Status.Verbs, ref))
+	}
+	warnings = append(warnings, fmt.Sprintf("context %s reaches Cluster %s directly until %s (its token is a credential: keep the kubeconfig secret; run this again for a new one)",
+		name, ref, tok.Status.ExpirationTimestamp.Local().Format(time.RFC3339)))
 	return warnings, nil
 }
 

@@ -171,7 +171,7 @@ func AgentIdentity(ctx context.Context, c client.Client, workspace, cluster, reg
 	}
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: sa.Name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{registration.ProxyAPIGroup}, Resources: []string{"clusters/attach"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{registration.ProxyAPIGroup}, Resources: []string{"clusters/attach", "clusters/revocations"},
 			ResourceNames: attachable, Verbs: []string{"get"}}},
 	}
 	if err := c.Create(ctx, role); err != nil {

@@ -1,0 +1,238 @@
+package access
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/direct"
+)
+
+// The authorized cluster endpoint (docs/cluster-access.md): users present a
+// direct token fleet-proxy issued them for this cluster; the agent verifies
+// it offline (the signing keys it holds, expiry, audience, the revocation
+// list it keeps in step with fleet-proxy) and serves the request through the
+// same per-user impersonator as requests through the tunnel. Or, as the
+// downstream API server's token webhook, it answers TokenReviews with the
+// same downstream identity.
+
+// Revocations is the set of revoked direct tokens the agent knows, by jti,
+// each until its expiry. Safe for concurrent use.
+type Revocations struct {
+	mu      sync.RWMutex
+	revoked map[string]time.Time
+}
+
+// NewRevocations returns an empty set.
+func NewRevocations() *Revocations { return &Revocations{revoked: map[string]time.Time{}} }
+
+// Set replaces the set with list (the upstream's list is complete). A
+// token once revoked stays revoked until it expires, even when a later
+// list (an older fleet-proxy cache) omits it.
+func (r *Revocations) Set(list []direct.Revoked, now time.Time) (changed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, exp := range r.revoked {
+		if !now.Before(exp.Add(assertion.Skew)) {
+			delete(r.revoked, id)
+			changed = true
+		}
+	}
+	for _, e := range list {
+		if _, ok := r.revoked[e.ID]; !ok && now.Before(e.Expiry.Add(assertion.Skew)) {
+			r.revoked[e.ID] = e.Expiry
+			changed = true
+		}
+	}
+	return changed
+}
+
+// Revoked reports whether jti is revoked.
+func (r *Revocations) Revoked(jti string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.revoked[jti]
+	return ok
+}
+
+// List returns the set, sorted by jti.
+func (r *Revocations) List() []direct.Revoked {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]direct.Revoked, 0, len(r.revoked))
+	for id, exp := range r.revoked {
+		out = append(out, direct.Revoked{ID: id, Expiry: exp})
+	}
+	slices.SortFunc(out, func(a, b direct.Revoked) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Len is the number of revoked tokens.
+func (r *Revocations) Len() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.revoked)
+}
+
+// methodVerbs maps the HTTP method to the verb of clusters/proxy, as
+// fleet-proxy maps it.
+var methodVerbs = map[string]string{
+	http.MethodGet: "get", http.MethodHead: "get", http.MethodOptions: "get",
+	http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete",
+}
+
+// errRevoked refuses a revoked token.
+var errRevoked = fmt.Errorf("%w: revoked", assertion.ErrInvalid)
+
+// verifyDirect checks a direct token (refreshing the keys once on an
+// unknown kid) and the revocation list.
+func (h *Handler) verifyDirect(ctx context.Context, token string, rev *Revocations) (assertion.DirectToken, error) {
+	verify := func() (assertion.DirectToken, error) {
+		return h.opts.Verifier.VerifyDirect(token, h.opts.Audience, h.opts.Now())
+	}
+	t, err := verify()
+	if errors.Is(err, assertion.ErrUnknownKey) && h.refreshOnUnknownKey(ctx) {
+		t, err = verify()
+	}
+	if err != nil {
+		return t, err
+	}
+	if rev.Revoked(t.ID) {
+		return assertion.DirectToken{}, errRevoked
+	}
+	return t, nil
+}
+
+// bearer returns the bearer token of a request.
+func bearer(r *http.Request) string {
+	a := r.Header.Get("Authorization")
+	if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// ServeDirect returns the direct endpoint's handler (mode agent): the
+// Kubernetes API of this cluster for holders of a direct token, as their
+// impersonator, limited to the verbs the token carries.
+func (h *Handler) ServeDirect(rev *Revocations) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, ok := impersonationHeader(r.Header); ok {
+			writeStatus(w, r, apierrors.NewBadRequest(fmt.Sprintf(
+				"impersonation headers (%s) are not accepted by the direct endpoint: it serves the identity of its token", name)))
+			return
+		}
+		tok, err := h.verifyDirect(r.Context(), bearer(r), rev)
+		if err != nil {
+			h.opts.Log.V(1).Info("refused a direct request", "reason", err.Error(), "path", r.URL.Path)
+			h.imp.metrics.directRefused.Inc()
+			writeStatus(w, r, apierrors.NewUnauthorized("no valid direct token for this cluster: get one with `fleet kubeconfig` (it may have expired or been revoked)"))
+			return
+		}
+		verb, ok := methodVerbs[r.Method]
+		if !ok {
+			writeStatus(w, r, apierrors.NewMethodNotSupported(clustersProxy, r.Method))
+			return
+		}
+		if !tok.Allows(verb) {
+			h.imp.metrics.directRefused.Inc()
+			writeStatus(w, r, apierrors.NewForbidden(clustersProxy, "", fmt.Errorf(
+				"the direct token of %q carries the verbs %v of clusters/proxy, not %s: the user holds only those on this Cluster upstream", tok.User, tok.Verbs, verb)))
+			return
+		}
+		h.imp.metrics.directRequests.Inc()
+		h.serveAs(w, r, tok.Identity)
+	})
+}
+
+// serveAs forwards r to the local API server as id's impersonator.
+func (h *Handler) serveAs(w http.ResponseWriter, r *http.Request, id assertion.Identity) {
+	d := DownstreamFor(id)
+	token, err := h.imp.token(r.Context(), id.User, d)
+	if err != nil {
+		h.opts.Log.Error(err, "preparing the impersonator", "user", id.User)
+		writeStatus(w, r, apierrors.NewServiceUnavailable("the agent could not prepare the impersonating account for this user"))
+		return
+	}
+	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d, rejected: func() { h.imp.invalidate(id.User, token) }}))
+	sanitize(out.Header, httpstream.IsUpgradeRequest(r))
+	h.proxy.ServeHTTP(w, out)
+}
+
+// maxTokenReview bounds a TokenReview's body.
+const maxTokenReview = 64 << 10
+
+// ServeTokenReview returns the token webhook (mode webhook): the downstream
+// API server posts a TokenReview of a bearer token it does not know; a
+// valid direct token for this cluster that carries every verb of
+// clusters/proxy authenticates as its downstream identity (fleet:<user>,
+// fleet:<groups>, its uid and allow-listed extras). A token limited to some
+// verbs is refused: the API server cannot be told to limit them.
+func (h *Handler) ServeTokenReview(rev *Revocations) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeStatus(w, r, apierrors.NewMethodNotSupported(clustersProxy, r.Method))
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxTokenReview+1))
+		if err != nil || len(body) > maxTokenReview {
+			writeStatus(w, r, apierrors.NewBadRequest("unreadable TokenReview"))
+			return
+		}
+		var review authnv1.TokenReview
+		if err := json.Unmarshal(body, &review); err != nil {
+			writeStatus(w, r, apierrors.NewBadRequest("not a TokenReview: "+err.Error()))
+			return
+		}
+		out := authnv1.TokenReview{TypeMeta: metav1.TypeMeta{APIVersion: "authentication.k8s.io/v1", Kind: "TokenReview"}}
+		if review.APIVersion != "" {
+			out.APIVersion = review.APIVersion
+		}
+		tok, err := h.verifyDirect(r.Context(), review.Spec.Token, rev)
+		switch {
+		case err != nil:
+			// Not ours (another authenticator's token) or refused: say
+			// nothing more than "not authenticated".
+			h.opts.Log.V(1).Info("token webhook: not a valid direct token", "reason", err.Error())
+			out.Status.Error = "not a valid direct token for this cluster"
+		case len(tok.Verbs) != len(assertion.DirectVerbs):
+			out.Status.Error = fmt.Sprintf("the direct token carries only %v of clusters/proxy; the API server's token webhook accepts only tokens with every verb (use the agent's direct endpoint)", tok.Verbs)
+		default:
+			d := DownstreamFor(tok.Identity)
+			out.Status.Authenticated = true
+			out.Status.User = authnv1.UserInfo{Username: d.User, UID: d.UID, Groups: d.Groups}
+			if len(d.Extra) > 0 {
+				out.Status.User.Extra = map[string]authnv1.ExtraValue{}
+				for k, v := range d.Extra {
+					out.Status.User.Extra[k] = v
+				}
+			}
+			if len(review.Spec.Audiences) > 0 {
+				out.Status.Audiences = review.Spec.Audiences
+			}
+			h.imp.metrics.directRequests.Inc()
+		}
+		if !out.Status.Authenticated {
+			h.imp.metrics.directRefused.Inc()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(&out)
+	})
+}
+
+// clustersProxy names what a refusal is about.
+var clustersProxy = schema.GroupResource{Group: "fleet.cattle.io", Resource: "clusters/proxy"}

@@ -1,0 +1,443 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/agent/access"
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/direct"
+	"github.com/gitops-fleet/fleet/internal/scheme"
+)
+
+// The authorized cluster endpoint (docs/cluster-access.md): every replica
+// serves it on its own, from what it keeps downstream, so that it works
+// while the upstream is unreachable: the agent's credential (which Cluster
+// this is), the signing keys and the revocation list it last read (Secret
+// fleet-agent-direct-tls holds the serving certificate, ConfigMap
+// fleet-agent-direct-state the rest). While the upstream is reachable it
+// reads the revocation list every DirectSyncInterval and the keys hourly.
+
+// DirectModeAgent and DirectModeWebhook are the modes of the endpoint.
+const (
+	DirectModeAgent   = "agent"
+	DirectModeWebhook = "webhook"
+)
+
+// directState is what ConfigMap fleet-agent-direct-state keeps.
+type directState struct {
+	// Audience is "<workspace>/<cluster>" the state belongs to.
+	Audience string          `json:"audience"`
+	Keys     json.RawMessage `json:"keys,omitempty"`
+	Revoked  []direct.Revoked `json:"revoked"`
+}
+
+const directStateKey = "state.json"
+
+// directManagedLabel marks the Secret and ConfigMap the agent made for the
+// endpoint (a TLS Secret without it is the operator's, never replaced).
+const directManagedLabel = "fleet.cattle.io/agent-direct"
+
+// runDirect serves the direct endpoint until ctx ends, starting again
+// when the stored credential names another Cluster.
+func (a *Agent) runDirect(ctx context.Context) error {
+	log := a.log.WithName("direct")
+	waiting := false
+	for ctx.Err() == nil {
+		cred, err := readCredential(ctx, a.local, a.opts.Namespace)
+		if err != nil || cred == nil {
+			if !waiting {
+				log.Info("waiting for the agent's credential before serving the direct endpoint", "error", errString(err))
+				waiting = true
+			}
+			if sleep(ctx, accessPoll) != nil {
+				return nil
+			}
+			continue
+		}
+		waiting = false
+		err = a.serveDirect(ctx, cred)
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Info("direct endpoint stopped; starting again", "reason", errString(err))
+		if sleep(ctx, time.Second) != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// serveDirect serves the endpoint for cred's Cluster.
+func (a *Agent) serveDirect(ctx context.Context, cred *credential) error {
+	audience := cred.ClusterNamespace + "/" + cred.ClusterName
+	log := a.log.WithName("direct").WithValues("cluster", audience, "mode", a.opts.DirectMode)
+	cert, caPEM, err := a.ensureDirectTLS(ctx)
+	if err != nil {
+		return err
+	}
+	state := a.loadDirectState(ctx, audience)
+	keys := assertion.NewKeySet()
+	if len(state.Keys) > 0 {
+		if ks, err := assertion.ParseKeySet(state.Keys); err == nil {
+			keys = ks
+		}
+	}
+	rev := access.NewRevocations()
+	rev.Set(state.Revoked, time.Now())
+
+	tokens := newTokenSource(cred.Token)
+	mode := config.TLSModeStrict
+	if len(cred.APIServerCA) == 0 {
+		mode = config.TLSModeSystemStore
+	}
+	up, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, mode, tokens, a.opts.SystemCAs)
+	if err != nil {
+		return err
+	}
+	upKeys, err := access.UpstreamKeys(up)
+	if err != nil {
+		return err
+	}
+	persist := make(chan struct{}, 1)
+	changed := func() {
+		select {
+		case persist <- struct{}{}:
+		default:
+		}
+	}
+	h, err := access.New(access.Options{
+		Audience:    audience,
+		Verifier:    assertion.NewVerifier(keys),
+		RefreshKeys: upKeys,
+		KeysChanged: func(*assertion.KeySet) { changed() },
+		Local:       rest.CopyConfig(a.opts.Local),
+		Log:         log,
+		Direct:      true,
+		Registerer:  replacing(a.opts.Registerer),
+		// The tunnel's handler collects unused impersonators.
+		GCInterval: 365 * 24 * time.Hour,
+	})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	if a.opts.DirectMode == DirectModeWebhook {
+		mux.Handle(direct.AuthenticatePath, h.ServeTokenReview(rev))
+	} else {
+		mux.Handle("/", h.ServeDirect(rev))
+	}
+	l, err := net.Listen("tcp", a.opts.DirectAddress)
+	if err != nil {
+		return fmt.Errorf("direct endpoint: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 30 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          nil,
+	}
+	log.Info("serving the direct endpoint", "address", l.Addr().String(), "keys", len(keys.KeyIDs()), "revoked", rev.Len())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := srv.ServeTLS(l, "", "")
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+		return nil
+	})
+	g.Go(func() error { return h.Run(gctx) }) // the keys: at start and hourly
+	g.Go(func() error {
+		return a.syncDirect(gctx, cred, up, tokens, rev, caPEM, changed, persist, h)
+	})
+	return g.Wait()
+}
+
+// syncDirect, until ctx ends: follows the stored credential (an error when
+// it names another Cluster), reads the revocation list every
+// DirectSyncInterval, reports the endpoint's CA on the Cluster, and keeps
+// the state ConfigMap current.
+func (a *Agent) syncDirect(ctx context.Context, cred *credential, up *rest.Config, tokens *tokenSource, rev *access.Revocations,
+	caPEM []byte, changed func(), persist <-chan struct{}, h *access.Handler) error {
+	log := a.log.WithName("direct")
+	fetchRevocations, err := access.UpstreamRevocations(up, cred.ClusterNamespace, cred.ClusterName)
+	if err != nil {
+		return err
+	}
+	etag := ""
+	reported := false
+	failing := false
+	t := time.NewTicker(a.opts.DirectSyncInterval)
+	defer t.Stop()
+	for {
+		now, err := readCredential(ctx, a.local, a.opts.Namespace)
+		switch {
+		case err != nil:
+		case now == nil || !sameIdentity(now, cred):
+			return errIdentityChanged
+		default:
+			tokens.set(now.Token)
+		}
+		list, tag, err := fetchRevocations(ctx, etag)
+		switch {
+		case err != nil:
+			if !failing && ctx.Err() == nil {
+				log.Info("cannot read the revocation list from the upstream; serving with the last one read until it answers (tokens still expire)", "error", err.Error(), "revoked", rev.Len())
+			}
+			failing = true
+		default:
+			if failing {
+				log.Info("reading the revocation list again")
+			}
+			failing = false
+			if list != nil {
+				etag = tag
+				if rev.Set(list, time.Now()) {
+					log.Info("revocation list changed", "revoked", rev.Len())
+					changed()
+				}
+			}
+			if !reported {
+				reported = a.reportDirectCA(ctx, up, cred, a.directCA(caPEM)) == nil
+			}
+		}
+		select {
+		case <-persist:
+			a.saveDirectState(ctx, directState{Audience: cred.ClusterNamespace + "/" + cred.ClusterName, Keys: keysJSON(h), Revoked: rev.List()})
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-persist:
+			a.saveDirectState(ctx, directState{Audience: cred.ClusterNamespace + "/" + cred.ClusterName, Keys: keysJSON(h), Revoked: rev.List()})
+		}
+	}
+}
+
+func keysJSON(h *access.Handler) json.RawMessage {
+	b, err := json.Marshal(h.Keys())
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// directCA is the CA users verify the endpoint with: the agent's own
+// (mode agent), or the local API server's (mode webhook: users talk to it).
+func (a *Agent) directCA(own []byte) []byte {
+	if a.opts.DirectMode != DirectModeWebhook {
+		return own
+	}
+	if len(a.opts.Local.CAData) > 0 {
+		return a.opts.Local.CAData
+	}
+	if a.opts.Local.CAFile != "" {
+		if b, err := os.ReadFile(a.opts.Local.CAFile); err == nil {
+			return b
+		}
+	}
+	return own
+}
+
+// reportDirectCA writes the endpoint's CA into the Cluster's
+// status.agent.directEndpointCA when it differs.
+func (a *Agent) reportDirectCA(ctx context.Context, up *rest.Config, cred *credential, caPEM []byte) error {
+	c, err := client.New(up, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return err
+	}
+	cluster := &fleet.Cluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: cred.ClusterNamespace, Name: cred.ClusterName}, cluster); err != nil {
+		return err
+	}
+	if cluster.Status.Agent.DirectEndpointCA == string(caPEM) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"agent": map[string]any{"directEndpointCA": string(caPEM)}}})
+	if err != nil {
+		return err
+	}
+	if err := c.Status().Patch(ctx, cluster, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		a.log.WithName("direct").Info("could not report the direct endpoint's CA on the Cluster", "error", err.Error())
+		return err
+	}
+	return nil
+}
+
+// directCertRenewBefore: a serving certificate that expires sooner is made
+// again at start.
+const directCertRenewBefore = 30 * 24 * time.Hour
+
+// ensureDirectTLS reads Secret fleet-agent-direct-tls, making it (a
+// self-signed CA and a certificate for the endpoint's names) when it is
+// missing or its certificate expires within 30 days. An operator's own
+// Secret (without the agent's label) is used as it is.
+func (a *Agent) ensureDirectTLS(ctx context.Context) (tls.Certificate, []byte, error) {
+	key := client.ObjectKey{Namespace: a.opts.Namespace, Name: direct.TLSSecretName}
+	s := &corev1.Secret{}
+	err := a.local.Get(ctx, key, s)
+	switch {
+	case err == nil:
+		cert, ca, perr := directTLSFrom(s)
+		_, ours := s.Labels[directManagedLabel]
+		if perr == nil && (!ours || time.Until(cert.Leaf.NotAfter) > directCertRenewBefore) {
+			return cert, ca, nil
+		}
+		if !ours {
+			return tls.Certificate{}, nil, fmt.Errorf("Secret %s: %w", key, perr)
+		}
+		if err := a.local.Delete(ctx, s, client.Preconditions{ResourceVersion: &s.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
+			return tls.Certificate{}, nil, err
+		}
+	case !apierrors.IsNotFound(err):
+		return tls.Certificate{}, nil, err
+	}
+	host, ips, dns := a.directNames()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(host, ips, dns)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	// The certificate PEM holds the leaf then its CA.
+	rest := certPEM
+	var caPEM []byte
+	for {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		caPEM = pem.EncodeToMemory(blk)
+	}
+	s = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{directManagedLabel: "true"}},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caPEM},
+	}
+	if err := a.local.Create(ctx, s); apierrors.IsAlreadyExists(err) {
+		// Another replica made it first: use that one.
+		if err := a.local.Get(ctx, key, s); err != nil {
+			return tls.Certificate{}, nil, err
+		}
+	} else if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("creating Secret %s: %w", key, err)
+	}
+	cert, ca, err := directTLSFrom(s)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("Secret %s: %w", key, err)
+	}
+	return cert, ca, nil
+}
+
+func directTLSFrom(s *corev1.Secret) (tls.Certificate, []byte, error) {
+	cert, err := tls.X509KeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	if cert.Leaf == nil {
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return tls.Certificate{}, nil, err
+		}
+	}
+	ca := s.Data["ca.crt"]
+	if len(ca) == 0 {
+		ca = s.Data[corev1.TLSCertKey]
+	}
+	return cert, ca, nil
+}
+
+// directNames are the serving certificate's names: the URL's host, the
+// configured hosts, and the Service's in-cluster names.
+func (a *Agent) directNames() (string, []net.IP, []string) {
+	svc := direct.ServiceName + "." + a.opts.Namespace + ".svc"
+	names := []string{svc, svc + ".cluster.local"}
+	host := svc
+	if u, err := url.Parse(a.opts.DirectURL); err == nil && u.Hostname() != "" {
+		host = u.Hostname()
+		names = append(names, host)
+	}
+	names = append(names, a.opts.DirectHosts...)
+	var ips []net.IP
+	var dns []string
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else if n != "" && !slices.Contains(dns, n) {
+			dns = append(dns, n)
+		}
+	}
+	return host, ips, dns
+}
+
+// loadDirectState reads the state ConfigMap; a state of another Cluster,
+// or none, is an empty one.
+func (a *Agent) loadDirectState(ctx context.Context, audience string) directState {
+	cm := &corev1.ConfigMap{}
+	st := directState{Audience: audience}
+	if err := a.local.Get(ctx, client.ObjectKey{Namespace: a.opts.Namespace, Name: direct.StateConfigMapName}, cm); err != nil {
+		return st
+	}
+	var got directState
+	if err := json.Unmarshal([]byte(cm.Data[directStateKey]), &got); err != nil || got.Audience != audience {
+		return st
+	}
+	return got
+}
+
+// saveDirectState writes the state ConfigMap when it differs (a conflict
+// with another replica is left to the next change).
+func (a *Agent) saveDirectState(ctx context.Context, st directState) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return
+	}
+	key := client.ObjectKey{Namespace: a.opts.Namespace, Name: direct.StateConfigMapName}
+	cm := &corev1.ConfigMap{}
+	err = a.local.Get(ctx, key, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels: map[string]string{directManagedLabel: "true"}}, Data: map[string]string{directStateKey: string(b)}}
+		err = a.local.Create(ctx, cm)
+	case err == nil && !bytes.Equal([]byte(cm.Data[directStateKey]), b):
+		cm.Data = map[string]string{directStateKey: string(b)}
+		err = a.local.Update(ctx, cm)
+	}
+	if err != nil && ctx.Err() == nil {
+		a.log.WithName("direct").Info("could not save the direct endpoint's state", "error", err.Error())
+	}
+}

@@ -1,0 +1,181 @@
+package assertion
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+// Direct tokens (docs/cluster-access.md, "Authorized cluster endpoint") are
+// bearer tokens fleet-proxy issues to a user for one cluster's direct
+// endpoint: the same keys and the same identity claims as an assertion, a
+// different issuer (so neither is ever accepted as the other), a lifetime of
+// up to MaxDirectLifetime, and the verbs the user holds on clusters/proxy
+// for that cluster. They are used many times (no replay cache); a revoked
+// one is refused by its jti.
+const (
+	// DirectIssuer is the iss claim of every direct token.
+	DirectIssuer = "fleet-proxy/direct"
+	// MaxDirectLifetime bounds exp - iat of a direct token.
+	MaxDirectLifetime = 24 * time.Hour
+	// DefaultDirectLifetime is the lifetime of a direct token when the
+	// caller asks for none.
+	DefaultDirectLifetime = time.Hour
+)
+
+// DirectVerbs are the verbs a direct token may carry: the verbs of
+// clusters/proxy, mapped from the HTTP method as fleet-proxy maps them.
+var DirectVerbs = []string{"get", "create", "update", "patch", "delete"}
+
+// DirectToken is what a direct token says.
+type DirectToken struct {
+	Identity
+	// Audience is "<workspace>/<cluster>".
+	Audience string
+	// Verbs the holder may use, a subset of DirectVerbs, sorted.
+	Verbs []string
+	// ID is the jti, the handle of a revocation.
+	ID string
+	// IssuedAt and Expiry bound the token.
+	IssuedAt, Expiry time.Time
+}
+
+// Allows reports whether the token carries verb.
+func (t DirectToken) Allows(verb string) bool { return slices.Contains(t.Verbs, verb) }
+
+type directClaims struct {
+	claims
+	Verbs []string `json:"verbs"`
+}
+
+// SignDirect returns a direct token for id on audience with verbs, issued at
+// now, living lifetime (zero: DefaultDirectLifetime; more than
+// MaxDirectLifetime: an error).
+func (s *Signer) SignDirect(id Identity, audience string, verbs []string, now time.Time, lifetime time.Duration) (string, DirectToken, error) {
+	if id.User == "" {
+		return "", DirectToken{}, errors.New("assertion: no user name")
+	}
+	if audience == "" {
+		return "", DirectToken{}, errors.New("assertion: no audience")
+	}
+	if lifetime == 0 {
+		lifetime = DefaultDirectLifetime
+	}
+	if lifetime < 0 || lifetime > MaxDirectLifetime {
+		return "", DirectToken{}, fmt.Errorf("assertion: a direct token lives at most %s", MaxDirectLifetime)
+	}
+	verbs, err := directVerbs(verbs)
+	if err != nil {
+		return "", DirectToken{}, err
+	}
+	var jti [16]byte
+	if _, err := rand.Read(jti[:]); err != nil {
+		return "", DirectToken{}, fmt.Errorf("assertion: %w", err)
+	}
+	id = filter(id)
+	now = now.Truncate(time.Second) // NumericDate has seconds
+	t := DirectToken{Identity: id, Audience: audience, Verbs: verbs, ID: hex.EncodeToString(jti[:]),
+		IssuedAt: now, Expiry: now.Add(lifetime)}
+	std := jwt.Claims{
+		Issuer:   DirectIssuer,
+		Subject:  id.User,
+		Audience: jwt.Audience{audience},
+		IssuedAt: jwt.NewNumericDate(t.IssuedAt),
+		Expiry:   jwt.NewNumericDate(t.Expiry),
+		ID:       t.ID,
+	}
+	raw, err := jwt.Signed(s.signer).Claims(std).
+		Claims(directClaims{claims: claims{UID: id.UID, Groups: id.Groups, Extra: id.Extra}, Verbs: verbs}).Serialize()
+	if err != nil {
+		return "", DirectToken{}, err
+	}
+	return raw, t, nil
+}
+
+// directVerbs checks verbs against DirectVerbs and returns them sorted and
+// deduplicated; at least one is needed.
+func directVerbs(verbs []string) ([]string, error) {
+	out := slices.Clone(verbs)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) == 0 {
+		return nil, errors.New("assertion: a direct token carries at least one verb")
+	}
+	for _, v := range out {
+		if !slices.Contains(DirectVerbs, v) {
+			return nil, fmt.Errorf("assertion: verb %q is not one of %v", v, DirectVerbs)
+		}
+	}
+	return out, nil
+}
+
+// VerifyDirect checks a direct token for audience at now and returns what it
+// says. It refuses (an error wrapping ErrInvalid; ErrUnknownKey for an
+// unknown kid) a token that is not a compact JWS signed with alg EdDSA by a
+// key of the set, not issued as a direct token (an assertion is refused),
+// not for exactly audience, expired (Skew tolerated), issued in the future,
+// living longer than MaxDirectLifetime, or without a subject, jti or a valid
+// verb. Revocation is the caller's to check, by ID.
+func (v *Verifier) VerifyDirect(token, audience string, now time.Time) (DirectToken, error) {
+	if token == "" {
+		return DirectToken{}, refuse("missing")
+	}
+	if len(token) > 64<<10 {
+		return DirectToken{}, refuse("too large")
+	}
+	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{Algorithm})
+	if err != nil {
+		return DirectToken{}, refuse("not a compact JWS with alg EdDSA")
+	}
+	if len(tok.Headers) != 1 || tok.Headers[0].Algorithm != string(Algorithm) {
+		return DirectToken{}, refuse("not exactly one EdDSA signature")
+	}
+	key, ok := v.Keys().Key(tok.Headers[0].KeyID)
+	if !ok {
+		return DirectToken{}, ErrUnknownKey
+	}
+	var std jwt.Claims
+	var priv directClaims
+	if err := tok.Claims(key, &std, &priv); err != nil {
+		return DirectToken{}, refuse("bad signature or claims")
+	}
+	switch {
+	case std.Issuer != DirectIssuer:
+		return DirectToken{}, refuse("not a direct token")
+	case len(std.Audience) != 1 || std.Audience[0] != audience:
+		return DirectToken{}, refuse("wrong audience")
+	case std.Subject == "":
+		return DirectToken{}, refuse("no subject")
+	case std.ID == "" || len(std.ID) > 128:
+		return DirectToken{}, refuse("no jti")
+	case std.IssuedAt == nil || std.Expiry == nil:
+		return DirectToken{}, refuse("no iat or exp")
+	}
+	iat, exp := std.IssuedAt.Time(), std.Expiry.Time()
+	switch {
+	case !exp.After(iat):
+		return DirectToken{}, refuse("exp not after iat")
+	case exp.Sub(iat) > MaxDirectLifetime:
+		return DirectToken{}, refuse("lifetime too long")
+	case iat.After(now.Add(Skew)):
+		return DirectToken{}, refuse("issued in the future")
+	case !now.Before(exp.Add(Skew)):
+		return DirectToken{}, refuse("expired")
+	case std.NotBefore != nil && std.NotBefore.Time().After(now.Add(Skew)):
+		return DirectToken{}, refuse("not yet valid")
+	}
+	verbs, err := directVerbs(priv.Verbs)
+	if err != nil {
+		return DirectToken{}, refuse("bad verbs")
+	}
+	return DirectToken{
+		Identity: filter(Identity{User: std.Subject, UID: priv.UID, Groups: priv.Groups, Extra: priv.Extra}),
+		Audience: audience, Verbs: verbs, ID: std.ID, IssuedAt: iat, Expiry: exp,
+	}, nil
+}

@@ -1,0 +1,90 @@
+// Package direct is the contract of the authorized cluster endpoint
+// (docs/cluster-access.md, "Authorized cluster endpoint"): the wire types
+// and paths fleet-proxy, the agent and `fleet kubeconfig` share. Users get a
+// direct token for one cluster from fleet-proxy (their upstream identity,
+// upstream RBAC on clusters/proxy); the agent verifies it offline against
+// the signing keys it already holds and a revocation list it keeps in step
+// with fleet-proxy while the upstream is reachable.
+package direct
+
+import (
+	"net/url"
+	"time"
+)
+
+// APIVersion of the objects below (the aggregated API's group version).
+const APIVersion = "proxy.fleet.cattle.io/v1alpha1"
+
+// TokenPath is where a user asks fleet-proxy, through the upstream API
+// server, for a direct token for Cluster ws/name (POST, a TokenRequest).
+func TokenPath(ws, name string) string {
+	return "/apis/" + APIVersion + "/namespaces/" + url.PathEscape(ws) + "/clusters/" + url.PathEscape(name) + "/token"
+}
+
+// RevocationsPath is where the agent of Cluster ws/name reads the revoked
+// direct tokens of its cluster (GET, Revocations; ETag and If-None-Match).
+func RevocationsPath(ws, name string) string {
+	return "/apis/" + APIVersion + "/namespaces/" + url.PathEscape(ws) + "/clusters/" + url.PathEscape(name) + "/revocations"
+}
+
+// TokenRequest asks for a direct token. Its body may be empty.
+type TokenRequest struct {
+	Kind       string `json:"kind,omitempty"`
+	APIVersion string `json:"apiVersion,omitempty"`
+	Spec       struct {
+		// ExpirationSeconds is the token's lifetime (0: one hour).
+		ExpirationSeconds int64 `json:"expirationSeconds,omitempty"`
+	} `json:"spec"`
+}
+
+// TokenResponse is fleet-proxy's answer: the token, when it expires, and
+// the verbs of clusters/proxy it carries (the holder may use exactly those).
+type TokenResponse struct {
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	Status     struct {
+		Token               string    `json:"token"`
+		ExpirationTimestamp time.Time `json:"expirationTimestamp"`
+		Verbs               []string  `json:"verbs"`
+	} `json:"status"`
+}
+
+// Revoked is one revoked token: its jti and when it expires anyway (after
+// that it need not be remembered).
+type Revoked struct {
+	ID     string    `json:"id"`
+	Expiry time.Time `json:"expiry"`
+}
+
+// Revocations is the revocation list of one cluster.
+type Revocations struct {
+	Kind       string    `json:"kind"`
+	APIVersion string    `json:"apiVersion"`
+	Revoked    []Revoked `json:"revoked"`
+}
+
+// Kinds of the objects above.
+const (
+	TokenRequestKind  = "DirectTokenRequest"
+	TokenResponseKind = "DirectToken"
+	RevocationsKind   = "DirectTokenRevocations"
+)
+
+// Agent side.
+const (
+	// ServiceName is the downstream Service of the agent's direct endpoint,
+	// in the agent's namespace.
+	ServiceName = "fleet-agent-direct"
+	// TLSSecretName holds the endpoint's serving certificate and its CA
+	// (made by the agent when missing, or brought by the operator).
+	TLSSecretName = "fleet-agent-direct-tls"
+	// StateConfigMapName keeps the signing keys and the revocation list the
+	// agent last read, so a restarted agent verifies tokens while the
+	// upstream is unreachable.
+	StateConfigMapName = "fleet-agent-direct-state"
+	// Port is the container port of the endpoint.
+	Port = 8443
+	// AuthenticatePath is the token webhook (TokenReview) the downstream API
+	// server may call (mode webhook).
+	AuthenticatePath = "/authenticate"
+)
