@@ -50,8 +50,8 @@ const (
 // directState is what ConfigMap fleet-agent-direct-state keeps.
 type directState struct {
 	// Audience is "<workspace>/<cluster>" the state belongs to.
-	Audience string          `json:"audience"`
-	Keys     json.RawMessage `json:"keys,omitempty"`
+	Audience string           `json:"audience"`
+	Keys     json.RawMessage  `json:"keys,omitempty"`
 	Revoked  []direct.Revoked `json:"revoked"`
 }
 
