@@ -379,7 +379,7 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 	s.metrics.directTokens.Inc()
 	var resp direct.TokenResponse
 	resp.Kind, resp.APIVersion = direct.TokenResponseKind, direct.APIVersion
-	resp.Status.Token, resp.Status.ExpirationTimestamp, resp.Status.Verbs = raw, tok.Expiry, verbs
+	resp.Status.Token, resp.Status.ExpirationTimestamp, resp.Status.Verbs = raw, tok.Expiry, tok.Verbs
 	writeJSON(w, http.StatusCreated, resp)
 }
 

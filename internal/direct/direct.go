@@ -8,8 +8,20 @@
 package direct
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"net/url"
+	"strings"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 )
 
 // APIVersion of the objects below (the aggregated API's group version).
@@ -88,3 +100,52 @@ const (
 	// server may call (mode webhook).
 	AuthenticatePath = "/authenticate"
 )
+
+// RequestToken asks fleet-proxy, through the upstream API server of cfg and
+// as cfg's user, for a direct token for Cluster ws/name living ttl (zero:
+// one hour). A refusal is the *apierrors.StatusError fleet-proxy (or the API
+// server) answered.
+func RequestToken(ctx context.Context, cfg *rest.Config, ws, name string, ttl time.Duration) (*TokenResponse, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var treq TokenRequest
+	treq.Kind, treq.APIVersion = TokenRequestKind, APIVersion
+	treq.Spec.ExpirationSeconds = int64(ttl / time.Second)
+	body, err := json.Marshal(treq)
+	if err != nil {
+		return nil, err
+	}
+	host := strings.TrimSuffix(cfg.Host, "/")
+	if !strings.Contains(host, "://") {
+		host = "https://" + host
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, host+TokenPath(ws, name), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		var st metav1.Status
+		if json.Unmarshal(raw, &st) == nil && st.Kind == "Status" {
+			return nil, &apierrors.StatusError{ErrStatus: st}
+		}
+		return nil, apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodPost, schema.GroupResource{Group: "proxy.fleet.cattle.io", Resource: "clusters/token"}, name, string(raw), 0, false)
+	}
+	var out TokenResponse
+	if err := json.Unmarshal(raw, &out); err != nil || out.Status.Token == "" {
+		return nil, fmt.Errorf("the answer to a direct token request for %s/%s is not a %s", ws, name, TokenResponseKind)
+	}
+	return &out, nil
+}

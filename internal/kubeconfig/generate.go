@@ -156,21 +156,9 @@ func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, 
 	if ca == "" {
 		return []string{fmt.Sprintf("Cluster %s has a direct endpoint, but its agent has not reported the endpoint's CA yet (status.agent.directEndpointCA): no context %s; run this again once the agent is up", ref, name)}, nil
 	}
-	var treq direct.TokenRequest
-	treq.Kind, treq.APIVersion = direct.TokenRequestKind, direct.APIVersion
-	treq.Spec.ExpirationSeconds = int64(ttl / time.Second)
-	body, err := json.Marshal(treq)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := cs.CoreV1().RESTClient().Post().AbsPath(direct.TokenPath(ref.Workspace, ref.Name)).
-		SetHeader("Content-Type", "application/json").Body(body).DoRaw(ctx)
+	tok, err := direct.RequestToken(ctx, cfg, ref.Workspace, ref.Name, ttl)
 	if err != nil {
 		return []string{fmt.Sprintf("no direct token for Cluster %s, so no context %s: %v", ref, name, err)}, nil
-	}
-	var tok direct.TokenResponse
-	if err := json.Unmarshal(resp, &tok); err != nil || tok.Status.Token == "" {
-		return nil, fmt.Errorf("fleet-proxy's direct token answer for Cluster %s is not a %s", ref, direct.TokenResponseKind)
 	}
 	out.Clusters[name] = &clientcmdapi.Cluster{Server: d.URL, CertificateAuthorityData: []byte(ca)}
 	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}

@@ -173,11 +173,19 @@ func setup(s *testenv.Suite) error {
 	}
 	ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
 	s.Go("connected", status.Run)
+	// Direct tokens as `fleet proxy` keeps them (recheck every 500 ms: the
+	// tests wait for revocations).
+	registry := proxy.NewRegistry(up.Clientset, proxyNamespace)
+	if err := registry.Start(ctx); err != nil {
+		return err
+	}
 	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Attacher: tunnels,
-		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry()})
+		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry(),
+		DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEnabled: tunnels.DirectEnabled})
 	if err != nil {
 		return err
 	}
+	s.Go("direct-recheck", func(ctx context.Context) error { srv.RunDirectRecheck(ctx, 500*time.Millisecond); return nil })
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}

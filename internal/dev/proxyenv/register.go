@@ -76,6 +76,7 @@ func RegisterReplicas(ctx context.Context, c client.Client, cs kubernetes.Interf
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{proxy.Group}, Resources: []string{"clusters/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
 				{APIGroups: []string{proxy.Group}, Resources: []string{"signingkeys"}, Verbs: []string{"get", "list"}},
+				{APIGroups: []string{proxy.Group}, Resources: []string{"clusters/token"}, Verbs: []string{"create"}},
 			},
 		},
 		&rbacv1.ClusterRoleBinding{

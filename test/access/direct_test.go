@@ -1,0 +1,356 @@
+package access_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/agent/access"
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/direct"
+	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/proxy"
+)
+
+// directAgent is an agent's direct endpoint as agent.serveDirect wires it:
+// the access handler in direct mode over TLS, its keys read through the
+// upstream as the agent, and its revocation list kept in step by a loop.
+type directAgent struct {
+	srv *httptest.Server
+	h   *access.Handler
+	rev *access.Revocations
+}
+
+func startDirectAgent(t *testing.T, cluster, agentToken string) *directAgent {
+	t.Helper()
+	up := &rest.Config{Host: env.Upstream.Config.Host, BearerToken: agentToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: env.Upstream.Config.CAData}}
+	keysFn, err := access.UpstreamKeys(up)
+	must(t, err)
+	revFn, err := access.UpstreamRevocations(up, workspace, cluster)
+	must(t, err)
+	var ks *assertion.KeySet
+	testenv.Eventually(t, 30*time.Second, "the signing keys through the upstream, as the agent", func() error {
+		ks, err = keysFn(t.Context())
+		return err
+	})
+	h, err := access.New(access.Options{Audience: workspace + "/" + cluster, Verifier: assertion.NewVerifier(ks),
+		RefreshKeys: keysFn, Local: rest.CopyConfig(env.Downstreams[0].Config), Direct: true})
+	must(t, err)
+	rev := access.NewRevocations()
+	mux := http.NewServeMux()
+	mux.Handle(direct.AuthenticatePath, h.ServeTokenReview(rev))
+	mux.Handle("/", h.ServeDirect(rev))
+	srv := httptest.NewTLSServer(mux)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		etag := ""
+		for ctx.Err() == nil {
+			if list, tag, err := revFn(ctx, etag); err == nil && list != nil {
+				etag = tag
+				rev.Set(list, time.Now())
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	return &directAgent{srv: srv, h: h, rev: rev}
+}
+
+// client is a clientset for the endpoint with a bearer token.
+func (d *directAgent) client(t *testing.T, token string) kubernetes.Interface {
+	t.Helper()
+	cfg := &rest.Config{Host: d.srv.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cs, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	return cs
+}
+
+// tokenRequest asks fleet-proxy, through the upstream API server, for a
+// direct token for cluster as the upstream user of userToken.
+func tokenRequest(t *testing.T, userToken, cluster string, seconds int64) (*direct.TokenResponse, error) {
+	t.Helper()
+	return direct.RequestToken(t.Context(), env.Upstream.ConfigForToken(userToken), workspace, cluster, time.Duration(seconds)*time.Second)
+}
+
+func grantProxy(t *testing.T, name, user, cluster string, verbs ...string) {
+	t.Helper()
+	ctx := t.Context()
+	must(t, env.Upstream.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/proxy"},
+			ResourceNames: []string{cluster}, Verbs: verbs}},
+	}))
+	must(t, env.Upstream.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+	}))
+}
+
+func enableDirect(t *testing.T, cluster string) {
+	t.Helper()
+	c := &fleet.Cluster{}
+	must(t, env.Upstream.Client.Get(t.Context(), client.ObjectKey{Namespace: workspace, Name: cluster}, c))
+	c.Spec.AgentDirectEndpoint = &fleet.DirectEndpointSpec{URL: "https://" + cluster + ".example:30443"}
+	must(t, env.Upstream.Client.Update(t.Context(), c))
+}
+
+// signingKey reads fleet-proxy's current private key (to make tokens
+// fleet-proxy would never issue: an expired one).
+func signingKey(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	s := &corev1.Secret{}
+	must(t, env.Upstream.Client.Get(t.Context(), client.ObjectKey{Namespace: proxyNamespace, Name: proxy.SigningSecret}, s))
+	blk, _ := pem.Decode(s.Data[proxy.SigningKeyCurrent])
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	must(t, err)
+	return k.(ed25519.PrivateKey)
+}
+
+// TestDirectEndpoint: a user with clusters/proxy on a Cluster gets a direct
+// token through the upstream API server and reaches the cluster through the
+// agent's direct endpoint as the same downstream identity as through the
+// proxy, with exactly the verbs held upstream; every other token is refused,
+// and removing the upstream right revokes the token within seconds.
+func TestDirectEndpoint(t *testing.T) {
+	ctx := t.Context()
+	up, down := env.Upstream, env.Downstreams[0]
+	const clusterD, clusterE = "direct-d", "direct-e"
+	agentD := agentIdentity(t, clusterD, "reg-direct-d", clusterD)
+	agentE := agentIdentity(t, clusterE, "reg-direct-e", clusterE)
+	aliceName, _, aliceTok := upstreamUser(t, "direct-users", "alice", clusterD)
+	bobName, _, bobTok := upstreamUser(t, "direct-users", "bob", clusterD)
+	_, _, malloryTok := upstreamUser(t, "direct-users", "mallory", clusterD)
+	all := []string{"get", "create", "update", "patch", "delete"}
+	grantProxy(t, "direct-alice", aliceName, clusterD, all...)
+	grantProxy(t, "direct-alice-e", aliceName, clusterE, all...)
+	grantProxy(t, "direct-bob", bobName, clusterD, "get")
+
+	// A Cluster without a direct endpoint: a clear refusal.
+	if _, err := tokenRequest(t, aliceTok, clusterD, 0); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "spec.agentDirectEndpoint") {
+		t.Fatalf("a token for a Cluster without a direct endpoint: want 400 naming spec.agentDirectEndpoint, got %s", statusOf(err))
+	}
+	enableDirect(t, clusterD)
+	enableDirect(t, clusterE)
+
+	// Downstream: fleet:<alice> and fleet:<bob> may read and delete
+	// ConfigMaps in direct-a, nothing in direct-b.
+	for _, ns := range []string{"direct-a", "direct-b"} {
+		must(t, down.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		must(t, down.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "marker"}}))
+	}
+	must(t, down.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "direct-a", Name: "cm-editor"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "delete"}}},
+	}))
+	must(t, down.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "direct-a", Name: "cm-editor"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "cm-editor"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "fleet:" + aliceName},
+			{APIGroup: rbacv1.GroupName, Kind: "User", Name: "fleet:" + bobName}},
+	}))
+
+	agent := startDirectAgent(t, clusterD, agentD)
+
+	// Alice: all verbs; as fleet:<alice> downstream.
+	aliceResp, err := tokenRequest(t, aliceTok, clusterD, 0)
+	must(t, err)
+	if got := aliceResp.Status.ExpirationTimestamp.Sub(time.Now()); got < 55*time.Minute || got > 61*time.Minute {
+		t.Errorf("default lifetime: expires in %s, want one hour", got)
+	}
+	if strings.Join(aliceResp.Status.Verbs, ",") != "create,delete,get,patch,update" {
+		t.Errorf("alice's token carries %v, want every verb", aliceResp.Status.Verbs)
+	}
+	alice := agent.client(t, aliceResp.Status.Token)
+	if _, err := alice.CoreV1().ConfigMaps("direct-a").Get(ctx, "marker", metav1.GetOptions{}); err != nil {
+		t.Fatalf("alice reads direct-a through the direct endpoint: %s", statusOf(err))
+	}
+	_, err = alice.CoreV1().ConfigMaps("direct-b").Get(ctx, "marker", metav1.GetOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `"fleet:`+aliceName+`"`) {
+		t.Errorf("alice in direct-b: want the downstream 403 naming fleet:%s, got %s", aliceName, statusOf(err))
+	}
+	// Impersonation through the endpoint is refused.
+	asAdmin := rest.CopyConfig(&rest.Config{Host: agent.srv.URL, BearerToken: aliceResp.Status.Token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	asAdmin.Impersonate = rest.ImpersonationConfig{UserName: "admin", Groups: []string{"system:masters"}}
+	adminCS, err := kubernetes.NewForConfig(asAdmin)
+	must(t, err)
+	if _, err := adminCS.CoreV1().ConfigMaps("direct-b").Get(ctx, "marker", metav1.GetOptions{}); !apierrors.IsBadRequest(err) {
+		t.Errorf("--as through the direct endpoint: want 400, got %s", statusOf(err))
+	}
+
+	// Bob: get only, as upstream; his delete is refused by the agent even
+	// though downstream RBAC would allow it.
+	bobResp, err := tokenRequest(t, bobTok, clusterD, 600)
+	must(t, err)
+	if strings.Join(bobResp.Status.Verbs, ",") != "get" {
+		t.Fatalf("bob's token carries %v, want [get]", bobResp.Status.Verbs)
+	}
+	bob := agent.client(t, bobResp.Status.Token)
+	if _, err := bob.CoreV1().ConfigMaps("direct-a").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("bob lists direct-a: %s", statusOf(err))
+	}
+	err = bob.CoreV1().ConfigMaps("direct-a").Delete(ctx, "marker", metav1.DeleteOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "not delete") {
+		t.Errorf("bob deletes with a get-only token: want the agent's 403, got %s", statusOf(err))
+	}
+
+	// Refusals at issue: no right, a lifetime too long, a bad body.
+	if _, err := tokenRequest(t, malloryTok, clusterD, 0); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "clusters/proxy") {
+		t.Errorf("mallory (no right): want fleet-proxy's 403, got %s", statusOf(err))
+	}
+	if _, err := tokenRequest(t, aliceTok, clusterD, int64((25 * time.Hour).Seconds())); !apierrors.IsBadRequest(err) {
+		t.Errorf("a 25 h token: want 400, got %s", statusOf(err))
+	}
+
+	// Refusals at the endpoint, each a 401.
+	eResp, err := tokenRequest(t, aliceTok, clusterE, 0)
+	must(t, err)
+	forger, err := assertion.NewSigner(func() ed25519.PrivateKey { _, k, _ := ed25519.GenerateKey(rand.Reader); return k }(), 0)
+	must(t, err)
+	forged, _, err := forger.SignDirect(assertion.Identity{User: aliceName}, workspace+"/"+clusterD, assertion.DirectVerbs, time.Now(), time.Hour)
+	must(t, err)
+	real, err := assertion.NewSigner(signingKey(t), 0)
+	must(t, err)
+	expired, _, err := real.SignDirect(assertion.Identity{User: aliceName}, workspace+"/"+clusterD, assertion.DirectVerbs, time.Now().Add(-2*time.Hour), time.Hour)
+	must(t, err)
+	proxyAssertion, err := real.Sign(assertion.Identity{User: aliceName}, workspace+"/"+clusterD, time.Now())
+	must(t, err)
+	for name, tok := range map[string]string{
+		"a token for another cluster": eResp.Status.Token,
+		"a forged token":              forged,
+		"an expired token":            expired,
+		"fleet-proxy's assertion":     proxyAssertion,
+		"an upstream token":           aliceTok,
+		"no token":                    "",
+	} {
+		_, err := agent.client(t, tok).CoreV1().ConfigMaps("direct-a").List(ctx, metav1.ListOptions{})
+		if !apierrors.IsUnauthorized(err) {
+			t.Errorf("%s: want 401, got %s", name, statusOf(err))
+		}
+	}
+
+	// The token webhook (mode webhook) says the same.
+	review := func(tok string) authnv1.TokenReviewStatus {
+		body, _ := json.Marshal(authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}})
+		resp, err := agent.srv.Client().Post(agent.srv.URL+direct.AuthenticatePath, "application/json", strings.NewReader(string(body)))
+		must(t, err)
+		defer resp.Body.Close()
+		var out authnv1.TokenReview
+		must(t, json.NewDecoder(resp.Body).Decode(&out))
+		return out.Status
+	}
+	if st := review(aliceResp.Status.Token); !st.Authenticated || st.User.Username != "fleet:"+aliceName {
+		t.Errorf("token webhook, alice: %+v", st)
+	}
+	for name, tok := range map[string]string{"bob's get-only token": bobResp.Status.Token, "a forged token": forged, "another cluster's": eResp.Status.Token} {
+		if st := review(tok); st.Authenticated {
+			t.Errorf("token webhook authenticated %s as %+v", name, st.User)
+		}
+	}
+
+	// The revocation list: only this Cluster's agent reads it.
+	otherAgent, err := access.UpstreamRevocations(&rest.Config{Host: up.Config.Host, BearerToken: agentE,
+		TLSClientConfig: rest.TLSClientConfig{CAData: up.Config.CAData}}, workspace, clusterD)
+	must(t, err)
+	if _, _, err := otherAgent(ctx, ""); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("cluster E's agent reads cluster D's revocation list: want 403, got %v", err)
+	}
+	asAlice, err := access.UpstreamRevocations(up.ConfigForToken(aliceTok), workspace, clusterD)
+	must(t, err)
+	if _, _, err := asAlice(ctx, ""); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("a user reads the revocation list: want 403, got %v", err)
+	}
+
+	// No token is stored upstream, only who holds which.
+	cms := &corev1.ConfigMapList{}
+	must(t, up.Client.List(ctx, cms, client.InNamespace(proxyNamespace)))
+	found := false
+	for _, cm := range cms.Items {
+		for _, v := range cm.Data {
+			if strings.Contains(v, aliceResp.Status.Token) || strings.Contains(v, strings.Split(aliceResp.Status.Token, ".")[2]) {
+				t.Errorf("ConfigMap %s holds alice's token", cm.Name)
+			}
+			if strings.Contains(v, aliceName) {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Error("no registry ConfigMap records alice's token")
+	}
+
+	// Alice loses her upstream right: her token is refused within seconds;
+	// bob's is not.
+	must(t, up.Client.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: "direct-alice"}}))
+	start := time.Now()
+	testenv.Eventually(t, 60*time.Second, "alice's direct token revoked", func() error {
+		_, err := alice.CoreV1().ConfigMaps("direct-a").Get(ctx, "marker", metav1.GetOptions{})
+		if apierrors.IsUnauthorized(err) {
+			return nil
+		}
+		return fmt.Errorf("still %s", statusOf(err))
+	})
+	t.Logf("alice's direct token refused %s after her RoleBinding was deleted", time.Since(start).Round(100*time.Millisecond))
+	if _, err := tokenRequest(t, aliceTok, clusterD, 0); !apierrors.IsForbidden(err) {
+		t.Errorf("a new token for alice after the right is gone: want 403, got %s", statusOf(err))
+	}
+	if _, err := bob.CoreV1().ConfigMaps("direct-a").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("bob, whose right stays: %s", statusOf(err))
+	}
+	// Cluster D's list names alice's token; cluster E's (where her right
+	// stays) does not name hers for E.
+	if !agent.rev.Revoked(tokenID(t, aliceResp.Status.Token)) {
+		t.Error("cluster D's revocation list does not name alice's token")
+	}
+	listE, err := access.UpstreamRevocations(&rest.Config{Host: up.Config.Host, BearerToken: agentE,
+		TLSClientConfig: rest.TLSClientConfig{CAData: up.Config.CAData}}, workspace, clusterE)
+	must(t, err)
+	revokedE, _, err := listE(ctx, "")
+	must(t, err)
+	for _, r := range revokedE {
+		if r.ID == tokenID(t, eResp.Status.Token) {
+			t.Error("alice's token for cluster E was revoked with her right on cluster D")
+		}
+	}
+}
+
+// tokenID is the jti of a token (unverified).
+func tokenID(t *testing.T, tok string) string {
+	t.Helper()
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWS")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	must(t, err)
+	var c struct {
+		ID string `json:"jti"`
+	}
+	must(t, json.Unmarshal(b, &c))
+	return c.ID
+}
