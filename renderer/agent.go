@@ -131,6 +131,7 @@ type DirectValues struct {
 	URL         string   `json:"url"`
 	ServiceType string   `json:"serviceType"`
 	NodePort    int32    `json:"nodePort"`
+	HostPort    int32    `json:"hostPort"`
 	Hosts       []string `json:"hosts"`
 }
 
@@ -279,7 +280,7 @@ func agentValues(cluster *fleet.Cluster, cfg *config.Config) (*AgentValues, []er
 	}
 
 	if d := spec.AgentDirectEndpoint; d != nil {
-		dv := &DirectValues{Enabled: true, Mode: d.Mode, URL: d.URL, ServiceType: d.ServiceType, NodePort: d.NodePort, Hosts: append([]string{}, d.Hosts...)}
+		dv := &DirectValues{Enabled: true, Mode: d.Mode, URL: d.URL, ServiceType: d.ServiceType, NodePort: d.NodePort, HostPort: d.HostPort, Hosts: append([]string{}, d.Hosts...)}
 		if dv.Mode == "" {
 			dv.Mode = "agent"
 		}

@@ -165,6 +165,13 @@ type DirectEndpointSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=65535
 	NodePort int32 `json:"nodePort,omitempty"`
+	// hostPort, when set, also publishes the endpoint on this port of the
+	// agent's node (the container's hostPort: clusters without kube-proxy
+	// or a load balancer; one agent replica per node).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	HostPort int32 `json:"hostPort,omitempty"`
 	// hosts are more DNS names or IP addresses for the serving
 	// certificate the agent makes (the url's host is always in it).
 	// +optional

@@ -559,6 +559,8 @@ func TestE2E(t *testing.T) {
 
 	t.Run("cluster access through the manager", func(t *testing.T) { testAccess(t, dev2Name) })
 
+	t.Run("direct access: the authorized cluster endpoint", func(t *testing.T) { testDirect(t, dev2Name, "dev-2") })
+
 	t.Run("Cluster deleted: cleaned up upstream and downstream", func(t *testing.T) {
 		cs := clientset(t, "dev-1")
 		c := getCluster(t, "dev-1")

@@ -53,6 +53,9 @@ func Down(dir string) (Report, error) {
 		errs = append(errs, err)
 	}
 	for _, c := range s.Clusters {
+		if err := c.removePortmap(); err != nil {
+			errs = append(errs, err)
+		}
 		if _, err := os.Stat("/sys/class/net/" + c.Bridge); err == nil {
 			if err := run("ip", "link", "del", c.Bridge); err != nil {
 				errs = append(errs, err)
@@ -130,6 +133,11 @@ func Leftovers(s *State) []string {
 		}
 	}
 	for _, c := range s.Clusters {
+		if rules, err := natRulesTagged(c.portmapTag()); err == nil {
+			for _, r := range rules {
+				out = append(out, "iptables "+r)
+			}
+		}
 		if _, err := os.Stat("/sys/class/net/" + c.Bridge); err == nil {
 			out = append(out, "bridge "+c.Bridge)
 		}

@@ -27,7 +27,7 @@ func Preflight() error {
 			missing = append(missing, tool+": apt-get install -y containerd runc containernetworking-plugins iptables iproute2 (or `make dev-deps`)")
 		}
 	}
-	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
+	for _, plugin := range []string{"bridge", "host-local", "loopback", "portmap"} {
 		if _, err := os.Stat(filepath.Join(cniBinDir, plugin)); err != nil {
 			missing = append(missing, "CNI plugin "+plugin+": apt-get install -y containernetworking-plugins")
 		}
@@ -276,4 +276,33 @@ func natRulesTagged(tag string) ([]string, error) {
 		}
 	}
 	return rules, nil
+}
+
+// portmapTag is how the CNI portmap plugin names a cluster's network in
+// the comments of its hostPort rules (iptables -S quotes it).
+func (c *Cluster) portmapTag() string { return `\"` + c.Bridge + `\"` }
+
+// removePortmap deletes the hostPort rules the CNI portmap plugin left for
+// the cluster's pods (they are killed without a CNI DEL): the jumps from
+// CNI-HOSTPORT-DNAT that name its network, and the chains they jump to.
+func (c *Cluster) removePortmap() error {
+	rules, err := natRulesTagged(c.portmapTag())
+	if err != nil {
+		return nil // no nat table, no rules
+	}
+	var errs []error
+	for _, line := range rules {
+		args := splitRule(strings.TrimPrefix(line, "-A "))
+		if err := run("iptables", append([]string{"-w", "-t", "nat", "-D"}, args...)...); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for i, a := range args {
+			if a == "-j" && i+1 < len(args) && strings.HasPrefix(args[i+1], "CNI-DN-") {
+				_ = run("iptables", "-w", "-t", "nat", "-F", args[i+1])
+				_ = run("iptables", "-w", "-t", "nat", "-X", args[i+1])
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

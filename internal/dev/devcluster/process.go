@@ -150,3 +150,19 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || len(s) < i+3 || s[i+2] != 'Z'
 }
+
+// PauseAPIServer stops the cluster's kube-apiserver (SIGSTOP: it keeps its
+// state, answers nothing, and connections to it hang) until resume is
+// called (SIGCONT). The e2e suite uses it to show what works while an
+// upstream is unreachable.
+func (c *Cluster) PauseAPIServer() (resume func() error, err error) {
+	pids := ownProcessesNamed(c.Dir, "kube-apiserver")
+	if len(pids) != 1 {
+		return nil, fmt.Errorf("cluster %s: %d kube-apiserver processes, want 1", c.Name, len(pids))
+	}
+	pid := pids[0]
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("stopping kube-apiserver of %s: %w", c.Name, err)
+	}
+	return func() error { return syscall.Kill(pid, syscall.SIGCONT) }, nil
+}

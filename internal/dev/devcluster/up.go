@@ -391,6 +391,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
 				},
 			},
+			// hostPort (no kube-proxy here): the agent's direct endpoint
+			// is published on the node this way.
+			map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}, "snat": true},
 		},
 	}
 	b, _ := json.MarshalIndent(cni, "", "  ")

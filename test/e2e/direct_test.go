@@ -1,0 +1,230 @@
+package e2e
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/proxy"
+)
+
+// writeKubeconfig writes cfg (a client-certificate user of the upstream) as
+// a kubeconfig file, as a user of the upstream would have it.
+func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["upstream"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["me"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["upstream"] = &clientcmdapi.Context{Cluster: "upstream", AuthInfo: "me"}
+	kc.CurrentContext = "upstream"
+	p := filepath.Join(t.TempDir(), "upstream.kubeconfig")
+	must(t, clientcmd.WriteToFile(*kc, p))
+	return p
+}
+
+// bin runs one of the project's binaries (fleet, kubectl) and returns its
+// combined output.
+func bin(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	dir := os.Getenv("FLEET_BIN_DIR")
+	if dir == "" {
+		dir, _ = filepath.Abs("../../bin")
+	}
+	cmd := exec.CommandContext(t.Context(), filepath.Join(dir, name), args...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// nodeAddress is the InternalIP of the dev cluster's node.
+func nodeAddress(t *testing.T, dev string) string {
+	t.Helper()
+	nodes, err := clientset(t, dev).CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	must(t, err)
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				return a.Address
+			}
+		}
+	}
+	t.Fatalf("no InternalIP on the nodes of %s", dev)
+	return ""
+}
+
+// testDirect: the authorized cluster endpoint of Cluster name (dev cluster
+// dev), published on a port of its node. A user with clusters/proxy gets a
+// kubeconfig with a direct context from `fleet kubeconfig`; kubectl reaches
+// the cluster with it with the user's rights, also while the upstream's API
+// server is stopped and fleet-proxy is gone; tokens that are expired, for
+// another cluster or forged are refused, and a user whose upstream right is
+// removed loses the direct access within seconds.
+func testDirect(t *testing.T, name, dev string) {
+	port := 18600 + cluster(dev).Index
+	url := fmt.Sprintf("https://%s:%d", nodeAddress(t, dev), port)
+	updateCluster(t, name, func(c *fleet.Cluster) {
+		c.Spec.AgentDirectEndpoint = &fleet.DirectEndpointSpec{URL: url, HostPort: int32(port)}
+	})
+	var ca string
+	must(t, devenv.Poll(t.Context(), 4*time.Minute, func() error {
+		c := getCluster(t, name)
+		if ca = c.Status.Agent.DirectEndpointCA; ca == "" {
+			return fmt.Errorf("no status.agent.directEndpointCA yet (agent rolling out with the direct endpoint)")
+		}
+		return nil
+	}))
+	runningAgent(t, clientset(t, dev), 3*time.Minute)
+
+	user := "dana-" + name
+	grantProxy(t, user, name)
+	upKubeconfig := writeKubeconfig(t, upstreamUser(t, user, teamGroup))
+	out := filepath.Join(t.TempDir(), name+".kubeconfig")
+	msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", upKubeconfig, "--cluster", ws+"/"+name, "-o", out)
+	if err != nil {
+		t.Fatalf("fleet kubeconfig: %v\n%s", err, msg)
+	}
+	t.Logf("fleet kubeconfig: %s", strings.TrimSpace(msg))
+	directCtx := name + "-direct"
+	kubectl := func(args ...string) (string, error) {
+		return bin(t, "kubectl", append([]string{"--kubeconfig", out, "--context", directCtx, "--request-timeout", "20s"}, args...)...)
+	}
+
+	t.Run("kubectl through the direct context: the user's rights, nothing more", func(t *testing.T) {
+		must(t, devenv.Poll(t.Context(), time.Minute, func() error {
+			got, err := kubectl("get", "pods", "-n", teamNS, "-l", "app=echo", "-o", "name")
+			if err != nil || !strings.Contains(got, "pod/echo-") {
+				return fmt.Errorf("kubectl get pods: %v: %s", err, got)
+			}
+			return nil
+		}))
+		got, err := kubectl("get", "pods", "-n", "kube-system")
+		if err == nil || !strings.Contains(got, "fleet:"+user) || !strings.Contains(got, "forbidden") {
+			t.Errorf("kube-system through the direct context: %v %s; want the downstream's 403 naming fleet:%s", err, got, user)
+		}
+		got, err = kubectl("get", "pods", "-n", teamNS, "--as", "system:admin")
+		if err == nil {
+			t.Errorf("--as through the direct context: %s; want a refusal", got)
+		}
+	})
+
+	t.Run("refused: an expired token, a token for another cluster, a forged token", func(t *testing.T) {
+		s := &corev1.Secret{}
+		must(t, up.Get(t.Context(), client.ObjectKey{Namespace: agentNS, Name: proxy.SigningSecret}, s))
+		blk, _ := pem.Decode(s.Data[proxy.SigningKeyCurrent])
+		key, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+		must(t, err)
+		real, err := assertion.NewSigner(key.(ed25519.PrivateKey), 0)
+		must(t, err)
+		_, fk, _ := ed25519.GenerateKey(rand.Reader)
+		forger, err := assertion.NewSigner(fk, 0)
+		must(t, err)
+		id := assertion.Identity{User: user, Groups: []string{teamGroup}}
+		expired, _, err := real.SignDirect(id, ws+"/"+name, assertion.DirectVerbs, time.Now().Add(-3*time.Hour), time.Hour)
+		must(t, err)
+		otherCluster, _, err := real.SignDirect(id, ws+"/dev-1", assertion.DirectVerbs, time.Now(), time.Hour)
+		must(t, err)
+		forged, _, err := forger.SignDirect(id, ws+"/"+name, assertion.DirectVerbs, time.Now(), time.Hour)
+		must(t, err)
+		for what, tok := range map[string]string{"an expired token": expired, "a token for another cluster": otherCluster, "a forged token": forged} {
+			cfg := &rest.Config{Host: url, BearerToken: tok, TLSClientConfig: rest.TLSClientConfig{CAData: []byte(ca)}}
+			_, err := kube(t, cfg).CoreV1().Pods(teamNS).List(t.Context(), metav1.ListOptions{})
+			if statusCode(err) != http.StatusUnauthorized {
+				t.Errorf("%s: %v; want 401", what, err)
+			}
+		}
+	})
+
+	t.Run("the upstream's API server stopped and fleet-proxy gone: the direct context still works", func(t *testing.T) {
+		upCS := clientset(t, "upstream")
+		scale := func(n int32) {
+			must(t, devenv.Poll(t.Context(), 30*time.Second, func() error {
+				sc, err := upCS.AppsV1().Deployments(agentNS).GetScale(t.Context(), "fleet-proxy", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				sc.Spec.Replicas = n
+				_, err = upCS.AppsV1().Deployments(agentNS).UpdateScale(t.Context(), "fleet-proxy", sc, metav1.UpdateOptions{})
+				return err
+			}))
+		}
+		scale(0)
+		defer func() {
+			scale(2)
+			must(t, devenv.Poll(t.Context(), 3*time.Minute, func() error {
+				d, err := upCS.AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-proxy", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				return rolledOut(d)
+			}))
+		}()
+		must(t, devenv.Poll(t.Context(), time.Minute, func() error {
+			pods, err := upCS.CoreV1().Pods(agentNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=fleet-proxy"})
+			if err != nil {
+				return err
+			}
+			if len(pods.Items) > 0 {
+				return fmt.Errorf("%d fleet-proxy pods left", len(pods.Items))
+			}
+			return nil
+		}))
+		resume, err := cluster("upstream").PauseAPIServer()
+		must(t, err)
+		resumed := false
+		defer func() {
+			if !resumed {
+				_ = resume()
+			}
+		}()
+		// The proxy context cannot answer now; the direct one does.
+		start := time.Now()
+		got, err := kubectl("get", "pods", "-n", teamNS, "-l", "app=echo", "-o", "name")
+		if err != nil || !strings.Contains(got, "pod/echo-") {
+			t.Errorf("kubectl get pods through the direct context with the upstream stopped: %v: %s", err, got)
+		}
+		t.Logf("direct request answered in %s with the upstream API server stopped", time.Since(start).Round(time.Millisecond))
+		got, err = kubectl("get", "pods", "-n", "kube-system")
+		if err == nil || !strings.Contains(got, "forbidden") {
+			t.Errorf("kube-system with the upstream stopped: %v %s; want the downstream's 403 still", err, got)
+		}
+		resumed = true
+		must(t, resume())
+	})
+
+	t.Run("the user's upstream right removed: the direct token is refused within seconds", func(t *testing.T) {
+		must(t, up.Delete(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "proxy-" + user}}))
+		start := time.Now()
+		must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+			got, err := kubectl("get", "pods", "-n", teamNS)
+			if err != nil && strings.Contains(got, "Unauthorized") {
+				return nil
+			}
+			return fmt.Errorf("still answered: %v %s", err, got)
+		}))
+		t.Logf("direct token refused %s after the RoleBinding was deleted", time.Since(start).Round(100*time.Millisecond))
+		// And no new one is issued.
+		msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", upKubeconfig, "--cluster", ws+"/"+name, "-o", filepath.Join(t.TempDir(), "again"))
+		if err != nil || !strings.Contains(msg, "no direct token") {
+			t.Errorf("fleet kubeconfig after the right is gone: %v %s; want the kubeconfig with a warning that no direct token was issued", err, msg)
+		}
+	})
+}
