@@ -49,6 +49,9 @@ func (k *SigningKeys) IssueDirect(u user.Info, audience string, verbs []string, 
 		audience, verbs, time.Now(), lifetime)
 }
 
+// ErrNoDirectEndpoint: the Cluster has no spec.agentDirectEndpoint.
+var ErrNoDirectEndpoint = errors.New("no direct endpoint")
+
 // AgentAuthorizer says whether the authenticated caller u is the agent of
 // Cluster ws/name (the identity mapping of attach); nil when it is.
 type AgentAuthorizer interface {
@@ -355,9 +358,14 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 			u.GetName(), rightGroup, rightResource, rightSubresource, key)))
 		return
 	}
-	if s.opts.DirectEnabled != nil {
-		if err := s.opts.DirectEnabled(r.Context(), ws, name); err != nil {
-			writeStatus(w, apierrors.NewBadRequest(err.Error()))
+	var endpoint direct.Endpoint
+	if s.opts.DirectEndpoint != nil {
+		if endpoint, err = s.opts.DirectEndpoint(r.Context(), ws, name); err != nil {
+			st := apierrors.NewBadRequest(err.Error())
+			if errors.Is(err, ErrNoDirectEndpoint) {
+				st.ErrStatus.Reason = direct.NoEndpointReason
+			}
+			writeStatus(w, st)
 			return
 		}
 	}
@@ -380,6 +388,7 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 	var resp direct.TokenResponse
 	resp.Kind, resp.APIVersion = direct.TokenResponseKind, direct.APIVersion
 	resp.Status.Token, resp.Status.ExpirationTimestamp, resp.Status.Verbs = raw, tok.Expiry, tok.Verbs
+	resp.Status.Endpoint = endpoint
 	writeJSON(w, http.StatusCreated, resp)
 }
 

@@ -30,6 +30,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
@@ -102,9 +103,11 @@ type Options struct {
 	// Agents maps an agent's identity to its Cluster for
 	// clusters/revocations (nil: 503).
 	Agents AgentAuthorizer
-	// DirectEnabled, when set, refuses a token for a Cluster without a
-	// direct endpoint (its error says what to set).
-	DirectEnabled func(ctx context.Context, ws, name string) error
+	// DirectEndpoint, when set, gives a Cluster's direct endpoint (URL and
+	// the CA its agent reported), returned with each token; an error
+	// (wrapping ErrNoDirectEndpoint when it has none) refuses the token and
+	// says what to set.
+	DirectEndpoint func(ctx context.Context, ws, name string) (direct.Endpoint, error)
 	// DirectTokenMaxLifetime bounds what a user may ask (zero: 24 h).
 	DirectTokenMaxLifetime time.Duration
 	// StreamRecheckInterval is how often the right of a request still

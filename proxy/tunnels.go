@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
@@ -185,15 +186,20 @@ func (t *TunnelServer) AuthorizeAgent(ctx context.Context, u user.Info, ws, name
 	return err
 }
 
-// DirectEnabled refuses a direct token for a Cluster that does not exist or
-// has no direct endpoint (spec.agentDirectEndpoint).
-func (t *TunnelServer) DirectEnabled(ctx context.Context, ws, name string) error {
+// DirectEndpoint is the direct endpoint of Cluster ws/name (from the
+// cache): an error for a Cluster that does not exist, has no direct
+// endpoint (wrapping ErrNoDirectEndpoint) or whose agent has not reported
+// the endpoint's CA yet.
+func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (direct.Endpoint, error) {
 	c := &fleet.Cluster{}
 	if err := t.reader.Get(ctx, client.ObjectKey{Namespace: ws, Name: name}, c); err != nil {
-		return fmt.Errorf("reading Cluster %s/%s: %w", ws, name, err)
+		return direct.Endpoint{}, fmt.Errorf("reading Cluster %s/%s: %w", ws, name, err)
 	}
 	if c.Spec.AgentDirectEndpoint == nil || c.Spec.AgentDirectEndpoint.URL == "" {
-		return fmt.Errorf("cluster %s/%s has no direct endpoint: set spec.agentDirectEndpoint.url (docs/operations.md, \"Direct access\")", ws, name)
+		return direct.Endpoint{}, fmt.Errorf("%w: Cluster %s/%s has no spec.agentDirectEndpoint: set its url (docs/operations.md, \"Direct access\")", ErrNoDirectEndpoint, ws, name)
 	}
-	return nil
+	if c.Status.Agent.DirectEndpointCA == "" {
+		return direct.Endpoint{}, fmt.Errorf("the agent of Cluster %s/%s has not reported its direct endpoint's CA yet (status.agent.directEndpointCA): wait for the agent with the endpoint to run", ws, name)
+	}
+	return direct.Endpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA}, nil
 }

@@ -136,7 +136,10 @@ func devUp(ctx context.Context, f *devFlags, st *stepper) (*devcluster.State, er
 		return nil, err
 	}
 	st.printf("starting %d clusters in %s (slot %d)", len(s.Clusters), s.Dir, s.Slot)
-	err = devcluster.Up(ctx, s, devcluster.Options{BinDir: bin, Images: []string{f.images}, Progress: st.progress})
+	// dev-1's API server takes its fleet agent as token webhook (the
+	// direct endpoint's mode webhook; docs/operations.md, "Direct access").
+	err = devcluster.Up(ctx, s, devcluster.Options{BinDir: bin, Images: []string{f.images}, Progress: st.progress,
+		DirectWebhook: []string{"dev-1"}})
 	if err != nil {
 		return s, fmt.Errorf("step 'clusters up' failed: %w\n(`fleet dev down --state-dir %s` removes what was started)", err, f.stateDir)
 	}
@@ -282,7 +285,8 @@ func runDemo(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags,
 	if err := env.InstallAgent(ctx, dev2, devenv.SystemNamespace, values, "clientID=dev-2", "labels.env=dev"); err != nil {
 		return fmt.Errorf("step 'helm install fleet-agent in dev-2' failed: %w", err)
 	}
-	if _, err := devenv.ClusterByClientID(ctx, upc, "fleet-default", "dev-2", 3*time.Minute); err != nil {
+	dev2Cluster, err := devenv.ClusterByClientID(ctx, upc, "fleet-default", "dev-2", 3*time.Minute)
+	if err != nil {
 		return fmt.Errorf("step 'dev-2 registered (agent-initiated)' failed: %w\nread: kubectl --kubeconfig %s -n %s logs deploy/fleet-agent",
 			err, dev2.KubeconfigPath(), devenv.SystemNamespace)
 	}
@@ -307,5 +311,5 @@ func runDemo(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags,
 		return fmt.Errorf("kubectl get clusters: %v: %s", err, out)
 	}
 	st.printf("kubectl get clusters.fleet.cattle.io -A\n%s", out)
-	return nil
+	return demoAccess(ctx, st, s, f, upc, dev2Cluster.Name)
 }

@@ -131,7 +131,7 @@ func newProxyCommand() *cobra.Command {
 				return err
 			}
 			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys,
-				Peer: ts.PeerHandler(), DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEnabled: tunnels.DirectEnabled,
+				Peer: ts.PeerHandler(), DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEndpoint: tunnels.DirectEndpoint,
 				DirectTokenMaxLifetime: directMaxLifetime})
 			if err != nil {
 				return err

@@ -58,8 +58,22 @@ type TokenResponse struct {
 		Token               string    `json:"token"`
 		ExpirationTimestamp time.Time `json:"expirationTimestamp"`
 		Verbs               []string  `json:"verbs"`
+		// Endpoint is where the token is used: the Cluster's
+		// spec.agentDirectEndpoint.url and the CA its agent reported.
+		Endpoint Endpoint `json:"endpoint"`
 	} `json:"status"`
 }
+
+// Endpoint is a cluster's direct endpoint as a client needs it.
+type Endpoint struct {
+	URL      string `json:"url"`
+	CABundle string `json:"caBundle"`
+}
+
+// NoEndpointReason is the reason of fleet-proxy's refusal to issue a token
+// for a Cluster without a direct endpoint (not an error for a client that
+// only tries).
+const NoEndpointReason metav1.StatusReason = "NoDirectEndpoint"
 
 // Revoked is one revoked token: its jti and when it expires anyway (after
 // that it need not be remembered).

@@ -2,7 +2,6 @@ package kubeconfig
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -128,39 +127,33 @@ func Check(ctx context.Context, cfg *rest.Config, ref ClusterRef) ([]string, err
 
 // AddDirect adds to out the context name (and its cluster and user of the
 // same name) that reaches Cluster ref's direct endpoint, when the Cluster
-// has one (spec.agentDirectEndpoint) and its agent reported the endpoint's
-// CA: its server is the endpoint's URL, its user a direct token fleet-proxy
-// issues the caller (cfg) for ttl. What stops it (no endpoint, no CA yet, no
-// right) is a warning; the proxy context is written anyway.
+// has one (spec.agentDirectEndpoint): fleet-proxy issues the caller (cfg) a
+// direct token for ttl and says where the endpoint is and its CA. Nothing is
+// added, and nothing said, for a Cluster without a direct endpoint or a
+// caller who may not use its proxy (Check warns of that); what else stops it
+// is a warning: the proxy context is written anyway.
 func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, ref ClusterRef, name string, ttl time.Duration) ([]string, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := cs.CoreV1().RESTClient().Get().
-		AbsPath("/apis", fleet.GroupVersion.Group, fleet.GroupVersion.Version, "namespaces", ref.Workspace, "clusters", ref.Name).
-		DoRaw(ctx)
-	if err != nil {
-		return nil, nil // Check has said why
-	}
-	var c fleet.Cluster
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("reading Cluster %s: %w", ref, err)
-	}
-	d := c.Spec.AgentDirectEndpoint
-	if d == nil || d.URL == "" {
+	review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ref.Workspace, Verb: "get", Group: fleet.GroupVersion.Group,
+			Resource: "clusters", Subresource: "proxy", Name: ref.Name,
+		}},
+	}, metav1.CreateOptions{})
+	if err == nil && !review.Status.Allowed {
 		return nil, nil
 	}
-	// In mode webhook the agent reports its API server's CA there.
-	ca := c.Status.Agent.DirectEndpointCA
-	if ca == "" {
-		return []string{fmt.Sprintf("Cluster %s has a direct endpoint, but its agent has not reported the endpoint's CA yet (status.agent.directEndpointCA): no context %s; run this again once the agent is up", ref, name)}, nil
-	}
 	tok, err := direct.RequestToken(ctx, cfg, ref.Workspace, ref.Name, ttl)
-	if err != nil {
+	switch {
+	case apierrors.ReasonForError(err) == direct.NoEndpointReason:
+		return nil, nil
+	case err != nil:
 		return []string{fmt.Sprintf("no direct token for Cluster %s, so no context %s: %v", ref, name, err)}, nil
 	}
-	out.Clusters[name] = &clientcmdapi.Cluster{Server: d.URL, CertificateAuthorityData: []byte(ca)}
+	out.Clusters[name] = &clientcmdapi.Cluster{Server: tok.Status.Endpoint.URL, CertificateAuthorityData: []byte(tok.Status.Endpoint.CABundle)}
 	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
 	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	var warnings []string

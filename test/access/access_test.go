@@ -181,7 +181,7 @@ func setup(s *testenv.Suite) error {
 	}
 	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Attacher: tunnels,
 		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry(),
-		DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEnabled: tunnels.DirectEnabled})
+		DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEndpoint: tunnels.DirectEndpoint})
 	if err != nil {
 		return err
 	}

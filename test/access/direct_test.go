@@ -81,10 +81,11 @@ func startDirectAgent(t *testing.T, cluster, agentToken string) *directAgent {
 	return &directAgent{srv: srv, h: h, rev: rev}
 }
 
-// client is a clientset for the endpoint with a bearer token.
+// client is a clientset for the endpoint with a bearer token, trusting the
+// endpoint's CA.
 func (d *directAgent) client(t *testing.T, token string) kubernetes.Interface {
 	t.Helper()
-	cfg := &rest.Config{Host: d.srv.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cfg := &rest.Config{Host: d.srv.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: certPEM(d.srv)}}
 	cs, err := kubernetes.NewForConfig(cfg)
 	must(t, err)
 	return cs
@@ -112,12 +113,25 @@ func grantProxy(t *testing.T, name, user, cluster string, verbs ...string) {
 	}))
 }
 
-func enableDirect(t *testing.T, cluster string) {
+// enableDirect gives the Cluster a direct endpoint at url and reports
+// caPEM as its CA, as its agent would.
+func enableDirect(t *testing.T, cluster, url string, caPEM []byte) {
 	t.Helper()
 	c := &fleet.Cluster{}
 	must(t, env.Upstream.Client.Get(t.Context(), client.ObjectKey{Namespace: workspace, Name: cluster}, c))
-	c.Spec.AgentDirectEndpoint = &fleet.DirectEndpointSpec{URL: "https://" + cluster + ".example:30443"}
+	c.Spec.AgentDirectEndpoint = &fleet.DirectEndpointSpec{URL: url}
 	must(t, env.Upstream.Client.Update(t.Context(), c))
+	c.Status.Agent.DirectEndpointCA = string(caPEM)
+	must(t, env.Upstream.Client.Status().Update(t.Context(), c))
+	// fleet-proxy reads Clusters from its cache.
+	testenv.Eventually(t, 10*time.Second, "the direct endpoint in fleet-proxy's cache", func() error {
+		_, err := tunnels.DirectEndpoint(t.Context(), workspace, cluster)
+		return err
+	})
+}
+
+func certPEM(srv *httptest.Server) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 }
 
 // signingKey reads fleet-proxy's current private key (to make tokens
@@ -152,11 +166,9 @@ func TestDirectEndpoint(t *testing.T) {
 	grantProxy(t, "direct-bob", bobName, clusterD, "get")
 
 	// A Cluster without a direct endpoint: a clear refusal.
-	if _, err := tokenRequest(t, aliceTok, clusterD, 0); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "spec.agentDirectEndpoint") {
+	if _, err := tokenRequest(t, aliceTok, clusterD, 0); apierrors.ReasonForError(err) != direct.NoEndpointReason || !strings.Contains(err.Error(), "spec.agentDirectEndpoint") {
 		t.Fatalf("a token for a Cluster without a direct endpoint: want 400 naming spec.agentDirectEndpoint, got %s", statusOf(err))
 	}
-	enableDirect(t, clusterD)
-	enableDirect(t, clusterE)
 
 	// Downstream: fleet:<alice> and fleet:<bob> may read and delete
 	// ConfigMaps in direct-a, nothing in direct-b.
@@ -176,6 +188,8 @@ func TestDirectEndpoint(t *testing.T) {
 	}))
 
 	agent := startDirectAgent(t, clusterD, agentD)
+	enableDirect(t, clusterD, agent.srv.URL, certPEM(agent.srv))
+	enableDirect(t, clusterE, "https://direct-e.example:30443", certPEM(agent.srv))
 
 	// Alice: all verbs; as fleet:<alice> downstream.
 	aliceResp, err := tokenRequest(t, aliceTok, clusterD, 0)
@@ -186,6 +200,9 @@ func TestDirectEndpoint(t *testing.T) {
 	if strings.Join(aliceResp.Status.Verbs, ",") != "create,delete,get,patch,update" {
 		t.Errorf("alice's token carries %v, want every verb", aliceResp.Status.Verbs)
 	}
+	if ep := aliceResp.Status.Endpoint; ep.URL != agent.srv.URL || ep.CABundle != string(certPEM(agent.srv)) {
+		t.Errorf("the token's endpoint %+v, want the Cluster's url and reported CA", ep)
+	}
 	alice := agent.client(t, aliceResp.Status.Token)
 	if _, err := alice.CoreV1().ConfigMaps("direct-a").Get(ctx, "marker", metav1.GetOptions{}); err != nil {
 		t.Fatalf("alice reads direct-a through the direct endpoint: %s", statusOf(err))
@@ -195,7 +212,7 @@ func TestDirectEndpoint(t *testing.T) {
 		t.Errorf("alice in direct-b: want the downstream 403 naming fleet:%s, got %s", aliceName, statusOf(err))
 	}
 	// Impersonation through the endpoint is refused.
-	asAdmin := rest.CopyConfig(&rest.Config{Host: agent.srv.URL, BearerToken: aliceResp.Status.Token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	asAdmin := rest.CopyConfig(&rest.Config{Host: agent.srv.URL, BearerToken: aliceResp.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: certPEM(agent.srv)}})
 	asAdmin.Impersonate = rest.ImpersonationConfig{UserName: "admin", Groups: []string{"system:masters"}}
 	adminCS, err := kubernetes.NewForConfig(asAdmin)
 	must(t, err)

@@ -72,17 +72,22 @@ func nodeAddress(t *testing.T, dev string) string {
 }
 
 // testDirect: the authorized cluster endpoint of Cluster name (dev cluster
-// dev), published on a port of its node. A user with clusters/proxy gets a
-// kubeconfig with a direct context from `fleet kubeconfig`; kubectl reaches
-// the cluster with it with the user's rights, also while the upstream's API
-// server is stopped and fleet-proxy is gone; tokens that are expired, for
-// another cluster or forged are refused, and a user whose upstream right is
-// removed loses the direct access within seconds.
-func testDirect(t *testing.T, name, dev string) {
-	port := 18600 + cluster(dev).Index
+// dev), published on a port of its node: served by the agent (mode agent),
+// or by the dev cluster's API server with the agent as its token webhook
+// (mode webhook; `fleet dev` set its flags). A user with clusters/proxy
+// gets a kubeconfig with a direct context from `fleet kubeconfig`; kubectl
+// reaches the cluster with it with the user's rights, also while the
+// upstream's API server is stopped and fleet-proxy is gone; tokens that are
+// expired, for another cluster or forged are refused, and a user whose
+// upstream right is removed loses the direct access within seconds.
+func testDirect(t *testing.T, name, dev, mode string) {
+	port := cluster(dev).DirectPort()
 	url := fmt.Sprintf("https://%s:%d", nodeAddress(t, dev), port)
+	if mode == "webhook" {
+		url = fmt.Sprintf("https://127.0.0.1:%d", cluster(dev).APIPort)
+	}
 	updateCluster(t, name, func(c *fleet.Cluster) {
-		c.Spec.AgentDirectEndpoint = &fleet.DirectEndpointSpec{URL: url, HostPort: int32(port)}
+		c.Spec.AgentDirectEndpoint = &fleet.DirectEndpointSpec{URL: url, HostPort: int32(port), Mode: mode}
 	})
 	var ca string
 	must(t, devenv.Poll(t.Context(), 4*time.Minute, func() error {
@@ -94,7 +99,7 @@ func testDirect(t *testing.T, name, dev string) {
 	}))
 	runningAgent(t, clientset(t, dev), 3*time.Minute)
 
-	user := "dana-" + name
+	user := "dana-" + mode + "-" + name
 	grantProxy(t, user, name)
 	upKubeconfig := writeKubeconfig(t, upstreamUser(t, user, teamGroup))
 	out := filepath.Join(t.TempDir(), name+".kubeconfig")
@@ -151,6 +156,31 @@ func testDirect(t *testing.T, name, dev string) {
 				t.Errorf("%s: %v; want 401", what, err)
 			}
 		}
+		if mode != "webhook" {
+			return
+		}
+		// The API server cannot limit verbs: a read-only user's token is
+		// not accepted as the webhook (the agent's endpoint would take it).
+		reader := "ro-" + name
+		must(t, up.Create(t.Context(), &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "proxy-" + reader},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"clusters/proxy"},
+				ResourceNames: []string{name}, Verbs: []string{"get"}}},
+		}))
+		must(t, up.Create(t.Context(), &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "proxy-" + reader},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "proxy-" + reader},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: reader}},
+		}))
+		roOut := filepath.Join(t.TempDir(), "ro.kubeconfig")
+		msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", writeKubeconfig(t, upstreamUser(t, reader, teamGroup)), "--cluster", ws+"/"+name, "-o", roOut)
+		if err != nil || !strings.Contains(msg, "only the verbs [get]") {
+			t.Fatalf("fleet kubeconfig for a get-only user: %v %s; want a warning naming the verbs", err, msg)
+		}
+		got, err := bin(t, "kubectl", "--kubeconfig", roOut, "--context", directCtx, "get", "pods", "-n", teamNS)
+		if err == nil || !strings.Contains(got, "Unauthorized") {
+			t.Errorf("a get-only token through the API server's webhook: %v %s; want Unauthorized", err, got)
+		}
 	})
 
 	t.Run("the upstream's API server stopped and fleet-proxy gone: the direct context still works", func(t *testing.T) {
@@ -201,7 +231,7 @@ func testDirect(t *testing.T, name, dev string) {
 		if err != nil || !strings.Contains(got, "pod/echo-") {
 			t.Errorf("kubectl get pods through the direct context with the upstream stopped: %v: %s", err, got)
 		}
-		t.Logf("direct request answered in %s with the upstream API server stopped", time.Since(start).Round(time.Millisecond))
+		t.Logf("direct request (mode %s) answered in %s with the upstream API server stopped", mode, time.Since(start).Round(time.Millisecond))
 		got, err = kubectl("get", "pods", "-n", "kube-system")
 		if err == nil || !strings.Contains(got, "forbidden") {
 			t.Errorf("kube-system with the upstream stopped: %v %s; want the downstream's 403 still", err, got)
@@ -220,7 +250,7 @@ func testDirect(t *testing.T, name, dev string) {
 			}
 			return fmt.Errorf("still answered: %v %s", err, got)
 		}))
-		t.Logf("direct token refused %s after the RoleBinding was deleted", time.Since(start).Round(100*time.Millisecond))
+		t.Logf("direct token (mode %s) refused %s after the RoleBinding was deleted", mode, time.Since(start).Round(100*time.Millisecond))
 		// And no new one is issued.
 		msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", upKubeconfig, "--cluster", ws+"/"+name, "-o", filepath.Join(t.TempDir(), "again"))
 		if err != nil || !strings.Contains(msg, "no direct token") {

@@ -69,6 +69,8 @@ func run(m *testing.M) (code int) {
 	start := time.Now()
 	err = devcluster.Up(context.Background(), s, devcluster.Options{
 		BinDir: bin, Images: []string{filepath.Join(bin, "images", "images.tar")},
+		// dev-1's API server asks its agent about direct tokens.
+		DirectWebhook: []string{"dev-1"},
 	})
 	// fleet dev down's promise is checked here too: after the suite,
 	// nothing of the four clusters may remain on the machine.
@@ -559,7 +561,8 @@ func TestE2E(t *testing.T) {
 
 	t.Run("cluster access through the manager", func(t *testing.T) { testAccess(t, dev2Name) })
 
-	t.Run("direct access: the authorized cluster endpoint", func(t *testing.T) { testDirect(t, dev2Name, "dev-2") })
+	t.Run("direct access: the authorized cluster endpoint served by the agent", func(t *testing.T) { testDirect(t, dev2Name, "dev-2", "agent") })
+	t.Run("direct access: the agent as the API server's token webhook", func(t *testing.T) { testDirect(t, "dev-1", "dev-1", "webhook") })
 
 	t.Run("Cluster deleted: cleaned up upstream and downstream", func(t *testing.T) {
 		cs := clientset(t, "dev-1")

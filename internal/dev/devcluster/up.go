@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,6 +29,9 @@ type Options struct {
 	Images []string
 	// Progress, when set, gets one line per finished step.
 	Progress func(cluster, step string, took time.Duration)
+	// DirectWebhook names the clusters whose API server uses the fleet
+	// agent's direct endpoint as its token webhook (direct.go).
+	DirectWebhook []string
 }
 
 // Up brings up every cluster of s in parallel, after removing whatever a
@@ -103,7 +107,16 @@ func (c *Cluster) up(ctx context.Context, tag string, opts Options) error {
 	if err != nil {
 		return err
 	}
-	api, err := c.start("kube-apiserver", bin("kube-apiserver"), c.apiserverArgs(p)...)
+	apiArgs := c.apiserverArgs(p)
+	webhook := slices.Contains(opts.DirectWebhook, c.Name)
+	if webhook {
+		flags, err := c.writeDirectWebhook()
+		if err != nil {
+			return fmt.Errorf("%s: direct endpoint webhook: %w", c.Name, err)
+		}
+		apiArgs = append(apiArgs, flags...)
+	}
+	api, err := c.start("kube-apiserver", bin("kube-apiserver"), apiArgs...)
 	if err != nil {
 		return err
 	}
@@ -138,6 +151,11 @@ func (c *Cluster) up(ctx context.Context, tag string, opts Options) error {
 		return fmt.Errorf("%s: API server not ready: %w (read %s)", c.Name, err, api.log)
 	}
 	step(fmt.Sprintf("etcd and kube-apiserver ready on 127.0.0.1:%d", c.APIPort), t)
+	if webhook {
+		if err := c.installDirectTLS(ctx, cs); err != nil {
+			return fmt.Errorf("%s: the direct endpoint's certificate: %w", c.Name, err)
+		}
+	}
 
 	t = time.Now()
 	kcm, err := c.start("kube-controller-manager", bin("kube-controller-manager"), c.kcmArgs(p)...)
