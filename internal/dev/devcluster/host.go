@@ -210,13 +210,19 @@ func removeNAT(tag string) error {
 	return errors.Join(errs...)
 }
 
-// splitRule splits an `iptables -S` line, honouring double quotes.
+// splitRule splits an `iptables -S` line, honouring double quotes and the
+// backslash-escaped quotes inside them (the CNI portmap plugin's comments).
 func splitRule(s string) []string {
 	var out []string
 	var cur strings.Builder
-	quoted, started := false, false
+	quoted, started, escaped := false, false, false
 	for _, r := range s {
 		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case r == '\\' && quoted:
+			escaped = true
 		case r == '"':
 			quoted, started = !quoted, true
 		case r == ' ' && !quoted:

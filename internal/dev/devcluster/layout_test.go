@@ -84,6 +84,9 @@ func TestSplitRule(t *testing.T) {
 			"-j", "DNAT", "--to-destination", "127.0.0.1:16400"},
 		`PREROUTING -i fdev+ -m comment --comment "two words" -j ACCEPT`: {
 			"PREROUTING", "-i", "fdev+", "-m", "comment", "--comment", "two words", "-j", "ACCEPT"},
+		// The CNI portmap plugin's hostPort rules quote the network's name.
+		`CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"fdev8\" id: \"e5a8\"" -m multiport --dports 18608 -j CNI-DN-d9a0`: {
+			"CNI-HOSTPORT-DNAT", "-p", "tcp", "-m", "comment", "--comment", `dnat name: "fdev8" id: "e5a8"`, "-m", "multiport", "--dports", "18608", "-j", "CNI-DN-d9a0"},
 	} {
 		if diff := cmp.Diff(want, splitRule(line)); diff != "" {
 			t.Errorf("splitRule(%q) (-want +got):\n%s", line, diff)
