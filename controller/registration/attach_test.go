@@ -30,26 +30,29 @@ func TestGrant_AgentMayHoldOnlyItsOwnClustersTunnel(t *testing.T) {
 	agentA := as(t, string(secretA.Data[registration.KeyToken]))
 	ctx := t.Context()
 
-	mayAttach := func(namespace, name string) bool {
-		t.Helper()
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: namespace, Verb: "get", Group: registration.ProxyAPIGroup,
-				Resource: "clusters", Subresource: "attach", Name: name,
-			},
-		}}
-		got, err := agentA.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
+	// The tunnel (attach) and the revoked direct tokens (revocations).
+	for _, sub := range []string{"attach", "revocations"} {
+		may := func(namespace, name string) bool {
+			t.Helper()
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: namespace, Verb: "get", Group: registration.ProxyAPIGroup,
+					Resource: "clusters", Subresource: sub, Name: name,
+				},
+			}}
+			got, err := agentA.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got.Status.Allowed
 		}
-		return got.Status.Allowed
-	}
-	if !mayAttach(ws, clusterA) {
-		t.Error("the request identity may not get clusters/attach of its own Cluster")
-	}
-	for _, c := range []struct{ ns, name string }{{ws, clusterB}, {ws, ""}, {otherWS, clusterA}} {
-		if mayAttach(c.ns, c.name) {
-			t.Errorf("the request identity of %s may get clusters/attach of %q in %s", clusterA, c.name, c.ns)
+		if !may(ws, clusterA) {
+			t.Errorf("the request identity may not get clusters/%s of its own Cluster", sub)
+		}
+		for _, c := range []struct{ ns, name string }{{ws, clusterB}, {ws, ""}, {otherWS, clusterA}} {
+			if may(c.ns, c.name) {
+				t.Errorf("the request identity of %s may get clusters/%s of %q in %s", clusterA, sub, c.name, c.ns)
+			}
 		}
 	}
 
