@@ -75,7 +75,7 @@ subjects:
 
 func createIfMissing(ctx context.Context, c client.Client, objs ...client.Object) error {
 	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.Create(ctx, o, client.FieldOwner("fleet-demo")); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
 		}
 	}
@@ -147,7 +147,10 @@ func demoAccess(ctx context.Context, st *stepper, s *devcluster.State, f *devFla
 			}
 			d := c.direct
 			cl.Spec.AgentDirectEndpoint = &d
-			return upc.Update(ctx, cl)
+			// As a person would, under a manager of its own: the
+			// controller's server-side applies are "fleet" (this binary's
+			// default), and would take the field over and drop it.
+			return upc.Update(ctx, cl, client.FieldOwner("fleet-demo"))
 		})
 		if err != nil {
 			return fmt.Errorf("step 'direct endpoint of %s/%s' failed: %w", c.ws, c.name, err)
@@ -199,7 +202,7 @@ func demoAccess(ctx context.Context, st *stepper, s *devcluster.State, f *devFla
 		if msg, err := exec.CommandContext(ctx, self, args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("step 'fleet kubeconfig for %s' failed: %v: %s", c.name, err, msg)
 		}
-		st.printf("%-9s fleet %s", c.name, strings.Join(args, " "))
+		st.printf("%-9s fleet %s", c.dev.Name, strings.Join(args, " "))
 		for _, path := range []struct{ what, context string }{{"through the manager", ""}, {"direct", c.name + "-direct"}} {
 			kargs := []string{"--kubeconfig", out, "get", "nodes", "--request-timeout", "20s"}
 			if path.context != "" {
@@ -217,7 +220,7 @@ func demoAccess(ctx context.Context, st *stepper, s *devcluster.State, f *devFla
 			if err != nil {
 				return fmt.Errorf("step 'kubectl get nodes on %s %s' failed: %w", c.name, path.what, err)
 			}
-			st.printf("%-9s kubectl %s   (%s)\n%s", c.name, strings.Join(kargs, " "), path.what, strings.TrimRight(string(got), "\n"))
+			st.printf("%-9s kubectl %s   (%s)\n%s", c.dev.Name, strings.Join(kargs, " "), path.what, strings.TrimRight(string(got), "\n"))
 		}
 	}
 	return nil
