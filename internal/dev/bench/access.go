@@ -33,8 +33,8 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	directapi "github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
+	directapi "github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
 )
