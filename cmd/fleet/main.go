@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -24,6 +25,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		var exit *exitError
+		if errors.As(err, &exit) {
+			if exit.Code != 1 {
+				fmt.Fprintln(os.Stderr, "error:", err)
+			}
+			os.Exit(exit.Code)
+		}
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
@@ -37,6 +45,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand())
+	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand())
 	return root
 }

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gitops-fleet/fleet/review"
+)
+
+// exitError ends the process with Code (fleet diff: 1 = changes).
+type exitError struct {
+	Code int
+	Err  error
+}
+
+func (e *exitError) Error() string { return e.Err.Error() }
+
+func newDiffCommand() *cobra.Command {
+	var base, head, path, configPath, format string
+	cmd := &cobra.Command{
+		Use:   "diff --base <dir|git ref> --head <dir|git ref>",
+		Short: "Review a change to the registration objects: what it does to each cluster's agent and Bundles",
+		Long: `Compare two versions of a fleet GitOps repository, offline: each side is built as a GitOps
+tool builds it (kustomize when the directory holds a kustomization, otherwise every YAML file
+below it), every Cluster's agent is rendered with the controller's own renderer and
+configuration, and for each cluster the report says what its agent manifests change (a unified
+diff; Secrets' values masked), whether the controller deploys the agent again (pushed again for
+manager-initiated clusters, its agent Bundle for agent-initiated ones) and whether its pod rolls,
+and which Bundles start or stop deploying to it. ClusterRegistrationTokens' values files are
+compared too. kubeconfig Secrets are read only for the server they name, never shown.
+
+A side is a directory, or a git ref of the repository around the current directory (then --path
+names the directory inside it). --config names the controller configuration (a fleet-controller
+ConfigMap or its config document) relative to each side; without it, a fleet-controller
+ConfigMap among the objects is used, else the defaults.
+
+Exit status: 0 no change, 1 changes, 2 an error (broken YAML, a missing side, a Cluster that does
+not render), so a CI job can tell them apart.`,
+		Example: `  fleet diff --base main --head HEAD --path examples/gitops --config config/fleet-controller.yaml
+  fleet diff --base ./before --head ./after --format markdown > comment.md`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fail := func(err error) error { return &exitError{Code: 2, Err: err} }
+			if format != "text" && format != "markdown" {
+				return fail(fmt.Errorf("--format must be text or markdown, not %q", format))
+			}
+			tmp, err := os.MkdirTemp("", "fleet-diff-")
+			if err != nil {
+				return fail(err)
+			}
+			defer os.RemoveAll(tmp)
+			trees := make([]*review.Tree, 2)
+			for i, s := range []string{base, head} {
+				dir, source, err := resolveSide(s, path, filepath.Join(tmp, fmt.Sprint(i)))
+				if err != nil {
+					return fail(err)
+				}
+				if trees[i], err = review.Load(dir, source, configPath); err != nil {
+					return fail(err)
+				}
+			}
+			r, err := review.Diff(trees[0], trees[1])
+			if err != nil {
+				return fail(err)
+			}
+			out := cmd.OutOrStdout()
+			if format == "markdown" {
+				err = r.Markdown(out)
+			} else {
+				err = r.Text(out)
+			}
+			if err != nil {
+				return fail(err)
+			}
+			if r.Changed() {
+				return &exitError{Code: 1, Err: errors.New("changes found")}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&base, "base", "", "the version before the change: a directory or a git ref (required)")
+	f.StringVar(&head, "head", "", "the version after the change: a directory or a git ref (required)")
+	f.StringVar(&path, "path", ".", "with a git ref: the directory inside the repository")
+	f.StringVar(&configPath, "config", "", "the controller configuration, relative to each side (default: a fleet-controller ConfigMap among the objects, else the defaults)")
+	f.StringVar(&format, "format", "text", "text or markdown (a pull-request comment)")
+	_ = cmd.MarkFlagRequired("base")
+	_ = cmd.MarkFlagRequired("head")
+	return cmd
+}
+
+// resolveSide returns the directory of one side: s itself when it is a
+// directory, else the tree of git ref s at path, extracted into into.
+func resolveSide(s, path, into string) (dir, source string, err error) {
+	if st, err := os.Stat(s); err == nil && st.IsDir() {
+		return s, s, nil
+	}
+	if strings.HasPrefix(s, "-") {
+		return "", "", fmt.Errorf("%q is neither a directory nor a git ref", s)
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("%q is not a directory, and there is no git repository here to read it as a ref from", s)
+	}
+	root := strings.TrimSpace(string(top))
+	// path is relative to the current directory, as the user typed it.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", "", err
+	}
+	rel, err := filepath.Rel(root, abs)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return "", "", fmt.Errorf("--path %s is outside the git repository %s", path, root)
+	}
+	if err := exec.Command("git", "-C", root, "rev-parse", "--verify", "--quiet", s+"^{commit}").Run(); err != nil {
+		return "", "", fmt.Errorf("%q is neither a directory nor a git ref of %s", s, root)
+	}
+	c := exec.Command("git", "-C", root, "archive", "--format=tar", s, "--", rel)
+	stdout, err := c.StdoutPipe()
+	if err != nil {
+		return "", "", err
+	}
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		return "", "", err
+	}
+	if err := untar(stdout, into); err != nil {
+		_ = c.Wait()
+		return "", "", fmt.Errorf("reading %s:%s: %w", s, rel, err)
+	}
+	if err := c.Wait(); err != nil {
+		return "", "", fmt.Errorf("git archive %s -- %s: %v: %s", s, rel, err, strings.TrimSpace(stderr.String()))
+	}
+	dir = filepath.Join(into, rel)
+	if _, err := os.Stat(dir); err != nil {
+		return "", "", fmt.Errorf("%s has no %s", s, rel)
+	}
+	if rel == "." {
+		return dir, s, nil
+	}
+	return dir, s + ":" + filepath.ToSlash(rel), nil
+}
+
+// untar extracts regular files and directories of a tar stream into dir,
+// refusing names that leave it.
+func untar(r io.Reader, dir string) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := filepath.Clean(h.Name)
+		if filepath.IsAbs(name) || strings.HasPrefix(name, "..") {
+			return fmt.Errorf("the archive names %q, outside its root", h.Name)
+		}
+		p := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, io.LimitReader(tr, 64<<20)); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+		}
+	}
+}

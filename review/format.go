@@ -1,0 +1,148 @@
+package review
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// agentLine says in words what happens to the cluster's agent.
+func (c *ClusterReport) agentLine() string {
+	switch {
+	case c.Change == Added:
+		return "deployed (new Cluster)"
+	case c.Change == Removed:
+		return "removed"
+	}
+	var parts []string
+	if c.Redeploy {
+		if c.Flow == ManagerInitiated {
+			parts = append(parts, "pushed again")
+		} else {
+			parts = append(parts, "agent Bundle updated")
+		}
+	}
+	if c.Rolls {
+		parts = append(parts, "rolls (new pod)")
+	} else if c.Redeploy {
+		parts = append(parts, "pod kept")
+	}
+	if len(parts) == 0 {
+		return "unchanged"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (c *ClusterReport) bundlesLine() string {
+	var parts []string
+	for _, b := range c.BundlesAdded {
+		parts = append(parts, "+"+b)
+	}
+	for _, b := range c.BundlesRemoved {
+		parts = append(parts, "-"+b)
+	}
+	for _, b := range c.BundlesRetargeted {
+		parts = append(parts, "~"+b)
+	}
+	if len(parts) == 0 {
+		return "no change"
+	}
+	return strings.Join(parts, " ")
+}
+
+// Text writes the report for a terminal.
+func (r *Report) Text(w io.Writer) error {
+	changed, rolled, moves := r.Summary()
+	var b strings.Builder
+	fmt.Fprintf(&b, "fleet diff %s → %s\n", r.Base, r.Head)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	for _, c := range r.Clusters {
+		if !c.Touched() {
+			continue
+		}
+		fmt.Fprintf(&b, "\nCluster %s (%s, %s)\n", c.Key, c.Flow, c.Change)
+		fmt.Fprintf(&b, "  agent:   %s\n", c.agentLine())
+		for _, why := range c.Why {
+			fmt.Fprintf(&b, "           %s\n", why)
+		}
+		fmt.Fprintf(&b, "  Bundles: %s\n", c.bundlesLine())
+		if c.ManifestDiff != "" {
+			b.WriteString(indent(c.ManifestDiff, "  "))
+		}
+	}
+	for _, t := range r.Tokens {
+		if t.Change == Unchanged {
+			continue
+		}
+		fmt.Fprintf(&b, "\nClusterRegistrationToken %s (%s): its values file for helm install fleet-agent\n", t.Key, t.Change)
+		if t.ValuesDiff != "" {
+			b.WriteString(indent(t.ValuesDiff, "  "))
+		}
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTERS CHANGED\tAGENTS ROLLED\tBUNDLES MOVED")
+	fmt.Fprintf(tw, "%d\t%d\t%d\n", changed, rolled, moves)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Markdown writes the report as a pull-request comment.
+func (r *Report) Markdown(w io.Writer) error {
+	changed, rolled, moves := r.Summary()
+	var b strings.Builder
+	fmt.Fprintf(&b, "### fleet diff: %d cluster(s) changed, %d agent(s) rolled, %d Bundle move(s)\n\n", changed, rolled, moves)
+	fmt.Fprintf(&b, "`%s` → `%s`\n\n", r.Base, r.Head)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "> note: %s\n\n", n)
+	}
+	if changed > 0 {
+		b.WriteString("| Cluster | flow | change | agent | why | Bundles |\n|---|---|---|---|---|---|\n")
+		for _, c := range r.Clusters {
+			if !c.Touched() {
+				continue
+			}
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", c.Key, c.Flow, c.Change, c.agentLine(),
+				strings.Join(c.Why, "; "), c.bundlesLine())
+		}
+		b.WriteString("\n")
+		for _, c := range r.Clusters {
+			if c.ManifestDiff == "" {
+				continue
+			}
+			fmt.Fprintf(&b, "<details><summary><code>%s</code>: agent manifests</summary>\n\n```diff\n%s```\n\n</details>\n\n", c.Key, c.ManifestDiff)
+		}
+	}
+	for _, t := range r.Tokens {
+		if t.Change == Unchanged {
+			continue
+		}
+		fmt.Fprintf(&b, "<details><summary>ClusterRegistrationToken <code>%s</code> (%s): values file</summary>\n\n```diff\n%s```\n\n</details>\n\n", t.Key, t.Change, t.ValuesDiff)
+	}
+	if !r.Changed() {
+		b.WriteString("No cluster's agent or Bundles change.\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l == "" {
+			continue
+		}
+		b.WriteString(prefix + l)
+	}
+	if !strings.HasSuffix(s, "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
