@@ -424,4 +424,3 @@ func diffToken(base, head *Tree, key string) (*TokenReport, error) {
 	r.ValuesDiff = unified("token/"+key, b, h)
 	return r, nil
 }
-

@@ -9,10 +9,10 @@ package review
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
