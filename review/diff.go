@@ -60,6 +60,14 @@ type ClusterReport struct {
 	// under another of their targets (other options), as
 	// "<bundle> (<old target> → <new target>)".
 	BundlesAdded, BundlesRemoved, BundlesRetargeted []string
+	// Live is what a server-side dry run of the head agent's objects says
+	// each would do on the cluster (Live), or why it could not run.
+	Live      []string
+	LiveError string
+
+	// objects are the head agent's rendered objects (unmasked: only for
+	// the dry run, never shown).
+	objects []*unstructured.Unstructured
 }
 
 // Touched reports whether anything happens to the cluster.
@@ -158,6 +166,7 @@ type side struct {
 	hash      string
 	manifests string
 	template  any // the agent Deployment's pod template
+	objects   []*unstructured.Unstructured
 	server    string
 	bundles   []string
 	// targets names, per Bundle, the target that selects the cluster.
@@ -186,6 +195,7 @@ func render(agent *renderer.AgentRenderer, t *Tree, key string, withBootstrap bo
 	if err != nil {
 		return nil, err
 	}
+	s.objects = objs
 	var docs []string
 	for _, o := range objs {
 		o = o.DeepCopy()
@@ -313,6 +323,7 @@ func diffCluster(agent *renderer.AgentRenderer, base, head *Tree, key string) (*
 		r.Why = append(r.Why, "the kubeconfig Secret points at another server or CA: the agent is pushed there")
 	}
 	r.Rolls = !equality.Semantic.DeepEqual(b.template, h.template)
+	r.objects = h.objects
 	r.ManifestDiff = unified(key, b.manifests, h.manifests)
 	r.BundlesAdded, r.BundlesRemoved = minus(h.bundles, b.bundles), minus(b.bundles, h.bundles)
 	for _, name := range h.bundles {

@@ -69,6 +69,12 @@ func (r *Report) Text(w io.Writer) error {
 			fmt.Fprintf(&b, "           %s\n", why)
 		}
 		fmt.Fprintf(&b, "  Bundles: %s\n", c.bundlesLine())
+		if c.LiveError != "" {
+			fmt.Fprintf(&b, "  live:    could not ask the cluster: %s\n", c.LiveError)
+		}
+		for _, l := range c.Live {
+			fmt.Fprintf(&b, "  live:    %s\n", l)
+		}
 		if c.ManifestDiff != "" {
 			b.WriteString(indent(c.ManifestDiff, "  "))
 		}
@@ -108,7 +114,14 @@ func (r *Report) Markdown(w io.Writer) error {
 			if !c.Touched() {
 				continue
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", c.Key, c.Flow, c.Change, c.agentLine(),
+			live := strings.Join(c.Live, "; ")
+			if c.LiveError != "" {
+				live = "could not ask the cluster: " + c.LiveError
+			}
+			if live != "" {
+				live = " live: " + live
+			}
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s%s | %s | %s |\n", c.Key, c.Flow, c.Change, c.agentLine(), live,
 				strings.Join(c.Why, "; "), c.bundlesLine())
 		}
 		b.WriteString("\n")

@@ -11,7 +11,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/review"
 )
 
@@ -24,7 +27,8 @@ type exitError struct {
 func (e *exitError) Error() string { return e.Err.Error() }
 
 func newDiffCommand() *cobra.Command {
-	var base, head, path, configPath, format string
+	var base, head, path, configPath, format, kubeconfigPath, kubeContext string
+	var live bool
 	cmd := &cobra.Command{
 		Use:   "diff --base <dir|git ref> --head <dir|git ref>",
 		Short: "Review a change to the registration objects: what it does to each cluster's agent and Bundles",
@@ -41,6 +45,10 @@ A side is a directory, or a git ref of the repository around the current directo
 names the directory inside it). --config names the controller configuration (a fleet-controller
 ConfigMap or its config document) relative to each side; without it, a fleet-controller
 ConfigMap among the objects is used, else the defaults.
+
+--live asks, in addition, each cluster whose agent the change deploys again what the new agent
+objects would really change there: a server-side dry run through the upstream's cluster proxy
+(fleet kubeconfig's path), as you, under the controller's field manager.
 
 Exit status: 0 no change, 1 changes, 2 an error (broken YAML, a missing side, a Cluster that does
 not render), so a CI job can tell them apart.`,
@@ -71,6 +79,13 @@ not render), so a CI job can tell them apart.`,
 			if err != nil {
 				return fail(err)
 			}
+			if live {
+				configFor, err := liveConfigs(kubeconfigPath, kubeContext)
+				if err != nil {
+					return fail(err)
+				}
+				r.Live(cmd.Context(), configFor)
+			}
 			out := cmd.OutOrStdout()
 			if format == "markdown" {
 				err = r.Markdown(out)
@@ -92,6 +107,9 @@ not render), so a CI job can tell them apart.`,
 	f.StringVar(&path, "path", ".", "with a git ref: the directory inside the repository")
 	f.StringVar(&configPath, "config", "", "the controller configuration, relative to each side (default: a fleet-controller ConfigMap among the objects, else the defaults)")
 	f.StringVar(&format, "format", "text", "text or markdown (a pull-request comment)")
+	f.BoolVar(&live, "live", false, "also dry-run the new agent objects on each cluster whose agent is deployed again, through the upstream's cluster proxy as you (needs clusters/proxy and rights downstream)")
+	f.StringVar(&kubeconfigPath, "kubeconfig", "", "with --live: your kubeconfig for the upstream (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&kubeContext, "context", "", "with --live: the context of your kubeconfig (default: its current context)")
 	_ = cmd.MarkFlagRequired("base")
 	_ = cmd.MarkFlagRequired("head")
 	return cmd
@@ -189,4 +207,22 @@ func untar(r io.Reader, dir string) error {
 			}
 		}
 	}
+}
+
+// liveConfigs reaches each Cluster through the upstream's cluster proxy with
+// the caller's kubeconfig (what `fleet kubeconfig` writes).
+func liveConfigs(path, context string) (review.ClusterConfig, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	upstream, err := rules.Load()
+	if err != nil {
+		return nil, fmt.Errorf("--live: reading your kubeconfig: %w", err)
+	}
+	return func(ws, name string) (*rest.Config, error) {
+		kc, err := kubeconfig.ForCluster(upstream, kubeconfig.ClusterRef{Workspace: ws, Name: name}, kubeconfig.Options{Context: context})
+		if err != nil {
+			return nil, err
+		}
+		return clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
+	}, nil
 }
