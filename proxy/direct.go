@@ -69,8 +69,8 @@ const (
 	MaxDirectTokensPerCluster = 2000
 )
 
-// registryName is the ConfigMap of Cluster key's tokens.
-func registryName(key string) string {
+// RegistryName is the ConfigMap of Cluster key's tokens.
+func RegistryName(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "fleet-direct-" + hex.EncodeToString(sum[:])[:16]
 }
@@ -135,7 +135,7 @@ func decodeRegistry(cm *corev1.ConfigMap) ([]issued, error) {
 // missing), retrying on conflicts. change returns false to write nothing.
 func (r *Registry) update(ctx context.Context, key string, change func([]issued) ([]issued, bool, error)) error {
 	cms := r.client.CoreV1().ConfigMaps(r.namespace)
-	name := registryName(key)
+	name := RegistryName(key)
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 		create := apierrors.IsNotFound(err)
@@ -192,7 +192,7 @@ func live(tokens []issued, now time.Time) []issued {
 // revoked returns the revoked tokens of key from the cache, and a version
 // (the ConfigMap's resourceVersion; "" when there is no registry).
 func (r *Registry) revoked(key string, now time.Time) ([]direct.Revoked, string, error) {
-	cm, err := r.lister.Get(registryName(key))
+	cm, err := r.lister.Get(RegistryName(key))
 	if apierrors.IsNotFound(err) {
 		return []direct.Revoked{}, "", nil
 	}
@@ -247,8 +247,18 @@ func (r *Registry) Recheck(ctx context.Context, authz authorizer.Authorizer, now
 				}
 			}
 		}
-		expired := len(live(slices.Clone(tokens), now)) != len(tokens)
-		if len(revoke) == 0 && !expired {
+		stillLive := len(live(slices.Clone(tokens), now))
+		if stillLive == 0 {
+			// Every token expired: the registry goes (a deleted Cluster's
+			// too), unless a token was recorded meanwhile.
+			err := r.client.CoreV1().ConfigMaps(r.namespace).Delete(ctx, cm.Name,
+				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cm.ResourceVersion}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("registry of %s: %w", key, err))
+			}
+			continue
+		}
+		if len(revoke) == 0 && stillLive == len(tokens) {
 			continue
 		}
 		err = r.update(ctx, key, func(tokens []issued) ([]issued, bool, error) {

@@ -239,7 +239,7 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			// Peer discovery: the endpoints of Service fleet-proxy.
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 			// The registries of issued direct tokens.
-			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 			// Whether the replica a Connected=True names still runs.
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		},

@@ -61,6 +61,9 @@ var (
 	// fleet-proxy's identity with the chart's rights for the status.
 	proxyClient    client.Client
 	proxyClientset kubernetes.Interface
+	// fleet-proxy's server and its registry of direct tokens.
+	srv      *proxy.Server
+	registry *proxy.Registry
 )
 
 // proxyIdentity is a ServiceAccount fleet-proxy with the rules the chart
@@ -175,11 +178,11 @@ func setup(s *testenv.Suite) error {
 	s.Go("connected", status.Run)
 	// Direct tokens as `fleet proxy` keeps them (recheck every 500 ms: the
 	// tests wait for revocations).
-	registry := proxy.NewRegistry(up.Clientset, proxyNamespace)
+	registry = proxy.NewRegistry(up.Clientset, proxyNamespace)
 	if err := registry.Start(ctx); err != nil {
 		return err
 	}
-	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Attacher: tunnels,
+	srv, err = proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Attacher: tunnels,
 		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry(),
 		DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEndpoint: tunnels.DirectEndpoint})
 	if err != nil {

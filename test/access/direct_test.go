@@ -371,3 +371,38 @@ func tokenID(t *testing.T, tok string) string {
 	must(t, json.Unmarshal(b, &c))
 	return c.ID
 }
+
+// TestDirectRegistryPruned: the registry of a Cluster drops expired tokens
+// and goes once none is left (a deleted Cluster's too), checked against
+// the real API server.
+func TestDirectRegistryPruned(t *testing.T) {
+	ctx := t.Context()
+	now := time.Now()
+	record := func(id string, exp time.Time) string {
+		return fmt.Sprintf(`{"id":%q,"user":"gone","verbs":["get"],"expiry":%q}`, id, exp.UTC().Format(time.RFC3339))
+	}
+	mk := func(key, tokens string) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: proxy.RegistryName(key),
+			Labels:      map[string]string{"fleet.cattle.io/direct-tokens": "true"},
+			Annotations: map[string]string{"fleet.cattle.io/cluster": key}},
+			Data: map[string]string{"tokens.json": tokens}}
+		must(t, env.Upstream.Client.Create(ctx, cm))
+		return cm
+	}
+	gone := mk(workspace+"/deleted-cluster", "["+record("old", now.Add(-time.Hour))+"]")
+	mixed := mk(workspace+"/pruned-cluster", "["+record("old", now.Add(-time.Hour))+","+record("new", now.Add(time.Hour))+"]")
+	testenv.Eventually(t, 30*time.Second, "the expired registry deleted, the expired token pruned", func() error {
+		if _, err := registry.Recheck(ctx, srv.Authorizer(), time.Now()); err != nil {
+			return err
+		}
+		if err := env.Upstream.Client.Get(ctx, client.ObjectKeyFromObject(gone), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("registry with only expired tokens: %v", err)
+		}
+		got := &corev1.ConfigMap{}
+		must(t, env.Upstream.Client.Get(ctx, client.ObjectKeyFromObject(mixed), got))
+		if s := got.Data["tokens.json"]; strings.Contains(s, `"old"`) || !strings.Contains(s, `"new"`) {
+			return fmt.Errorf("registry %s", s)
+		}
+		return nil
+	})
+}
