@@ -234,9 +234,14 @@ func (a *Agent) syncDirect(ctx context.Context, cred *credential, up *rest.Confi
 				reported = a.reportDirectCA(ctx, up, cred, a.directCA(caPEM)) == nil
 			}
 		}
+		// Keep what changed (revocations, keys refreshed by the handler),
+		// then wait for the next round or the next change.
+		save := func() {
+			a.saveDirectState(ctx, directState{Audience: cred.ClusterNamespace + "/" + cred.ClusterName, Keys: keysJSON(h), Revoked: rev.List()})
+		}
 		select {
 		case <-persist:
-			a.saveDirectState(ctx, directState{Audience: cred.ClusterNamespace + "/" + cred.ClusterName, Keys: keysJSON(h), Revoked: rev.List()})
+			save()
 		default:
 		}
 		select {
@@ -244,7 +249,7 @@ func (a *Agent) syncDirect(ctx context.Context, cred *credential, up *rest.Confi
 			return nil
 		case <-t.C:
 		case <-persist:
-			a.saveDirectState(ctx, directState{Audience: cred.ClusterNamespace + "/" + cred.ClusterName, Keys: keysJSON(h), Revoked: rev.List()})
+			save()
 		}
 	}
 }
