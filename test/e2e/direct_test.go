@@ -241,6 +241,36 @@ func testDirect(t *testing.T, name, dev, mode string) {
 		if err == nil || !strings.Contains(got, "forbidden") {
 			t.Errorf("kube-system with the upstream stopped: %v %s; want the downstream's 403 still", err, got)
 		}
+		if mode == "agent" {
+			// An agent that restarts while the upstream is unreachable
+			// still verifies tokens: the keys and the revocation list it
+			// kept downstream.
+			ds := clientset(t, dev)
+			pods, err := ds.CoreV1().Pods(agentNS).List(t.Context(), metav1.ListOptions{LabelSelector: agentPods})
+			must(t, err)
+			for _, p := range pods.Items {
+				must(t, ds.CoreV1().Pods(agentNS).Delete(t.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+			}
+			must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+				now, err := ds.CoreV1().Pods(agentNS).List(t.Context(), metav1.ListOptions{LabelSelector: agentPods})
+				if err != nil {
+					return err
+				}
+				for _, p := range now.Items {
+					for _, old := range pods.Items {
+						if p.UID == old.UID {
+							return fmt.Errorf("old agent pod %s still there", p.Name)
+						}
+					}
+				}
+				got, err := kubectl("get", "pods", "-n", teamNS, "-l", "app=echo", "-o", "name")
+				if err != nil || !strings.Contains(got, "pod/echo-") {
+					return fmt.Errorf("through the restarted agent: %v: %s", err, got)
+				}
+				return nil
+			}))
+			t.Logf("a new agent pod serves the direct context with the upstream still stopped")
+		}
 		resumed = true
 		must(t, resume())
 	})
