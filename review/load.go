@@ -121,7 +121,7 @@ func Load(dir, source, configPath string) (*Tree, error) {
 		sort.Slice(t.Groups[ws], func(i, j int) bool { return t.Groups[ws][i].Name < t.Groups[ws][j].Name })
 	}
 	if configPath != "" {
-		cfg, err := readConfig(filepath.Join(dir, configPath))
+		cfg, err := ReadConfig(filepath.Join(dir, configPath))
 		if err != nil {
 			return nil, fmt.Errorf("%s: the controller configuration %s: %w", source, configPath, err)
 		}
@@ -257,9 +257,9 @@ func (t *Tree) add(doc []byte) error {
 	return nil
 }
 
-// readConfig reads the controller configuration from a fleet-controller
+// ReadConfig reads the controller configuration from a fleet-controller
 // ConfigMap file or a bare config document.
-func readConfig(path string) (*config.Config, error) {
+func ReadConfig(path string) (*config.Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/review"
 )
 
 func newRenderCommand() *cobra.Command {
@@ -322,22 +322,7 @@ func readToken(path string) (*fleet.ClusterRegistrationToken, error) {
 // readConfig reads the controller config from a fleet-controller ConfigMap
 // file or from a bare config document.
 func readConfig(path string) (*config.Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var meta struct {
-		Kind string `json:"kind"`
-	}
-	_ = yaml.Unmarshal(data, &meta)
-	if meta.Kind == "ConfigMap" {
-		cm := &corev1.ConfigMap{}
-		if err := yaml.Unmarshal(data, cm); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return config.FromConfigMap(cm)
-	}
-	cfg, err := config.Parse(data)
+	cfg, err := review.ReadConfig(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
