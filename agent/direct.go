@@ -28,7 +28,6 @@ import (
 	"github.com/gitops-fleet/fleet/agent/access"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
@@ -64,31 +63,7 @@ const directManagedLabel = "fleet.cattle.io/agent-direct"
 // runDirect serves the direct endpoint until ctx ends, starting again
 // when the stored credential names another Cluster.
 func (a *Agent) runDirect(ctx context.Context) error {
-	log := a.log.WithName("direct")
-	waiting := false
-	for ctx.Err() == nil {
-		cred, err := readCredential(ctx, a.local, a.opts.Namespace)
-		if err != nil || cred == nil {
-			if !waiting {
-				log.Info("waiting for the agent's credential before serving the direct endpoint", "error", errString(err))
-				waiting = true
-			}
-			if sleep(ctx, accessPoll) != nil {
-				return nil
-			}
-			continue
-		}
-		waiting = false
-		err = a.serveDirect(ctx, cred)
-		if ctx.Err() != nil {
-			return nil
-		}
-		log.Info("direct endpoint stopped; starting again", "reason", errString(err))
-		if sleep(ctx, time.Second) != nil {
-			return nil
-		}
-	}
-	return nil
+	return a.perCredential(ctx, a.log.WithName("direct"), "serving the direct endpoint", a.serveDirect, nil)
 }
 
 // serveDirect serves the endpoint for cred's Cluster.
@@ -109,12 +84,7 @@ func (a *Agent) serveDirect(ctx context.Context, cred *credential) error {
 	rev := access.NewRevocations()
 	rev.Set(state.Revoked, time.Now())
 
-	tokens := newTokenSource(cred.Token)
-	mode := config.TLSModeStrict
-	if len(cred.APIServerCA) == 0 {
-		mode = config.TLSModeSystemStore
-	}
-	up, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, mode, tokens, a.opts.SystemCAs)
+	up, tokens, err := a.upstreamFor(ctx, cred)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
@@ -35,13 +36,22 @@ const accessPoll = 10 * time.Second
 // the tunnel stayed down longer than Options.TunnelDownLimit, which ends
 // the process so that it starts afresh.
 func (a *Agent) runAccess(ctx context.Context) error {
-	log := a.log.WithName("access")
+	return a.perCredential(ctx, a.log.WithName("access"), "opening the tunnel", a.serveAccess,
+		func(err error) bool { return errors.Is(err, tunnel.ErrTunnelDown) })
+}
+
+// perCredential runs serve with the stored credential until ctx ends (the
+// access and direct sides, in every replica): it waits for a credential,
+// and starts serve again a second after it returns, unless ctx ended or
+// fatal says the error ends the agent.
+func (a *Agent) perCredential(ctx context.Context, log logr.Logger, what string,
+	serve func(context.Context, *credential) error, fatal func(error) bool) error {
 	waiting := false
 	for ctx.Err() == nil {
 		cred, err := readCredential(ctx, a.local, a.opts.Namespace)
 		if err != nil || cred == nil {
 			if !waiting {
-				log.Info("waiting for the agent's credential before opening the tunnel", "error", errString(err))
+				log.Info("waiting for the agent's credential before "+what, "error", errString(err))
 				waiting = true
 			}
 			if sleep(ctx, accessPoll) != nil {
@@ -50,20 +60,32 @@ func (a *Agent) runAccess(ctx context.Context) error {
 			continue
 		}
 		waiting = false
-		err = a.serveAccess(ctx, cred)
+		err = serve(ctx, cred)
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, tunnel.ErrTunnelDown):
+		case fatal != nil && fatal(err):
 			return err
 		case err != nil:
-			log.Info("access session ended; starting again", "reason", err.Error())
-			if sleep(ctx, time.Second) != nil {
-				return nil
-			}
+			log.Info("session ended; starting again", "reason", err.Error())
+		}
+		if sleep(ctx, time.Second) != nil {
+			return nil
 		}
 	}
 	return nil
+}
+
+// upstreamFor is the upstream config of cred, with the token source that
+// follows the stored credential's renewals.
+func (a *Agent) upstreamFor(ctx context.Context, cred *credential) (*rest.Config, *tokenSource, error) {
+	tokens := newTokenSource(cred.Token)
+	mode := config.TLSModeStrict
+	if len(cred.APIServerCA) == 0 {
+		mode = config.TLSModeSystemStore
+	}
+	up, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, mode, tokens, a.opts.SystemCAs)
+	return up, tokens, err
 }
 
 // serveAccess runs one access session under cred: the tunnel client, the
@@ -71,12 +93,7 @@ func (a *Agent) runAccess(ctx context.Context) error {
 // stored credential.
 func (a *Agent) serveAccess(ctx context.Context, cred *credential) error {
 	log := a.log.WithName("access").WithValues("cluster", cred.ClusterNamespace+"/"+cred.ClusterName)
-	tokens := newTokenSource(cred.Token)
-	mode := config.TLSModeStrict
-	if len(cred.APIServerCA) == 0 {
-		mode = config.TLSModeSystemStore
-	}
-	up, err := upstreamConfig(ctx, cred.APIServerURL, cred.APIServerCA, mode, tokens, a.opts.SystemCAs)
+	up, tokens, err := a.upstreamFor(ctx, cred)
 	if err != nil {
 		return err
 	}

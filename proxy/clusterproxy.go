@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gitops-fleet/fleet/internal/assertion"
 )
 
 // The right a user needs on a Cluster (SPEC §5).
@@ -27,18 +29,6 @@ const (
 	rightResource    = "clusters"
 	rightSubresource = "proxy"
 )
-
-// verbs maps the HTTP method to the verb of the SubjectAccessReview, as the
-// API server maps it for pods/proxy.
-var verbs = map[string]string{
-	http.MethodGet:     "get",
-	http.MethodHead:    "get",
-	http.MethodOptions: "get",
-	http.MethodPost:    "create",
-	http.MethodPut:     "update",
-	http.MethodPatch:   "patch",
-	http.MethodDelete:  "delete",
-}
 
 func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -50,7 +40,7 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	key := ws + "/" + name
 	u := userFrom(r.Context())
-	verb, ok := verbs[r.Method]
+	verb, ok := assertion.VerbOf(r.Method)
 	if !ok {
 		s.metrics.refused("method")
 		writeStatus(w, apierrors.NewMethodNotSupported(clustersResource, r.Method))

@@ -88,13 +88,6 @@ func (r *Revocations) Len() int {
 	return len(r.revoked)
 }
 
-// methodVerbs maps the HTTP method to the verb of clusters/proxy, as
-// fleet-proxy maps it.
-var methodVerbs = map[string]string{
-	http.MethodGet: "get", http.MethodHead: "get", http.MethodOptions: "get",
-	http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete",
-}
-
 // errRevoked refuses a revoked token.
 var errRevoked = fmt.Errorf("%w: revoked", assertion.ErrInvalid)
 
@@ -143,7 +136,7 @@ func (h *Handler) ServeDirect(rev *Revocations) http.Handler {
 			writeStatus(w, r, apierrors.NewUnauthorized("no valid direct token for this cluster: get one with `fleet kubeconfig` (it may have expired or been revoked)"))
 			return
 		}
-		verb, ok := methodVerbs[r.Method]
+		verb, ok := assertion.VerbOf(r.Method)
 		if !ok {
 			writeStatus(w, r, apierrors.NewMethodNotSupported(clustersProxy, r.Method))
 			return

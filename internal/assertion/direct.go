@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -32,6 +33,20 @@ const (
 // DirectVerbs are the verbs a direct token may carry: the verbs of
 // clusters/proxy, mapped from the HTTP method as fleet-proxy maps them.
 var DirectVerbs = []string{"get", "create", "update", "patch", "delete"}
+
+// methodVerbs maps the HTTP method to the verb of clusters/proxy, as the
+// API server maps it for pods/proxy.
+var methodVerbs = map[string]string{
+	http.MethodGet: "get", http.MethodHead: "get", http.MethodOptions: "get",
+	http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete",
+}
+
+// VerbOf is the verb of clusters/proxy a request with method needs: what
+// fleet-proxy asks the upstream and the direct endpoint finds in a token.
+func VerbOf(method string) (string, bool) {
+	v, ok := methodVerbs[method]
+	return v, ok
+}
 
 // DirectToken is what a direct token says.
 type DirectToken struct {
