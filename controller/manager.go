@@ -24,6 +24,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/capi"
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/clustergroup"
+	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/manageroptions"
 	"github.com/gitops-fleet/fleet/controller/registration"
@@ -164,7 +165,9 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	if err := mgr.Add(policies); err != nil {
 		return nil, err
 	}
+	gate := &rollout.Gate{Reader: mgr.GetClient()}
 	if err := (&cluster.Reconciler{
+		Gate:      gate,
 		Shard:     opts.Shard,
 		Client:    mgr.GetClient(),
 		Config:    store,
@@ -210,6 +213,15 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Recorder: events,
 		Renderer: renderPool,
 	}).SetupWithManager(mgr, 0); err != nil {
+		return nil, err
+	}
+	if err := (&rollout.Reconciler{
+		Shard:    opts.Shard,
+		Client:   mgr.GetClient(),
+		Config:   store,
+		Renderer: agentRenderer,
+		Recorder: events,
+	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := (&clustergroup.Reconciler{Shard: opts.Shard, Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {

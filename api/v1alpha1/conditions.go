@@ -13,6 +13,11 @@ const (
 	// ImportedCondition: the controller pushed the agent to a
 	// manager-initiated cluster.
 	ImportedCondition = "Imported"
+	// AgentRolloutCondition (False only): a staged agent rollout holds the
+	// Cluster's agent back until its wave (reason WaitingForRolloutWave) or
+	// put it back on the previous revision (reason RolledBack). Absent
+	// while the agent is on the current revision.
+	AgentRolloutCondition = "AgentRollout"
 	// GrantedCondition: a ClusterRegistration was granted a credential.
 	GrantedCondition = "Granted"
 	// DeployedCondition: a BundleDeployment's manifests were applied.

@@ -163,8 +163,8 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	want := map[string][]rbacv1.PolicyRule{
 		"ClusterRole/fleet-controller": {
-			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters", "clusterregistrations", "clusterregistrationtokens", "bundles", "bundledeployments", "clustergroups"}, Verbs: all},
-			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status", "clusterregistrations/status", "clusterregistrationtokens/status", "bundles/status", "bundledeployments/status", "clustergroups/status"}, Verbs: []string{"get", "update", "patch"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters", "clusterregistrations", "clusterregistrationtokens", "bundles", "bundledeployments", "clustergroups", "agentrollouts"}, Verbs: all},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status", "clusterregistrations/status", "clusterregistrationtokens/status", "bundles/status", "bundledeployments/status", "clustergroups/status", "agentrollouts/status"}, Verbs: []string{"get", "update", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},

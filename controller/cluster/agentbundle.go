@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/rollout"
+	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -50,33 +52,51 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, p *pass) error {
 		target = cluster.DeepCopy()
 		target.Spec.AgentNamespace = cluster.Status.Agent.Namespace
 	}
-	values, err := renderer.AgentValuesForCluster(target, cfg, nil)
+	owner := agentBundleOwner{cluster: cluster, scheme: r.Client.Scheme()}
+	key := client.ObjectKey{Namespace: cluster.Namespace, Name: names.AgentBundle(cluster.Name)}
+	existing := &fleet.Bundle{}
+	err := r.Client.Get(ctx, key, existing)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading the agent Bundle %s: %w", key, err)
+	}
+	hasBundle := err == nil
+
+	// A change of every agent (the chart, the configuration's agent
+	// settings) may be staged: the rollout gate says what this Cluster's
+	// agent is rendered from now.
+	src, err := r.agentSource(ctx, cfg, cluster, hasBundle, existing.Annotations[rollout.RevisionAnnotation])
+	if err != nil {
+		return err
+	}
+	p.rollout = src
+	if src.Hold {
+		return nil
+	}
+	rdr, renderCfg := r.Renderer, cfg
+	if src.Renderer != nil {
+		rdr, renderCfg = src.Renderer, src.Config
+	}
+	values, err := renderer.AgentValuesForCluster(target, renderCfg, nil)
 	if err != nil {
 		return reconciler.Stall(fleet.RenderFailedReason, "cannot build the agent: %v", err)
 	}
 	// The chart is part of the hash: with the values alone, a controller
 	// upgrade shipping a changed agent chart would never reach this Bundle.
-	hash, err := r.Renderer.Hash(values)
+	hash, err := rdr.Hash(values)
 	if err != nil {
 		return fmt.Errorf("hashing the agent's values: %w", err)
 	}
-	owner := agentBundleOwner{cluster: cluster, scheme: r.Client.Scheme()}
-	key := client.ObjectKey{Namespace: cluster.Namespace, Name: names.AgentBundle(cluster.Name)}
-	existing := &fleet.Bundle{}
-	switch err := r.Client.Get(ctx, key, existing); {
-	case err == nil && existing.Annotations[AgentValuesHashAnnotation] == hash && existing.Labels[fleet.AgentBundleLabel] == "true" &&
-		owner.Check(existing) == nil:
+	if hasBundle && existing.Annotations[AgentValuesHashAnnotation] == hash && existing.Annotations[rollout.RevisionAnnotation] == src.Revision &&
+		existing.Labels[fleet.AgentBundleLabel] == "true" && owner.Check(existing) == nil {
 		// Rendered from these values and this chart already.
 		return nil
-	case err != nil && !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading the agent Bundle %s: %w", key, err)
 	}
-	out, err := r.Renderer.Render(values)
+	out, err := rdr.Render(values)
 	if err != nil {
 		return reconciler.Stall(fleet.RenderFailedReason, "cannot render the agent: %v", err)
 	}
 	bundle := &fleet.Bundle{
-		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Annotations: map[string]string{AgentValuesHashAnnotation: hash}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Annotations: map[string]string{AgentValuesHashAnnotation: hash, rollout.RevisionAnnotation: src.Revision}},
 		Spec: fleet.BundleSpec{
 			BundleDeploymentOptions: fleet.BundleDeploymentOptions{DefaultNamespace: values.Internal.SystemNamespace},
 			Resources:               []fleet.BundleResource{{Name: AgentBundleFile, Content: string(out.YAML)}},
@@ -128,4 +148,33 @@ func (o agentBundleOwner) Check(obj client.Object) error {
 	}
 	return reconciler.Wait(ObjectConflictReason, reconciler.ConflictRetry,
 		"Bundle %s exists and is controlled by %s %s, not by this Cluster: delete it, or rename it", key, ref.Kind, ref.Name)
+}
+
+// agentSource asks the rollout gate what the agent is rendered from; with
+// no gate (staged rollouts not set up), the current chart and
+// configuration.
+func (r *Reconciler) agentSource(ctx context.Context, cfg *config.Config, c *fleet.Cluster, hasBundle bool, bundleRevision string) (rollout.Source, error) {
+	revision, err := r.revision(cfg)
+	if err != nil {
+		return rollout.Source{}, reconciler.Stall(fleet.RenderFailedReason, "cannot build the agent: %v", err)
+	}
+	if r.Gate == nil {
+		return rollout.Source{Revision: revision}, nil
+	}
+	return r.Gate.Decide(ctx, cfg, c.Namespace+"/"+c.Name, revision, hasBundle, bundleRevision)
+}
+
+// revision is the current agent revision, computed once per configuration.
+func (r *Reconciler) revision(cfg *config.Config) (string, error) {
+	r.revMu.Lock()
+	defer r.revMu.Unlock()
+	if r.revCfg == cfg && r.revValue != "" {
+		return r.revValue, nil
+	}
+	rev, err := rollout.Revision(r.Renderer, cfg)
+	if err != nil {
+		return "", err
+	}
+	r.revCfg, r.revValue = cfg, rev
+	return rev, nil
 }

@@ -100,6 +100,11 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 		recordDeployed(cluster, values, valuesHash, in.serverHash)
 		why = ""
 	}
+	if why == deploySettings && (p.rollout.Hold || p.rollout.Renderer != nil) {
+		// A staged rollout holds this agent back (or put it back): its
+		// agent Bundle says what it runs, and no push overrides that.
+		return nil
+	}
 	if why == "" {
 		if memoKey != nil {
 			r.memo.remember(client.ObjectKeyFromObject(cluster), *memoKey)

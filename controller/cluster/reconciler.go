@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/clusterns"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -49,8 +51,16 @@ type Reconciler struct {
 	// kubeconfig: a cache, made again from the kubeconfig Secret when lost.
 	Remotes  *remote.Cache
 	Recorder recorder.EventRecorder
+	// Gate stages agent changes that roll every agent (nil: none are).
+	Gate *rollout.Gate
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// revMu guards the current agent revision, computed once per
+	// configuration (the store hands out a new pointer on every change).
+	revMu    sync.Mutex
+	revCfg   *config.Config
+	revValue string
 
 	// objects keeps the agent Bundle (set up by SetupWithManager).
 	objects *reconciler.Objects
@@ -69,6 +79,9 @@ type pass struct {
 	bundles fleet.BundleSummary
 	// imported is set when the import phase ran.
 	imported bool
+	// rollout is what the agent is rendered from (set by the agent-bundle
+	// phase when it ran).
+	rollout rollout.Source
 }
 
 // phases bring a Cluster to its desired state, in order; the first that
@@ -119,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	cfg := r.Config.Get()
 	p := &pass{cluster: cluster, cfg: cfg, now: reconciler.Clock(r.Now).Now()}
 	err = r.phases().Run(ctx, nil, p)
-	o := observation{now: p.now, offlineAfter: cfg.OfflineAfter(), bundles: p.bundles, imported: p.imported, err: err}
+	o := observation{now: p.now, offlineAfter: cfg.OfflineAfter(), bundles: p.bundles, imported: p.imported, rollout: p.rollout, err: err}
 	out := computeConditions(cluster, o)
 	if err := patcher.Patch(ctx, cluster); err != nil {
 		return ctrl.Result{}, errors.Join(out.Err, err)

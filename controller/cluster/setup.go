@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
@@ -61,6 +62,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Owns(&fleet.ClusterRegistrationToken{}).
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(clusterOfDeployment)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret), builder.OnlyMetadata).
+		Watches(&fleet.AgentRollout{}, rollout.ClustersToReconcile()).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allClusters))).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,

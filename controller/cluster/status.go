@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
@@ -19,7 +20,11 @@ var statusRules = reconciler.Conditions{Ready: fleet.ReadyCondition, Failing: "r
 
 // OwnedConditions are the conditions the Cluster reconciler writes; it
 // keeps every other (Connected, written by fleet-proxy) as it reads it.
-var OwnedConditions = append(statusRules.Owned(), fleet.ImportedCondition)
+var OwnedConditions = append(statusRules.Owned(), fleet.ImportedCondition, fleet.AgentRolloutCondition)
+
+// RolledBackReason (AgentRollout condition): a staged rollout put the
+// agent back on the previous revision.
+const RolledBackReason = "RolledBack"
 
 // observation is what one pass found and how it ended; computeConditions
 // turns it into the status. Keeping it a plain value keeps the status a pure
@@ -33,6 +38,9 @@ type observation struct {
 	// imported: the import phase ran (a manager-initiated cluster whose
 	// earlier phases succeeded); then err is the import's.
 	imported bool
+	// rollout is what the agent-bundle phase rendered the agent from (zero
+	// when the phase did not run).
+	rollout rollout.Source
 	// err is the error of the phase that ended the pass, nil when every
 	// phase succeeded.
 	err error
@@ -58,8 +66,26 @@ func computeConditions(c *fleet.Cluster, o observation) reconciler.Outcome {
 		ready := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
 		setImported(c, metav1.ConditionFalse, ready.Reason, ready.Message, o.now)
 	}
+	setAgentRollout(c, o)
 	c.Status.Display.State = displayState(c, o)
 	return out
+}
+
+// setAgentRollout says when a staged rollout holds the agent back or put it
+// back.
+func setAgentRollout(c *fleet.Cluster, o observation) {
+	set := func(reason, msg string) {
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: fleet.AgentRolloutCondition, Status: metav1.ConditionFalse,
+			Reason: reason, Message: msg, ObservedGeneration: c.Generation, LastTransitionTime: metav1.NewTime(o.now)})
+	}
+	switch src := o.rollout; {
+	case src.Hold:
+		set(rollout.WaitingForWaveReason, src.Message)
+	case src.Renderer != nil:
+		set(RolledBackReason, fmt.Sprintf("a staged agent rollout put this agent back on revision %.12s", src.Revision))
+	case src.Revision != "":
+		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.AgentRolloutCondition)
+	}
 }
 
 // readiness is the outcome Ready is set from.

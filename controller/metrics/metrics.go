@@ -48,6 +48,32 @@ var (
 	})
 )
 
+// Staged agent rollouts (the current revision's AgentRollout).
+var (
+	// AgentRolloutClusters counts the planned Clusters of the current
+	// rollout by state.
+	AgentRolloutClusters = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fleet_agent_rollout_clusters",
+		Help: "Clusters planned in the current agent rollout, by state (updated, pending, failed).",
+	}, []string{"state"})
+	// AgentRolloutWave is the wave in progress (waves done), out of
+	// AgentRolloutWaves.
+	AgentRolloutWave = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fleet_agent_rollout_wave",
+		Help: "Waves of the current agent rollout that are done.",
+	})
+	AgentRolloutWaves = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fleet_agent_rollout_waves",
+		Help: "Waves in the plan of the current agent rollout.",
+	})
+	// AgentRolloutHalted is 1 while the current rollout is halted.
+	AgentRolloutHalted = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fleet_agent_rollout_halted",
+		Help: "1 while the current agent rollout is halted (a wave missed its deadline), else 0.",
+	})
+)
+
 func init() {
-	crmetrics.Registry.MustRegister(RegistrationSteps, AgentDeploys, AgentDeployDuration, BundleRenders, BundleRenderDuration)
+	crmetrics.Registry.MustRegister(RegistrationSteps, AgentDeploys, AgentDeployDuration, BundleRenders, BundleRenderDuration,
+		AgentRolloutClusters, AgentRolloutWave, AgentRolloutWaves, AgentRolloutHalted)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,10 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"sigs.k8s.io/yaml"
 
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 )
 
@@ -91,6 +94,11 @@ type Config struct {
 	// OfflineAfterMissedHeartbeats marks a Cluster offline after this many
 	// missed heartbeat intervals (default 3).
 	OfflineAfterMissedHeartbeats int `json:"offlineAfterMissedHeartbeats,omitempty"`
+
+	// AgentRollout stages a change that rolls every agent (a changed agent
+	// chart, an agent setting here) in waves (docs/operations.md, "Staged
+	// agent rollouts"). Unset: every agent at once.
+	AgentRollout *fleet.AgentRolloutStrategy `json:"agentRollout,omitempty"`
 
 	// Bootstrap registers the cluster the controller runs in as Cluster
 	// "local" (docs/operations.md, "The local cluster").
@@ -333,6 +341,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateBundleRendering()...)
+	errs = append(errs, validateAgentRollout(c.AgentRollout)...)
 	return errors.Join(errs...)
 }
 
@@ -652,4 +661,71 @@ func quantityOr(q *resource.Quantity, def int64) int64 {
 		return def
 	}
 	return q.Value()
+}
+
+// DefaultRolloutProgressDeadline bounds a wave of a staged agent rollout.
+const DefaultRolloutProgressDeadline = 10 * time.Minute
+
+// validateAgentRollout checks agentRollout: a wave size that is a positive
+// count or a percentage in (0, 100], a valid canary selector.
+func validateAgentRollout(s *fleet.AgentRolloutStrategy) []error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	if s.MaxUnavailable != nil {
+		if _, err := RolloutWaveSize(s, 100); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.ProgressDeadline != nil && s.ProgressDeadline.Duration < 0 {
+		errs = append(errs, errors.New("agentRollout.progressDeadline must not be negative"))
+	}
+	if c := s.Canary; c != nil {
+		if c.Count < 0 {
+			errs = append(errs, errors.New("agentRollout.canary.count must not be negative"))
+		}
+		if c.Selector != nil {
+			if _, err := metav1.LabelSelectorAsSelector(c.Selector); err != nil {
+				errs = append(errs, fmt.Errorf("agentRollout.canary.selector: %w", err))
+			}
+		} else if c.Count == 0 {
+			errs = append(errs, errors.New("agentRollout.canary picks no Cluster: give a count or a selector"))
+		}
+	}
+	return errs
+}
+
+// RolloutWaveSize is the number of Clusters a wave after the canary
+// updates, out of total: maxUnavailable as a count, or as a percentage of
+// total rounded up (at least one). Without maxUnavailable, all of them.
+func RolloutWaveSize(s *fleet.AgentRolloutStrategy, total int) (int, error) {
+	if s == nil || s.MaxUnavailable == nil {
+		return max(total, 1), nil
+	}
+	mu := *s.MaxUnavailable
+	if mu.Type == intstr.String && !strings.HasSuffix(mu.StrVal, "%") {
+		return 0, fmt.Errorf("agentRollout.maxUnavailable %q must be a count such as 5 or a percentage such as 10%%", mu.StrVal)
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&mu, total, true)
+	if err != nil {
+		return 0, fmt.Errorf("agentRollout.maxUnavailable %q must be a count such as 5 or a percentage such as 10%%: %w", mu.String(), err)
+	}
+	if mu.Type == intstr.String {
+		pct, _ := strconv.Atoi(strings.TrimSuffix(mu.StrVal, "%"))
+		if pct <= 0 || pct > 100 {
+			return 0, fmt.Errorf("agentRollout.maxUnavailable %q must be a percentage above 0%% and at most 100%%", mu.StrVal)
+		}
+	} else if mu.IntVal <= 0 {
+		return 0, fmt.Errorf("agentRollout.maxUnavailable %d must be at least 1", mu.IntVal)
+	}
+	return max(n, 1), nil
+}
+
+// RolloutProgressDeadline is agentRollout.progressDeadline, default 10m.
+func RolloutProgressDeadline(s *fleet.AgentRolloutStrategy) time.Duration {
+	if s == nil || s.ProgressDeadline == nil || s.ProgressDeadline.Duration <= 0 {
+		return DefaultRolloutProgressDeadline
+	}
+	return s.ProgressDeadline.Duration
 }
