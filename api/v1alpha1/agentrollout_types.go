@@ -17,6 +17,7 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,categories=fleet
+// +kubebuilder:printcolumn:name="Current",type=boolean,JSONPath=`.status.current`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Wave",type=string,JSONPath=`.status.display.wave`
 // +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updated`
@@ -128,6 +129,10 @@ const (
 type AgentRolloutStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// current marks the rollout of the revision the controller renders
+	// agents at now.
+	// +optional
+	Current bool `json:"current,omitempty"`
 	// phase: Progressing, Paused, Halted, Complete, Aborted or Superseded.
 	// +optional
 	Phase string `json:"phase,omitempty"`

@@ -86,16 +86,19 @@ func (g *Gate) Decide(ctx context.Context, cfg *config.Config, key, revision str
 		return current, nil
 	}
 	ro := &fleet.AgentRollout{}
-	if err := g.Reader.Get(ctx, client.ObjectKey{Name: Name(revision)}, ro); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return Source{}, fmt.Errorf("reading AgentRollout %s: %w", Name(revision), err)
-		}
+	err := g.Reader.Get(ctx, client.ObjectKey{Name: Name(revision)}, ro)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return Source{}, fmt.Errorf("reading AgentRollout %s: %w", Name(revision), err)
+	}
+	if err != nil || !ro.Status.Current || ro.Spec.Revision != revision {
+		// No plan for this revision yet (or only an old one, of when it
+		// was current before): wait for it.
 		if bundleRevision == revision {
 			return current, nil
 		}
 		return Source{Hold: true, Message: fmt.Sprintf("the agent waits for the rollout of revision %s to be planned (AgentRollout %s)", short(revision), Name(revision))}, nil
 	}
-	if ro.Spec.Revision != revision || ro.Status.Phase == fleet.RolloutComplete {
+	if ro.Status.Phase == fleet.RolloutComplete {
 		return current, nil
 	}
 	idx := g.index(ro)

@@ -20,6 +20,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/metrics"
 	"github.com/gitops-fleet/fleet/controller/sharding"
+	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -96,9 +97,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if ro.Spec.Revision != revision {
 		return ctrl.Result{}, reconciler.Stall(fleet.WaitingReason, "AgentRollout %s holds revision %s, not %s: delete it", ro.Name, ro.Spec.Revision, revision)
 	}
-
+	// The patcher is made from the status as read, before restart clears it.
 	patcher, err := reconciler.NewStatusPatcher(r.Client, ro)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.restart(ctx, ro, cfg, agents, revision); err != nil {
 		return ctrl.Result{}, err
 	}
 	if ro.Status.Phase == "" && len(ro.Status.Waves) == 0 {
@@ -113,6 +117,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	st, events, after := Progress(ro, Inputs{Observed: observe(ro, agents, clusters, revision), CanRollBack: canRollBack, Now: now})
+	st.Current = true
 	ro.Status = st
 	if err := patcher.Patch(ctx, ro, reconciler.WithOptimisticLock); err != nil {
 		return ctrl.Result{}, err
@@ -196,6 +201,34 @@ func (r *Reconciler) create(ctx context.Context, revision string, cfg *config.Co
 		return nil, fmt.Errorf("creating AgentRollout %s: %w", ro.Name, err)
 	}
 	return ro, nil
+}
+
+// restart plans again a rollout that finished (or was superseded, or
+// aborted and then superseded) when agents are off its revision once more:
+// the configuration went back to it.
+func (r *Reconciler) restart(ctx context.Context, ro *fleet.AgentRollout, cfg *config.Config, agents map[string]*agentState, revision string) error {
+	if ro.Status.Phase != fleet.RolloutComplete && ro.Status.Phase != fleet.RolloutSuperseded {
+		return nil
+	}
+	stale := false
+	for _, a := range agents {
+		if a.bundle.Annotations[RevisionAnnotation] != revision {
+			stale = true
+			break
+		}
+	}
+	if !stale {
+		return nil
+	}
+	before := ro.DeepCopy()
+	ro.Spec.PreviousRevision = previousRevision(agents, revision)
+	ro.Spec.Strategy = cfg.AgentRollout.DeepCopy()
+	ro.Spec.Paused, ro.Spec.Aborted = false, false
+	if err := r.Client.Patch(ctx, ro, client.MergeFrom(before), client.FieldOwner(reconciler.FieldManager)); err != nil {
+		return fmt.Errorf("restarting AgentRollout %s: %w", ro.Name, err)
+	}
+	ro.Status = fleet.AgentRolloutStatus{ResumedGeneration: ro.Spec.ResumeGeneration, Current: true}
+	return nil
 }
 
 // previousRevision is the revision most agent Bundles are on, other than
@@ -287,7 +320,7 @@ func updated(a *agentState, c *fleet.Cluster, revision string) bool {
 	b, bd := a.bundle, a.bd
 	return b.Annotations[RevisionAnnotation] == revision &&
 		b.Status.ObservedGeneration == b.Generation &&
-		bd.Spec.DeploymentID != "" && bd.Status.AppliedDeploymentID == bd.Spec.DeploymentID && bd.Status.Ready &&
+		bd.Spec.DeploymentID != "" && summary.State(bd) == fleet.Ready &&
 		meta.IsStatusConditionTrue(c.Status.Conditions, fleet.ReadyCondition)
 }
 
@@ -304,28 +337,36 @@ func (r *Reconciler) hasRecord(ctx context.Context, revision string) (bool, erro
 	return len(ro.Spec.Chart) > 0 && ro.Spec.Config != "", nil
 }
 
-// supersede ends the unfinished rollouts of other revisions.
+// supersede ends the unfinished rollouts of other revisions (an aborted
+// one too: should its revision come back, it is planned anew) and takes
+// the current mark off them.
 func (r *Reconciler) supersede(ctx context.Context, all []fleet.AgentRollout, current *fleet.AgentRollout) error {
 	var errs []error
 	for i := range all {
 		old := &all[i]
-		switch {
-		case old.Name == current.Name:
+		if old.Name == current.Name {
 			continue
-		case old.Status.Phase == fleet.RolloutComplete, old.Status.Phase == fleet.RolloutSuperseded, old.Status.Phase == fleet.RolloutAborted:
+		}
+		finished := old.Status.Phase == fleet.RolloutComplete || old.Status.Phase == fleet.RolloutSuperseded
+		if finished && !old.Status.Current {
 			continue
 		}
 		patcher, err := reconciler.NewStatusPatcher(r.Client, old)
 		if err != nil {
 			return err
 		}
-		old.Status.Phase = fleet.RolloutSuperseded
-		old.Status.Message = fmt.Sprintf("replaced by revision %s (AgentRollout %s) before it completed", short(current.Spec.Revision), current.Name)
+		old.Status.Current = false
+		if !finished {
+			old.Status.Phase = fleet.RolloutSuperseded
+			old.Status.Message = fmt.Sprintf("replaced by revision %s (AgentRollout %s) before it completed", short(current.Spec.Revision), current.Name)
+		}
 		if err := patcher.Patch(ctx, old); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		reconciler.Eventf(r.Recorder, old, nil, corev1.EventTypeNormal, "RolloutSuperseded", "Rollout", "%s", old.Status.Message)
+		if !finished {
+			reconciler.Eventf(r.Recorder, old, nil, corev1.EventTypeNormal, "RolloutSuperseded", "Rollout", "%s", old.Status.Message)
+		}
 	}
 	return errors.Join(errs...)
 }
