@@ -102,7 +102,6 @@ func enqueue(q workqueue.TypedRateLimitingInterface[reconcile.Request], keys map
 	}
 }
 
-
 // affected is the set of Clusters whose Gate decision may differ between
 // two versions of a rollout (old nil: it was just made).
 func affected(old, cur *fleet.AgentRollout) map[string]bool {
