@@ -45,6 +45,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand())
+	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand())
 	return root
 }
