@@ -179,4 +179,3 @@ func sampleKeys(keys []string, n int) string {
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(keys[:n], ", "), len(keys)-n)
 }
-

@@ -41,7 +41,7 @@ func TestRollout_CommandsShowAndSteerTheCurrentRollout(t *testing.T) {
 	mk("agent-0123456789ab", "0123456789abcdef", fleet.AgentRolloutStatus{Phase: fleet.RolloutComplete, Message: "every planned cluster runs revision 0123456789ab"})
 	mk("agent-fedcba987654", "fedcba9876543210", fleet.AgentRolloutStatus{
 		Current: true, Phase: fleet.RolloutHalted, Message: "halted at wave 1/2: 1 clusters did not run revision fedcba987654 Ready within 10m0s: ws/canary",
-		Waves:   []fleet.AgentRolloutWave{{Canary: true, Clusters: []string{"ws/canary"}}, {Clusters: []string{"ws/a", "ws/b"}}},
+		Waves:    []fleet.AgentRolloutWave{{Canary: true, Clusters: []string{"ws/canary"}}, {Clusters: []string{"ws/a", "ws/b"}}},
 		Clusters: 3, Pending: 2, Failed: 1, FailedClusters: []string{"ws/canary"}, RolledBack: []string{"ws/canary"},
 	})
 
