@@ -453,6 +453,13 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
+	t.Run("staged rollout: a new agent revision whose pod cannot start halts at the canary and rolls back", func(t *testing.T) {
+		if dev2Name == "" {
+			t.Skip("dev-2 did not register")
+		}
+		testStagedRollout(t, dev2Name)
+	})
+
 	t.Run("trust: an agent's own identity cannot rewrite its Cluster's status", func(t *testing.T) {
 		// The attack reproduced on real clusters before SPEC §6 held: with the
 		// kubeconfig of the downstream fleet-agent Secret, point

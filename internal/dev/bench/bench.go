@@ -34,7 +34,7 @@ type Options struct {
 }
 
 // Groups are the values of Options.Only.
-var Groups = []string{"registration", "access"}
+var Groups = []string{"registration", "access", "rollout"}
 
 func (o Options) runs(group string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, group)
@@ -55,6 +55,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	var results []Result
 	if opts.runs("registration") {
 		rs, err := runRegistration(ctx, opts, step)
+		results = append(results, rs...)
+		if err != nil {
+			return results, err
+		}
+	}
+	if opts.runs("rollout") {
+		rs, err := runAgentRollout(ctx, opts, step)
 		results = append(results, rs...)
 		if err != nil {
 			return results, err
