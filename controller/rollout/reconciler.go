@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -116,7 +115,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	st, events, after := Progress(ro, Inputs{Observed: observe(ro, agents, clusters, revision), CanRollBack: canRollBack, Now: now})
+	obs := observe(ro, agents, clusters, revision, now, cfg.OfflineAfter())
+	st, events, after := Progress(ro, Inputs{Observed: obs, CanRollBack: canRollBack, Now: now})
 	st.Current = true
 	ro.Status = st
 	if err := patcher.Patch(ctx, ro, reconciler.WithOptimisticLock); err != nil {
@@ -295,7 +295,7 @@ func joinLate(ro *fleet.AgentRollout, agents map[string]*agentState, revision st
 }
 
 // observe says, for each planned Cluster, whether its agent is updated.
-func observe(ro *fleet.AgentRollout, agents map[string]*agentState, clusters map[string]*fleet.Cluster, revision string) map[string]Observed {
+func observe(ro *fleet.AgentRollout, agents map[string]*agentState, clusters map[string]*fleet.Cluster, revision string, now time.Time, offlineAfter time.Duration) map[string]Observed {
 	obs := map[string]Observed{}
 	for _, w := range ro.Status.Waves {
 		for _, key := range w.Clusters {
@@ -304,7 +304,7 @@ func observe(ro *fleet.AgentRollout, agents map[string]*agentState, clusters map
 				obs[key] = Observed{Gone: true}
 				continue
 			}
-			obs[key] = Observed{Updated: updated(agents[key], c, revision)}
+			obs[key] = Observed{Updated: updated(agents[key], c, revision, now, offlineAfter)}
 		}
 	}
 	return obs
@@ -312,16 +312,18 @@ func observe(ro *fleet.AgentRollout, agents map[string]*agentState, clusters map
 
 // updated: the agent Bundle is on the revision, the Bundle controller has
 // written its BundleDeployment for it, the agent applied that and reports
-// it Ready, and the Cluster is Ready (its agent heartbeats).
-func updated(a *agentState, c *fleet.Cluster, revision string) bool {
+// it Ready (its new pod runs), and the agent still checks in. The
+// Cluster's other Bundles do not count: an application that is not Ready
+// holds no agent rollout back.
+func updated(a *agentState, c *fleet.Cluster, revision string, now time.Time, offlineAfter time.Duration) bool {
 	if a == nil || a.bd == nil {
 		return false
 	}
 	b, bd := a.bundle, a.bd
+	online := !c.Status.Agent.LastSeen.IsZero() && (offlineAfter <= 0 || now.Sub(c.Status.Agent.LastSeen.Time) <= offlineAfter)
 	return b.Annotations[RevisionAnnotation] == revision &&
 		b.Status.ObservedGeneration == b.Generation &&
-		bd.Spec.DeploymentID != "" && summary.State(bd) == fleet.Ready &&
-		meta.IsStatusConditionTrue(c.Status.Conditions, fleet.ReadyCondition)
+		bd.Spec.DeploymentID != "" && summary.State(bd) == fleet.Ready && online
 }
 
 // hasRecord reports whether the AgentRollout of a revision keeps what its
