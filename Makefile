@@ -101,8 +101,9 @@ verify: generate lint layering ## Fail when generated files are stale, code is n
 		git status --porcelain -- api kustomize charts go.mod go.sum; git diff --stat; exit 1; fi
 
 .PHONY: test
-test: dev-deps dev-bins helm images ## Run unit, envtest and e2e (real clusters) suites; builds and installs what they need (kubectl too: the e2e suite drives it).
-	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./...
+test: dev-deps dev-bins helm images ## Run the unit and envtest suites with the race detector (hack/race.sh), then the e2e suite on real clusters; builds and installs what they need (kubectl too: the e2e suite drives it).
+	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
+	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./test/e2e/
 
 .PHONY: e2e
 e2e: dev-deps dev-bins helm images ## Run only the e2e suite on real local clusters.
