@@ -134,18 +134,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 }
 
 // agents reads every agent Bundle, its BundleDeployment and every Cluster,
-// keyed "namespace/name" of the Cluster.
+// keyed "namespace/name" of the Cluster. They are read only, so the cache
+// lends them without a deep copy: a pass looks at every Cluster, and an
+// agent Bundle carries the agent's manifests.
 func (r *Reconciler) agents(ctx context.Context) (map[string]*agentState, map[string]*fleet.Cluster, error) {
 	bundles := &fleet.BundleList{}
-	if err := r.Client.List(ctx, bundles, client.MatchingLabels{fleet.AgentBundleLabel: "true"}); err != nil {
+	if err := r.Client.List(ctx, bundles, client.MatchingLabels{fleet.AgentBundleLabel: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	bds := &fleet.BundleDeploymentList{}
-	if err := r.Client.List(ctx, bds, client.MatchingLabels{fleet.AgentBundleLabel: "true"}); err != nil {
+	if err := r.Client.List(ctx, bds, client.MatchingLabels{fleet.AgentBundleLabel: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	list := &fleet.ClusterList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	clusters := make(map[string]*fleet.Cluster, len(list.Items))
