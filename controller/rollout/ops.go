@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -52,15 +53,20 @@ func Pause(ctx context.Context, c client.Client, name string) error {
 
 // Resume lifts a pause and retries a halted wave with a new deadline.
 func Resume(ctx context.Context, c client.Client, name string) error {
-	ro := &fleet.AgentRollout{}
-	if err := c.Get(ctx, client.ObjectKey{Name: name}, ro); err != nil {
-		return err
-	}
-	if ro.Spec.Aborted {
-		return fmt.Errorf("AgentRollout %s was aborted: an aborted rollout does not resume; change the configuration (or upgrade) for a new revision", name)
-	}
-	// Optimistic lock: two resumes at once count as one.
-	return patchSpec(ctx, c, name, fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"paused":false,"resumeGeneration":%d}}`, ro.ResourceVersion, ro.Spec.ResumeGeneration+1))
+	// Optimistic lock, retried on the latest version: two resumes at once
+	// count as one, and the controller's status writes meanwhile do not
+	// make it fail.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ro := &fleet.AgentRollout{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, ro); err != nil {
+			return err
+		}
+		if ro.Spec.Aborted {
+			return fmt.Errorf("AgentRollout %s was aborted: an aborted rollout does not resume; change the configuration (or upgrade) for a new revision", name)
+		}
+		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"paused":false,"resumeGeneration":%d}}`, ro.ResourceVersion, ro.Spec.ResumeGeneration+1)
+		return c.Patch(ctx, ro, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("fleet-rollout"))
+	})
 }
 
 // Abort ends the rollout: every Cluster it updated goes back to the

@@ -100,10 +100,13 @@ type standIn struct {
 	hold map[string]bool
 	// seen[revision][cluster] is when it first applied that revision.
 	seen map[string]map[string]time.Time
+	// given[revision][cluster]: the cluster's agent Bundle was on that
+	// revision at some point (settled or not).
+	given map[string]map[string]bool
 }
 
 func newStandIn(c client.Client) *standIn {
-	return &standIn{c: c, failExcept: map[string]string{}, hold: map[string]bool{}, seen: map[string]map[string]time.Time{}}
+	return &standIn{c: c, failExcept: map[string]string{}, hold: map[string]bool{}, seen: map[string]map[string]time.Time{}, given: map[string]map[string]bool{}}
 }
 
 func (s *standIn) set(f func(s *standIn)) {
@@ -117,6 +120,12 @@ func (s *standIn) seenAt(revision, key string) (time.Time, bool) {
 	defer s.mu.Unlock()
 	t, ok := s.seen[revision][key]
 	return t, ok
+}
+
+func (s *standIn) wasGiven(revision, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.given[revision][key]
 }
 
 func (s *standIn) run(ctx context.Context) error {
@@ -141,11 +150,17 @@ func (s *standIn) report(ctx context.Context, bd *fleet.BundleDeployment) {
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: bd.Labels[fleet.BundleNamespaceLabel], Name: bd.Labels[fleet.BundleLabel]}, b); err != nil {
 		return
 	}
+	key := b.Namespace + "/" + b.Labels[fleet.ClusterLabel]
+	rev := b.Annotations[rollout.RevisionAnnotation]
+	s.mu.Lock()
+	if s.given[rev] == nil {
+		s.given[rev] = map[string]bool{}
+	}
+	s.given[rev][key] = true
+	s.mu.Unlock()
 	if b.Status.ObservedGeneration != b.Generation {
 		return // the deployment may not be of the Bundle's latest content yet
 	}
-	key := b.Namespace + "/" + b.Labels[fleet.ClusterLabel]
-	rev := b.Annotations[rollout.RevisionAnnotation]
 	s.mu.Lock()
 	if s.hold[key] {
 		s.mu.Unlock()
