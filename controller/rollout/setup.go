@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"maps"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,21 +56,9 @@ func readinessChanged() predicate.Predicate {
 			}
 			return meta.IsStatusConditionTrue(o.Status.Conditions, fleet.ReadyCondition) != meta.IsStatusConditionTrue(n.Status.Conditions, fleet.ReadyCondition) ||
 				!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero() ||
-				!equalLabels(o.Labels, n.Labels)
+				!maps.Equal(o.Labels, n.Labels)
 		},
 	}
-}
-
-func equalLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // ClustersToReconcile maps a change of an AgentRollout to the Clusters

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,12 +73,8 @@ func agents(t *testing.T) []string {
 }
 
 func split(key string) client.ObjectKey {
-	for i := range key {
-		if key[i] == '/' {
-			return client.ObjectKey{Namespace: key[:i], Name: key[i+1:]}
-		}
-	}
-	return client.ObjectKey{Name: key}
+	ns, name, _ := strings.Cut(key, "/")
+	return client.ObjectKey{Namespace: ns, Name: name}
 }
 
 func agentBundle(t *testing.T, key string) *fleet.Bundle {
