@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -64,11 +66,20 @@ func testStagedRollout(t *testing.T, dev2Name string) {
 	cmKey := client.ObjectKey{Namespace: agentNS, Name: config.ConfigMapName}
 	must(t, up.Get(t.Context(), cmKey, cm))
 	original := cm.Data[config.ConfigMapKey]
+	// Put the configuration back for the tests that follow (t.Context() is
+	// already canceled when cleanups run).
 	t.Cleanup(func() {
-		cm := &corev1.ConfigMap{}
-		if err := up.Get(t.Context(), cmKey, cm); err == nil {
+		ctx := context.Background()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cm := &corev1.ConfigMap{}
+			if err := up.Get(ctx, cmKey, cm); err != nil {
+				return err
+			}
 			cm.Data[config.ConfigMapKey] = original
-			_ = up.Update(t.Context(), cm)
+			return up.Update(ctx, cm)
+		})
+		if err != nil {
+			t.Errorf("putting the controller configuration back: %v", err)
 		}
 	})
 	doc := map[string]any{}
