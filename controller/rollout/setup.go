@@ -37,10 +37,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&fleet.BundleDeployment{}, one, builder.WithPredicates(agentLabel)).
 		Watches(&fleet.Cluster{}, one, builder.WithPredicates(readinessChanged())).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), one)).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: 1,
-			RateLimiter:             workqueue.DefaultTypedControllerRateLimiter[reconcile.Request](),
-		}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
 
