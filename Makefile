@@ -63,13 +63,15 @@ $(BIN)/helm: go.mod
 helm: $(BIN)/helm ## Install the helm CLI into bin/.
 
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs; copy CRDs and policies into charts/fleet.
+generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs; copy CRDs, policies and shared ClusterRoles into charts/fleet.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=kustomize/base/crds
 	rm -f charts/fleet/crds/*.yaml && mkdir -p charts/fleet/crds
 	cp kustomize/base/crds/*.yaml charts/fleet/crds/
 	rm -f charts/fleet/templates/policies/*.yaml && mkdir -p charts/fleet/templates/policies
 	cp kustomize/base/policies/*.yaml charts/fleet/templates/policies/
+	rm -f charts/fleet/templates/rbac-shared/*.yaml && mkdir -p charts/fleet/templates/rbac-shared
+	cp kustomize/base/rbac/*.yaml charts/fleet/templates/rbac-shared/
 
 .PHONY: fmt
 fmt: ## Format Go code.

@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -63,6 +61,12 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 		return nil, err
 	}
 	clientRandom := hex.EncodeToString(random)
+	// The credential comes back sealed to this key, which never leaves
+	// this process: a restart registers again with a new one.
+	key, err := registration.NewCredentialKey()
+	if err != nil {
+		return nil, err
+	}
 	labels := map[string]string{}
 	for k, v := range cfg.Labels {
 		labels[k] = v
@@ -74,8 +78,12 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 			GenerateName: "request-",
 			Labels:       map[string]string{fleet.RegistrationTokenLabel: b.TokenName},
 			Annotations:  map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
+			// The controller's finalizer, set now: it spares the grant a
+			// write (it removes what it made for the registration when the
+			// registration goes).
+			Finalizers: []string{registration.RegistrationFinalizer},
 		},
-		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: clientRandom, ClusterLabels: labels},
+		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: clientRandom, ClusterLabels: labels, CredentialPublicKey: key.PublicKey()},
 	}
 	if err := importClient.Create(ctx, reg); err != nil {
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
@@ -96,21 +104,11 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 		return nil, fmt.Errorf("waiting for the upstream to grant registration %s/%s: %w (check its status: kubectl get clusterregistration -n %s %s -o yaml)",
 			reg.Namespace, reg.Name, err, reg.Namespace, reg.Name)
 	}
-	cred := &credential{
-		APIServerURL:        importCfg.Host,
-		APIServerCA:         importCfg.CAData,
-		TLSMode:             cfg.AgentTLSMode,
-		Token:               string(secret.Data[registration.KeyToken]),
-		ClusterNamespace:    string(secret.Data[registration.KeyClusterNamespace]),
-		ClusterName:         string(secret.Data[registration.KeyClusterName]),
-		DeploymentNamespace: string(secret.Data[registration.KeyDeploymentNamespace]),
-		ServiceAccount:      string(secret.Data[registration.KeyServiceAccount]),
-		Issued:              time.Now(),
+	cred, err := openCredential(secret, key, reg)
+	if err != nil {
+		return nil, fmt.Errorf("credential Secret %s/%s: %w", b.SystemRegistrationNamespace, secretName, err)
 	}
-	cred.Expires, _ = time.Parse(time.RFC3339, string(secret.Data[registration.KeyExpires]))
-	if cred.Token == "" || cred.ClusterName == "" || cred.DeploymentNamespace == "" {
-		return nil, fmt.Errorf("credential Secret %s/%s is incomplete", b.SystemRegistrationNamespace, secretName)
-	}
+	cred.APIServerURL, cred.APIServerCA, cred.TLSMode, cred.Issued = importCfg.Host, importCfg.CAData, cfg.AgentTLSMode, time.Now()
 	if err := a.step(ctx, "credential-received"); err != nil {
 		return nil, err
 	}
@@ -120,10 +118,13 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	if err := a.step(ctx, "credential-stored"); err != nil {
 		return nil, err
 	}
-	// The credential is safe locally: drop the handed-back copy upstream and
-	// forget the import token.
-	if err := importClient.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
-		log.Info("could not delete the credential Secret upstream; the controller expires it", "error", err.Error())
+	// The credential is safe locally. A sealed copy upstream is useless to
+	// anyone else and goes with the registration; one in the clear (an
+	// older controller's) is dropped now. Then forget the import token.
+	if len(secret.Data[registration.KeySealed]) == 0 {
+		if err := importClient.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
+			log.Info("could not delete the credential Secret upstream; the controller expires it", "error", err.Error())
+		}
 	}
 	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
 	if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
@@ -136,66 +137,69 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	return cred, nil
 }
 
-// waitForCredentialSecret watches the one Secret the registration will be
-// answered with. The import identity may read only that Secret, and only
-// once the controller has seen the registration: until then the watch is
-// refused and retried quickly.
-func (a *Agent) waitForCredentialSecret(ctx context.Context, c client.WithWatch, ns, name string) (*corev1.Secret, error) {
+// openCredential reads the credential out of the Secret the controller
+// answered with: sealed to key for reg, or, from an older controller, in
+// the clear.
+func openCredential(secret *corev1.Secret, key *registration.CredentialKey, reg *fleet.ClusterRegistration) (*credential, error) {
+	c := &registration.SealedCredential{
+		Token:               string(secret.Data[registration.KeyToken]),
+		ClusterNamespace:    string(secret.Data[registration.KeyClusterNamespace]),
+		ClusterName:         string(secret.Data[registration.KeyClusterName]),
+		DeploymentNamespace: string(secret.Data[registration.KeyDeploymentNamespace]),
+		ServiceAccount:      string(secret.Data[registration.KeyServiceAccount]),
+		Expires:             string(secret.Data[registration.KeyExpires]),
+	}
+	if box := secret.Data[registration.KeySealed]; len(box) > 0 {
+		var err error
+		if c, err = key.Open(box, reg.Namespace, reg.Name, string(reg.UID)); err != nil {
+			return nil, err
+		}
+	}
+	if c.Token == "" || c.ClusterName == "" || c.DeploymentNamespace == "" {
+		return nil, errors.New("it is incomplete")
+	}
+	cred := &credential{
+		Token:               c.Token,
+		ClusterNamespace:    c.ClusterNamespace,
+		ClusterName:         c.ClusterName,
+		DeploymentNamespace: c.DeploymentNamespace,
+		ServiceAccount:      c.ServiceAccount,
+	}
+	cred.Expires, _ = time.Parse(time.RFC3339, c.Expires)
+	return cred, nil
+}
+
+// waitForCredentialSecret waits for the one Secret the registration will be
+// answered with. The import identity may get a Secret in the system
+// registration namespace by its name, and only get (no list, no watch: the
+// names are what keeps one agent's credential from another), so it asks
+// again with a growing pause. A 403 (an older controller grants the right
+// to read it only once it has seen the registration) is asked again the
+// same way.
+func (a *Agent) waitForCredentialSecret(ctx context.Context, c client.Client, ns, name string) (*corev1.Secret, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.RegistrationTimeout)
 	defer cancel()
-	delay := 50 * time.Millisecond
+	delay := 20 * time.Millisecond
 	for {
-		s, err := a.watchOnce(ctx, c, ns, name)
-		if s != nil {
+		s := &corev1.Secret{}
+		// From the API server's watch cache: cheap for it, and a Secret
+		// that is not there yet is asked for again anyway.
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+		if err == nil && (len(s.Data[registration.KeySealed]) > 0 || len(s.Data[registration.KeyToken]) > 0) {
 			return s, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("no answer within %s", a.opts.RegistrationTimeout)
 		}
-		if err != nil && !apierrors.IsForbidden(err) {
-			a.log.V(1).Info("watching the credential Secret", "error", err.Error())
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			a.log.V(1).Info("reading the credential Secret", "error", err.Error())
 		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("no answer within %s", a.opts.RegistrationTimeout)
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 2*time.Second)
-	}
-}
-
-// watchOnce lists then watches the named Secret until it exists with data.
-func (a *Agent) watchOnce(ctx context.Context, c client.WithWatch, ns, name string) (*corev1.Secret, error) {
-	sel := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)}
-	list := &corev1.SecretList{}
-	if err := c.List(ctx, list, client.InNamespace(ns), sel); err != nil {
-		return nil, err
-	}
-	for i := range list.Items {
-		if len(list.Items[i].Data[registration.KeyToken]) > 0 {
-			return &list.Items[i], nil
-		}
-	}
-	w, err := c.Watch(ctx, &corev1.SecretList{ListMeta: metav1.ListMeta{ResourceVersion: list.ResourceVersion}}, client.InNamespace(ns), sel)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, errors.New("watch closed")
-			}
-			if ev.Type == watch.Error {
-				return nil, apierrors.FromObject(ev.Object)
-			}
-			if s, ok := ev.Object.(*corev1.Secret); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) && len(s.Data[registration.KeyToken]) > 0 {
-				return s, nil
-			}
-		}
+		delay = min(delay*3/2, 2*time.Second)
 	}
 }
 

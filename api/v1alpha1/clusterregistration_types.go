@@ -7,7 +7,7 @@ import (
 // ClusterRegistration is an agent's request to register its cluster, made with
 // the import identity of a ClusterRegistrationToken. The controller answers by
 // writing a credential Secret named c-<hash> in the system registration
-// namespace. A registration through a token with spec.approval Manual waits
+// namespace, sealed to spec.credentialPublicKey. A registration through a token with spec.approval Manual waits
 // (Granted=False, reason PendingApproval) for annotation
 // fleet.cattle.io/approved: "true", which only users allowed the "approve"
 // verb on clusterregistrations may set (admission policy).
@@ -58,6 +58,14 @@ type ClusterRegistrationSpec struct {
 	// are dropped).
 	// +optional
 	ClusterLabels map[string]string `json:"clusterLabels,omitempty"`
+	// credentialPublicKey is the agent's public key for this attempt (HPKE,
+	// DHKEM(X25519, HKDF-SHA256), base64). The controller seals the
+	// credential to it, so only the agent that made the registration can
+	// open it. Without it (older agents) the credential is written in the
+	// clear, readable through a Role made for the one registration.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CredentialPublicKey string `json:"credentialPublicKey,omitempty"`
 }
 
 // ClusterRegistrationStatus is the controller's answer.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -16,7 +18,7 @@ import (
 
 func newBenchCommand() *cobra.Command {
 	opts := bench.Options{}
-	var jsonFile string
+	var jsonFile, baselineFile, recordFile, recordNote string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure registration latency, scale and steady-state cost, and cluster access through fleet-proxy, on local control planes",
@@ -41,6 +43,13 @@ tunnels. Prints a table and, with --json, writes the results.`,
 			}
 			opts.FleetBinary = self
 			opts.Progress = cmd.ErrOrStderr()
+			var baseline *bench.Baseline
+			if baselineFile != "" {
+				// Read first: a missing or broken file fails before the run.
+				if baseline, err = bench.LoadBaseline(baselineFile); err != nil {
+					return fmt.Errorf("--baseline: %w", err)
+				}
+			}
 			results, err := bench.Run(cmd.Context(), opts)
 			bench.WriteTable(cmd.OutOrStdout(), results)
 			if jsonFile != "" && len(results) > 0 {
@@ -49,7 +58,29 @@ tunnels. Prints a table and, with --json, writes the results.`,
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", jsonFile)
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			if recordFile != "" {
+				b, lerr := bench.LoadBaseline(recordFile)
+				if errors.Is(lerr, fs.ErrNotExist) {
+					b, lerr = &bench.Baseline{}, nil
+				}
+				if lerr != nil {
+					return fmt.Errorf("--record-baseline: %w", lerr)
+				}
+				if err := b.Record(recordFile, results, opts.Quick, recordNote); err != nil {
+					return fmt.Errorf("--record-baseline: %w", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "recorded the p50 of %s in %s\n", strings.Join(bench.CheckedScenarios, " and "), recordFile)
+			}
+			if baseline != nil {
+				if err := baseline.Check(results, opts.Quick); err != nil {
+					return fmt.Errorf("latency regression against %s:\n%w", baselineFile, err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "latency within %.0f× of %s\n", bench.RegressionFactor, baselineFile)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -59,6 +90,9 @@ tunnels. Prints a table and, with --json, writes the results.`,
 	f.StringVar(&jsonFile, "json", "", "write the results as JSON to this file")
 	f.StringSliceVar(&opts.Only, "only", nil, "run only these scenario groups: "+strings.Join(bench.Groups, ", ")+" (default: all)")
 	f.IntVar(&opts.Tunnels, "tunnels", 0, "idle tunnels in the tunnels-idle scenario (default 1000, 100 with --quick)")
+	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a registration scenario is more than 3× the value recorded for this mode in this file (internal/dev/bench/baseline.json)")
+	f.StringVar(&recordFile, "record-baseline", "", "record this run's registration p50s for its mode in this file")
+	f.StringVar(&recordNote, "record-note", "", "with --record-baseline: where the figures were taken (machine, load)")
 	f.StringVar(&opts.ProfileDir, "profile", "", "write CPU and heap profiles of the controller(s) taken during the scale scenario to this directory")
 	return cmd
 }

@@ -123,6 +123,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
+	// An agent-initiated Cluster the grant just made: its agent checks in
+	// within moments, and the first status worth writing is the one that
+	// sees it. Writing one before (namespace, "waiting for the agent")
+	// would be a write per registration more, and the namespace create
+	// would race the grant's.
+	if wait := firstCheckInGrace(cluster, reconciler.Clock(r.Now).Now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+
 	// The status is patched once, at the end, from what this pass observed.
 	patcher, err := reconciler.NewStatusPatcher(r.Client, cluster, OwnedConditions...)
 	if err != nil {
@@ -157,6 +166,22 @@ func (r *Reconciler) report(ctx context.Context, cluster *fleet.Cluster, readyBe
 
 func (r *Reconciler) owns(c *fleet.Cluster) bool {
 	return r.Shard.OwnsCluster(c.Namespace, c.Name, c.Spec.ClientID, c.Labels)
+}
+
+// FirstCheckInGrace is how long a new agent-initiated Cluster's status is
+// left unwritten while its agent makes its first check-in.
+const FirstCheckInGrace = 20 * time.Second
+
+// firstCheckInGrace returns how much longer the first status write of
+// cluster waits for its agent's first check-in (zero: write now). Only a
+// Cluster that has no status at all, no kubeconfig Secret (the agent
+// registers itself) and is younger than FirstCheckInGrace waits.
+func firstCheckInGrace(cluster *fleet.Cluster, now time.Time) time.Duration {
+	if cluster.Spec.KubeConfigSecret != "" || !cluster.Status.Agent.LastSeen.IsZero() ||
+		len(cluster.Status.Conditions) > 0 || cluster.Status.Namespace != "" {
+		return 0
+	}
+	return max(0, cluster.CreationTimestamp.Add(FirstCheckInGrace).Sub(now))
 }
 
 // ensureClientID gives a manager-initiated Cluster a random clientID, as

@@ -4,11 +4,11 @@ package registration
 // first grant passes them.
 var GrantSteps = []string{
 	stepCluster,
-	stepOwnerReference,
+	stepFinalizer,
 	stepNamespace,
 	stepCredentialAccess,
-	stepRequestIdentity,
 	stepSuperseded,
+	stepRequestIdentity,
 	stepToken,
 	stepCredentialSecret,
 	stepStatus,

@@ -63,13 +63,19 @@ type grant struct {
 func (r *Reconciler) phases() reconciler.Phases[*grant] {
 	return reconciler.Phases[*grant]{
 		{Name: stepCluster, Run: r.checkAndFindCluster},
-		{Name: stepOwnerReference, Run: r.ensureOwnerReference},
+		{Name: stepFinalizer, Run: r.ensureFinalizer},
 		{Name: stepNamespace, Run: r.ensureNamespaces},
+		// A sealed credential needs no access of its own: the import
+		// identity reads it by its unguessable name through its token's
+		// binding (controller/token), and only the agent can open it.
 		{Name: stepCredentialAccess, Run: r.ensureCredentialAccess, Skip: func(g *grant) bool {
-			return g.reg.Labels[fleet.RegistrationTokenLabel] == ""
+			return g.reg.Labels[fleet.RegistrationTokenLabel] == "" || sealed(g.reg)
 		}},
-		{Name: stepRequestIdentity, Run: r.ensureRequestIdentity},
+		// Older request identities of the cluster go before the new one is
+		// made: the cluster namespace's shared role lets an identity mint
+		// tokens for any ServiceAccount there.
 		{Name: stepSuperseded, Run: r.supersede},
+		{Name: stepRequestIdentity, Run: r.ensureRequestIdentity},
 		{Name: stepCredentialSecret, Run: r.ensureCredentialSecret},
 	}
 }
@@ -277,32 +283,18 @@ func usableCluster(c *fleet.Cluster) (*fleet.Cluster, error) {
 	return c, nil
 }
 
-// ensureOwnerReference makes the Cluster an owner (not the controller) of
-// the registration, so deleting the Cluster deletes its registrations.
-func (r *Reconciler) ensureOwnerReference(ctx context.Context, g *grant) error {
-	reg, cluster := g.reg, g.cluster
-	// The finalizer goes in the same write: nothing is made for the
-	// registration before it is set.
-	addedFinalizer := controllerutil.AddFinalizer(reg, registration.RegistrationFinalizer)
-	for _, ref := range reg.OwnerReferences {
-		if ref.UID == cluster.UID {
-			if !addedFinalizer {
-				return nil
-			}
-			if err := r.Client.Update(ctx, reg, client.FieldOwner(reconciler.FieldManager)); err != nil {
-				return fmt.Errorf("adding the finalizer of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
-			}
-			return nil
-		}
+// ensureFinalizer sets the registration's finalizer before anything is
+// made for it. Agents set it when they create the registration, so this
+// writes only for registrations made otherwise (older agents, admins).
+// Deleting the Cluster deletes its registrations (the Cluster reconciler,
+// by clientID), so no owner reference is written.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, g *grant) error {
+	reg := g.reg
+	if !controllerutil.AddFinalizer(reg, registration.RegistrationFinalizer) {
+		return nil
 	}
-	reg.OwnerReferences = append(reg.OwnerReferences, metav1.OwnerReference{
-		APIVersion: fleet.GroupVersion.String(),
-		Kind:       "Cluster",
-		Name:       cluster.Name,
-		UID:        cluster.UID,
-	})
 	if err := r.Client.Update(ctx, reg, client.FieldOwner(reconciler.FieldManager)); err != nil {
-		return fmt.Errorf("adding Cluster %s as owner of ClusterRegistration %s/%s: %w", cluster.Name, reg.Namespace, reg.Name, err)
+		return fmt.Errorf("adding the finalizer of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
 	}
 	return nil
 }
@@ -368,8 +360,9 @@ func (r *Reconciler) ensureCredentialAccess(ctx context.Context, g *grant) error
 
 // ensureRequestIdentity makes the request ServiceAccount in the cluster
 // namespace and its RBAC: the cluster's BundleDeployments (and the Secrets
-// holding their contents) in the cluster namespace, a token for itself, and
-// its own Cluster's status in the workspace. Nothing more.
+// holding their contents) in the cluster namespace, tokens for itself (the
+// shared ClusterRole registration.RequestIdentityClusterRole), and its own
+// Cluster's status in the workspace. Nothing more.
 func (r *Reconciler) ensureRequestIdentity(ctx context.Context, g *grant) error {
 	reg, clusterName, clusterNS := g.reg, g.clusterName, g.deploymentNamespace
 	name := registration.RequestServiceAccountName(reg.Name)
@@ -385,10 +378,13 @@ func (r *Reconciler) ensureRequestIdentity(ctx context.Context, g *grant) error 
 		return err
 	}
 	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: clusterNS, Name: name}
-	if err := r.ensure(ctx, reg, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name}, Rules: clusterNamespaceRules(name)}); err != nil {
-		return err
-	}
-	if err := r.ensureBinding(ctx, reg, clusterNS, name, subject); err != nil {
+	// In the cluster namespace: one binding to the shared ClusterRole
+	// (kustomize/base/rbac), no Role of its own.
+	if err := r.ensure(ctx, reg, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: registration.RequestIdentityClusterRole},
+		Subjects:   []rbacv1.Subject{subject},
+	}); err != nil {
 		return err
 	}
 	if err := r.ensure(ctx, reg, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: name}, Rules: workspaceRules(clusterName)}); err != nil {
@@ -399,20 +395,6 @@ func (r *Reconciler) ensureRequestIdentity(ctx context.Context, g *grant) error 
 	}
 	g.sa = sa
 	return nil
-}
-
-// clusterNamespaceRules is what the request identity may do in its cluster
-// namespace.
-func clusterNamespaceRules(serviceAccount string) []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
-		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"bundledeployments"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"bundledeployments/status"}, Verbs: []string{"update", "patch"}},
-		// BundleDeployment contents are Secrets in the cluster namespace.
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
-		// The agent renews its own token, and only its own.
-		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{serviceAccount}, Verbs: []string{"create"}},
-		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-	}
 }
 
 // workspaceRules is what the request identity may do in the workspace: read
@@ -519,69 +501,131 @@ func (r *Reconciler) supersede(ctx context.Context, g *grant) error {
 			}
 			continue
 		}
+		// What was made for it goes now, not when its finalizer runs: its
+		// request identity must be gone before the new one is made.
+		if err := r.cleanup(ctx, old); err != nil {
+			errs = append(errs, err)
+		}
 		ctrl.LoggerFrom(ctx).Info("deleted superseded ClusterRegistration", "superseded", old.Namespace+"/"+old.Name)
 		reconciler.Eventf(r.Recorder, old, nil, corev1.EventTypeNormal, fleet.SupersededReason, "Delete", "superseded by ClusterRegistration %s of the same clientID", reg.Name)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return r.checkNoOtherRequestIdentity(ctx, g)
+}
+
+// checkNoOtherRequestIdentity makes sure, reading the API server, that the
+// cluster namespace holds no request identity of another registration
+// (one the cache did not show yet when supersede cleaned up): the new one
+// is made only then. One still there is deleted and the pass waits.
+func (r *Reconciler) checkNoOtherRequestIdentity(ctx context.Context, g *grant) error {
+	list := &corev1.ServiceAccountList{}
+	if err := r.APIReader.List(ctx, list, client.InNamespace(g.deploymentNamespace), client.HasLabels{registration.RegistrationLabel}); err != nil {
+		return fmt.Errorf("listing the request identities in %s: %w", g.deploymentNamespace, err)
+	}
+	for i := range list.Items {
+		sa := &list.Items[i]
+		if sa.Labels[registration.RegistrationLabel] == g.reg.Name && sa.Labels[registration.RegistrationNamespaceLabel] == g.reg.Namespace {
+			continue
+		}
+		if err := r.Client.Delete(ctx, sa, client.Preconditions{UID: ptr.To(sa.UID)}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting the earlier request identity %s/%s: %w", sa.Namespace, sa.Name, err)
+		}
+		return reconciler.Wait(fleet.WaitingReason, reconciler.CacheLagRetry,
+			"deleted the earlier request identity %s/%s of this cluster; making the new one once it is gone", sa.Namespace, sa.Name)
+	}
+	return nil
 }
 
 // ensureCredentialSecret writes the credential Secret: a fresh bearer token
-// of the request ServiceAccount and where the agent's cluster lives. A
-// Secret written by an interrupted earlier pass is kept as it is when its
-// token still authenticates (same ServiceAccount UID, not near expiry).
+// of the request ServiceAccount and where the agent's cluster lives, sealed
+// to the registration's key when it has one. A Secret written by an
+// interrupted earlier pass is kept as it is when its token still
+// authenticates (same ServiceAccount UID, not near expiry).
 func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error {
 	reg, sa := g.reg, g.sa
-	bearer, expires := reusableToken(g.secret, sa, g.now)
-	if bearer == "" {
-		tr, err := r.Clientset.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(g.cfg.GetRequestCredentialTTL() / time.Second))},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
-		}
-		bearer, expires = tr.Status.Token, tr.Status.ExpirationTimestamp.Time
-		ctrl.LoggerFrom(ctx).V(1).Info("minted request token", "serviceAccount", sa.Namespace+"/"+sa.Name, "tokenExpires", expires.UTC().Format(time.RFC3339))
-		if err := r.hook.Mark(ctx, stepToken); err != nil {
-			return err
-		}
+	if reusable(g.secret, sa, g.now) {
+		return nil
 	}
-	// Written only over what the pass found: the Secret it reuses, or none.
-	// Another pass's Secret (of a controller that ran at the same time) is
-	// not overwritten with another token: this pass fails and the next one
-	// reuses it.
+	tr, err := r.Clientset.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(g.cfg.GetRequestCredentialTTL() / time.Second))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	}
+	expires := tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339)
+	ctrl.LoggerFrom(ctx).V(1).Info("minted request token", "serviceAccount", sa.Namespace+"/"+sa.Name, "tokenExpires", expires)
+	if err := r.hook.Mark(ctx, stepToken); err != nil {
+		return err
+	}
+	cred := registration.SealedCredential{
+		Token:               tr.Status.Token,
+		ClusterNamespace:    reg.Namespace,
+		ClusterName:         g.clusterName,
+		DeploymentNamespace: sa.Namespace,
+		ServiceAccount:      sa.Name,
+		Expires:             expires,
+	}
+	data := map[string][]byte{
+		registration.KeyToken:               []byte(cred.Token),
+		registration.KeyClusterNamespace:    []byte(cred.ClusterNamespace),
+		registration.KeyClusterName:         []byte(cred.ClusterName),
+		registration.KeyDeploymentNamespace: []byte(cred.DeploymentNamespace),
+		registration.KeyServiceAccount:      []byte(cred.ServiceAccount),
+		registration.KeyExpires:             []byte(cred.Expires),
+	}
+	if sealed(reg) {
+		pub, err := registration.ParseCredentialPublicKey(reg.Spec.CredentialPublicKey)
+		if err != nil {
+			return err // checked before anything was made; not reached
+		}
+		box, err := registration.Seal(pub, cred, reg.Namespace, reg.Name, string(reg.UID))
+		if err != nil {
+			return fmt.Errorf("sealing the credential of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
+		}
+		data = map[string][]byte{registration.KeySealed: box}
+	}
+	// Written only over what the pass found: the Secret it replaces, or
+	// none. Another pass's Secret (of a controller that ran at the same
+	// time) is not overwritten with another token: this pass fails and the
+	// next one reuses it.
 	var seen types.UID
 	if g.secret != nil {
 		seen = g.secret.UID
 	}
 	return r.ensure(ctx, reg, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   config.DefaultSystemRegistrationNS,
-			Name:        credentialSecretName(reg),
-			Labels:      map[string]string{fleet.ClusterLabel: g.clusterName},
-			Annotations: map[string]string{ServiceAccountUIDAnnotation: string(sa.UID)},
+			Namespace: config.DefaultSystemRegistrationNS,
+			Name:      credentialSecretName(reg),
+			Labels:    map[string]string{fleet.ClusterLabel: g.clusterName},
+			Annotations: map[string]string{
+				ServiceAccountUIDAnnotation: string(sa.UID),
+				TokenExpiresAnnotation:      cred.Expires,
+			},
 		},
 		Type: registration.CredentialSecretType,
-		Data: map[string][]byte{
-			registration.KeyToken:               []byte(bearer),
-			registration.KeyClusterNamespace:    []byte(reg.Namespace),
-			registration.KeyClusterName:         []byte(g.clusterName),
-			registration.KeyDeploymentNamespace: []byte(sa.Namespace),
-			registration.KeyServiceAccount:      []byte(sa.Name),
-			registration.KeyExpires:             []byte(expires.UTC().Format(time.RFC3339)),
-		},
+		Data: data,
 	}, reconciler.ExpectUID(seen))
 }
 
-// reusableToken returns the bearer token of a credential Secret left by an
-// earlier pass when it was minted for sa and is good for a while longer.
-func reusableToken(secret *corev1.Secret, sa *corev1.ServiceAccount, now time.Time) (string, time.Time) {
+// sealed says whether reg is answered with a sealed credential.
+func sealed(reg *fleet.ClusterRegistration) bool { return reg.Spec.CredentialPublicKey != "" }
+
+// reusable says whether the credential Secret an earlier pass left holds a
+// token minted for sa that is good for a while longer (the controller
+// cannot read a sealed token back, so its expiry is an annotation).
+func reusable(secret *corev1.Secret, sa *corev1.ServiceAccount, now time.Time) bool {
 	if secret == nil || secret.Annotations[ServiceAccountUIDAnnotation] != string(sa.UID) {
-		return "", time.Time{}
+		return false
 	}
-	bearer := string(secret.Data[registration.KeyToken])
-	expires, err := time.Parse(time.RFC3339, string(secret.Data[registration.KeyExpires]))
-	if bearer == "" || err != nil || expires.Sub(now) < 10*time.Minute {
-		return "", time.Time{}
+	if len(secret.Data[registration.KeyToken]) == 0 && len(secret.Data[registration.KeySealed]) == 0 {
+		return false
 	}
-	return bearer, expires
+	expires, err := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAnnotation])
+	if err != nil {
+		// Written by an earlier version: the expiry is in the data.
+		expires, err = time.Parse(time.RFC3339, string(secret.Data[registration.KeyExpires]))
+	}
+	return err == nil && expires.Sub(now) >= 10*time.Minute
 }

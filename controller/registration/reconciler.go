@@ -57,8 +57,6 @@ const (
 
 // Event reasons.
 const (
-	// GrantedEventReason: a registration was handed its credential.
-	GrantedEventReason = "Granted"
 	// RefusedEventReason: a registration was refused or is blocked.
 	RefusedEventReason = "Refused"
 	// CredentialRemovedEventReason: the credential Secret was removed after
@@ -73,6 +71,11 @@ const (
 // ServiceAccount (by UID) its token was minted for, so a retried grant can
 // tell whether the token still authenticates.
 const ServiceAccountUIDAnnotation = "fleet.cattle.io/request-service-account-uid"
+
+// TokenExpiresAnnotation on the credential Secret records when its token
+// expires (RFC 3339), so a retried grant can tell whether it is still good
+// without opening a sealed credential.
+const TokenExpiresAnnotation = "fleet.cattle.io/token-expires"
 
 // Reconciler reconciles ClusterRegistrations.
 type Reconciler struct {
@@ -208,9 +211,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			"serviceAccount", g.deploymentNamespace+"/"+registration.RequestServiceAccountName(reg.Name),
 			"credentialSecret", config.DefaultSystemRegistrationNS+"/"+g.secretName)
 	}
-	if granted {
+	if granted && !sealed(reg) {
 		// Come back to remove the credential Secret once it had time to be
-		// picked up.
+		// picked up. A sealed one stays with its registration: only the
+		// agent that asked can open it, and removing it would be a write.
 		return out.Result(r.pickupTimeout())
 	}
 	return out.Result(0)
@@ -219,6 +223,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // reconcileGranted never grants again: it only removes the credential Secret
 // and the access to it once the pickup timeout has passed since the grant.
 func (r *Reconciler) reconcileGranted(ctx context.Context, reg *fleet.ClusterRegistration, now time.Time) (ctrl.Result, error) {
+	if sealed(reg) {
+		return ctrl.Result{}, nil
+	}
 	deadline := pickupDeadline(reg, r.pickupTimeout())
 	if now.Before(deadline) {
 		return ctrl.Result{RequeueAfter: deadline.Sub(now)}, nil
@@ -345,14 +352,9 @@ func (r *Reconciler) deleteLabelled(ctx context.Context, reg *fleet.ClusterRegis
 func (r *Reconciler) recordOutcome(reg *fleet.ClusterRegistration, g *grant, out reconciler.Outcome) {
 	switch out.Kind() {
 	case reconciler.KindSucceeded:
-		note := ""
-		if g.labelsNote != "" {
-			note = "; " + g.labelsNote
-		}
-		reconciler.Eventf(r.Recorder, reg, nil, corev1.EventTypeNormal, GrantedEventReason, "Grant",
-			"granted as Cluster %s/%s: request ServiceAccount %s/%s, credential Secret %s/%s%s",
-			reg.Namespace, g.clusterName, g.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
-			config.DefaultSystemRegistrationNS, g.secretName, note)
+		// No event: the Granted condition says the same, and at a
+		// thousand clusters registering an event each is a thousand
+		// writes more to the upstream API server.
 	case reconciler.KindStalled:
 		s := out.Stalled()
 		reconciler.Eventf(r.Recorder, reg, nil, corev1.EventTypeWarning, s.Reason, "Refuse", "%s", s.Message)

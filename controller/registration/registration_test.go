@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,8 +99,8 @@ func TestGrant_NewClusterRegistersWithAgentLabelsMinusReservedOnes(t *testing.T)
 	if !got.Status.Granted || got.Status.ClusterName != clusterName {
 		t.Errorf("status %+v", got.Status)
 	}
-	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != cluster.UID || ptr.Deref(got.OwnerReferences[0].Controller, false) {
-		t.Errorf("owner references %+v, want the Cluster (not as controller)", got.OwnerReferences)
+	if len(got.OwnerReferences) != 0 || !slices.Contains(got.Finalizers, registration.RegistrationFinalizer) {
+		t.Errorf("owner references %+v finalizers %v, want no owner (deleting the Cluster deletes it) and the finalizer", got.OwnerReferences, got.Finalizers)
 	}
 	ns := &corev1.Namespace{}
 	if err := up.Get(t.Context(), client.ObjectKey{Name: clusterNS}, ns); err != nil {
@@ -108,7 +109,6 @@ func TestGrant_NewClusterRegistersWithAgentLabelsMinusReservedOnes(t *testing.T)
 	if ns.Labels[fleet.ClusterLabel] != clusterName || ns.Annotations[fleet.ClusterNamespaceAnnotation] != ws {
 		t.Errorf("cluster namespace labels %v annotations %v", ns.Labels, ns.Annotations)
 	}
-	waitEvent(t, ws, reg.Name, "Granted", clusterName)
 }
 
 func TestGrant_MatchesPredefinedClusterByClientID(t *testing.T) {

@@ -22,6 +22,10 @@ import (
 // for it.
 const InvalidNameReason = "InvalidName"
 
+// InvalidCredentialKeyReason: spec.credentialPublicKey is no key the
+// credential can be sealed to.
+const InvalidCredentialKeyReason = "InvalidCredentialKey"
+
 // reinstall tells a person how to recover from a refused token.
 const reinstall = "create a new ClusterRegistrationToken and reinstall the agent with its values (helm upgrade --install fleet-agent charts/fleet-agent -f values.yaml)"
 
@@ -31,6 +35,11 @@ func checkRegistration(reg *fleet.ClusterRegistration) *reconciler.Stalled {
 	if errs := validation.IsValidLabelValue(reg.Name); len(errs) > 0 {
 		return stall(InvalidNameReason,
 			"the name %q cannot label the objects made for this registration (%s): create it with a name of at most 63 characters, or with generateName: request-", reg.Name, strings.Join(errs, "; "))
+	}
+	if k := reg.Spec.CredentialPublicKey; k != "" {
+		if _, err := registration.ParseCredentialPublicKey(k); err != nil {
+			return stall(InvalidCredentialKeyReason, "%v: the agent must send the base64 of a 32-byte X25519 public key; register again with an agent of this version", err)
+		}
 	}
 	return nil
 }
@@ -198,8 +207,12 @@ func setStatus(reg *fleet.ClusterRegistration, g *grant, err error, now time.Tim
 	out := reconciler.Failure(err)
 	if err == nil {
 		reg.Status.Granted = true
+		where := "waits in Secret %s/%s until the agent picks it up"
+		if sealed(reg) {
+			where = "is in Secret %s/%s, sealed to the agent's key"
+		}
 		out = reconciler.Success(fleet.GrantedReason,
-			"granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential waits in Secret %s/%s until the agent picks it up",
+			"granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential "+where,
 			reg.Namespace, g.clusterName, g.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
 			config.DefaultSystemRegistrationNS, g.secretName)
 		if g.labelsNote != "" {

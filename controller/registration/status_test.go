@@ -246,7 +246,7 @@ func TestPickupDeadline(t *testing.T) {
 	}
 }
 
-func TestReusableToken(t *testing.T) {
+func TestReusable(t *testing.T) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{UID: types.UID("sa-1")}}
 	secret := func(uid, token string, expires time.Time) *corev1.Secret {
 		return &corev1.Secret{
@@ -255,6 +255,13 @@ func TestReusableToken(t *testing.T) {
 				registration.KeyToken:   []byte(token),
 				registration.KeyExpires: []byte(expires.Format(time.RFC3339)),
 			},
+		}
+	}
+	// A sealed credential cannot be read back: its expiry is an annotation.
+	sealedSecret := func(uid string, expires time.Time) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ServiceAccountUIDAnnotation: uid, TokenExpiresAnnotation: expires.Format(time.RFC3339)}},
+			Data:       map[string][]byte{registration.KeySealed: []byte("box")},
 		}
 	}
 	tests := []struct {
@@ -267,12 +274,14 @@ func TestReusableToken(t *testing.T) {
 		{"ServiceAccount replaced", secret("sa-0", "tok", now.Add(time.Hour)), false},
 		{"about to expire", secret("sa-1", "tok", now.Add(time.Minute)), false},
 		{"empty token", secret("sa-1", "", now.Add(time.Hour)), false},
+		{"sealed, fresh", sealedSecret("sa-1", now.Add(time.Hour)), true},
+		{"sealed, about to expire", sealedSecret("sa-1", now.Add(time.Minute)), false},
+		{"sealed, ServiceAccount replaced", sealedSecret("sa-0", now.Add(time.Hour)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tok, _ := reusableToken(tt.secret, sa, now)
-			if (tok != "") != tt.reuse {
-				t.Fatalf("reused %q, want reuse %v", tok, tt.reuse)
+			if got := reusable(tt.secret, sa, now); got != tt.reuse {
+				t.Fatalf("reusable %v, want %v", got, tt.reuse)
 			}
 		})
 	}

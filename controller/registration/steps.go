@@ -9,9 +9,9 @@ package registration
 const (
 	// stepCluster: the Cluster of the clientID was found or created.
 	stepCluster = "cluster"
-	// stepOwnerReference: the Cluster owns the registration, which carries
-	// its finalizer (one write).
-	stepOwnerReference = "owner-reference"
+	// stepFinalizer: the registration carries the controller's finalizer
+	// (a write only when the agent did not set it).
+	stepFinalizer = "finalizer"
 	// stepNamespace: the cluster namespace and the system registration
 	// namespace exist.
 	stepNamespace = "namespace"

@@ -87,6 +87,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&corev1.Secret{}, builder.OnlyMetadata).
+		Watches(&rbacv1.RoleBinding{}, handler.EnqueueRequestsFromMapFunc(pickupBindingToken)).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allTokens))).
 		Complete(r)
 }
@@ -134,6 +135,7 @@ func (r *Reconciler) phases() reconciler.Phases[*pass] {
 		{Name: "service-account", Run: r.ensureServiceAccount},
 		{Name: "role", Run: r.ensureRole},
 		{Name: "role-binding", Run: r.ensureRoleBinding},
+		{Name: "credential-pickup", Run: r.ensurePickupBinding},
 		{Name: "values-secret", Run: r.ensureValuesSecret},
 	}
 }
@@ -147,11 +149,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := ctrl.LoggerFrom(ctx)
 	token := &fleet.ClusterRegistrationToken{}
 	if err := r.Client.Get(ctx, req.NamespacedName, token); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.deletePickupBinding(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
 	}
 	if !token.DeletionTimestamp.IsZero() {
-		// Owner references let the garbage collector remove the rest.
-		return ctrl.Result{}, nil
+		// Owner references let the garbage collector remove the rest; the
+		// pickup binding lives in another namespace.
+		return ctrl.Result{}, r.deletePickupBinding(ctx, req.NamespacedName)
 	}
 
 	cfg := r.Config.Get()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/fluxcd/pkg/ssa"
 	corev1 "k8s.io/api/core/v1"
@@ -115,29 +116,32 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 	log := ctrl.LoggerFrom(ctx)
 	if existing == nil {
 		// A plain create, so a name someone else took meanwhile fails
-		// (server-side apply has no "must not exist" precondition)...
+		// (server-side apply has no "must not exist" precondition). Its
+		// fields belong to apply.FieldManager (an update entry), which the
+		// first apply that changes the object hands over to the apply
+		// (earlierManagers); an object never changed again is never
+		// written again: one write, where create-then-apply took three.
 		if err := o.client.Create(ctx, obj, client.FieldOwner(apply.FieldManager)); err != nil {
 			return "", fmt.Errorf("creating %s %s: %w", kind, key, err)
 		}
 		log.V(1).Info("created "+kind, "object", key.String())
-		// ...then applied, which hands its fields to the apply manager:
-		// a created object is owned like every applied one.
-		_, err := o.apply(ctx, obj, obj.GetUID(), eo.shared)
-		if err == nil {
-			err = o.live.Get(ctx, key, obj)
-		}
-		switch {
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-			// Gone or replaced already (an agent takes its credential
-			// Secret away the moment it appears): it was made, which is
-			// what the pass wanted; an object still there is handed over
-			// at the next Ensure.
-			log.V(1).Info("created "+kind+" changed before it was applied", "object", key.String(), "error", err.Error())
-			return Created, nil
-		case err != nil:
-			return Created, fmt.Errorf("applying %s %s: %w", kind, key, err)
-		}
 		return Created, nil
+	}
+	// A server-side dry run first: an unchanged object is not written, and
+	// the fields of its create are left to it (handing them to the apply is
+	// a write, made with the next change; so a map key fleet stops setting,
+	// with nothing else changed, goes with that next change). Fields of
+	// the controller's writes before it applied (an upgrade) are taken
+	// over at once, so what it no longer sets goes (seen when existing was
+	// read from the API server: the cache strips managed fields, and then
+	// they go with the next change too).
+	if slices.ContainsFunc(existing.GetManagedFields(), func(m metav1.ManagedFieldsEntry) bool { return m.Manager == FieldManager }) {
+		// applied below, with the cleanup
+	} else if changed, err := o.changed(ctx, obj); err != nil {
+		return "", fmt.Errorf("comparing %s %s: %w", kind, key, err)
+	} else if !changed {
+		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(existing).Elem())
+		return Unchanged, nil
 	}
 	action, err := o.apply(ctx, obj, existing.GetUID(), eo.shared)
 	if err != nil {
@@ -154,6 +158,19 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 // createManagers are the field managers whose fields pass to
 // apply.FieldManager at an apply of a shared object: the create's only.
 var createManagers = earlierManagers[1:]
+
+// changed says whether applying obj would change the object (a dry run).
+func (o *Objects) changed(ctx context.Context, obj client.Object) (bool, error) {
+	u, err := o.desired(obj)
+	if err != nil {
+		return false, err
+	}
+	entry, _, _, err := o.rm.Diff(ctx, u, ssa.DiffOptions{})
+	if err != nil {
+		return false, err
+	}
+	return entry.Action != ssa.UnchangedAction, nil
+}
 
 // apply server-side applies obj to the object with the given UID (a
 // precondition: an object replaced meanwhile makes it fail).

@@ -60,7 +60,7 @@ func appliedBy(o client.Object, manager string, op metav1.ManagedFieldsOperation
 	})
 }
 
-func TestObjects_CreatesByServerSideApplyAndNeverWritesAnUnchangedObject(t *testing.T) {
+func TestObjects_CreatesWithOneWriteAndNeverWritesAnUnchangedObject(t *testing.T) {
 	ns := newNamespace(t)
 	o := objects()
 	sa := serviceAccount(ns, "sa")
@@ -68,8 +68,8 @@ func TestObjects_CreatesByServerSideApplyAndNeverWritesAnUnchangedObject(t *test
 	if err != nil || action != reconciler.Created {
 		t.Fatalf("first Ensure: %s, %v", action, err)
 	}
-	if sa.UID == "" || sa.Labels["owner"] != "a" || !appliedBy(sa, apply.FieldManager, metav1.ManagedFieldsOperationApply) {
-		t.Fatalf("after Ensure the object is not the one in the cluster, applied by %s: %+v", apply.FieldManager, sa.ObjectMeta)
+	if sa.UID == "" || sa.Labels["owner"] != "a" || !appliedBy(sa, apply.FieldManager, metav1.ManagedFieldsOperationUpdate) {
+		t.Fatalf("after Ensure the object is not the one in the cluster, made by %s: %+v", apply.FieldManager, sa.ObjectMeta)
 	}
 	if len(sa.ManagedFields) != 1 {
 		t.Errorf("a created object is owned by the apply manager alone: %+v", sa.ManagedFields)

@@ -28,7 +28,8 @@ const serviceAccountPrefix = "system:serviceaccount:"
 // of a current registration maps: user
 // system:serviceaccount:<cluster namespace>:request-<registration>, whose
 // ServiceAccount was made for that registration (its labels), whose
-// registration is granted and not being deleted and belongs to the Cluster,
+// registration is granted and not being deleted and was granted as the
+// Cluster (status.clusterName, the same clientID),
 // and whose Cluster's status.namespace is that cluster namespace. uid, when
 // the authenticator gives one, must be the ServiceAccount's.
 //
@@ -70,7 +71,7 @@ func ClusterForIdentity(ctx context.Context, reader client.Reader, username, uid
 	if err := get(ctx, reader, regNS, clusterName, cluster); err != nil {
 		return "", err
 	}
-	if !ownedByCluster(reg, cluster) {
+	if !belongsTo(reg, cluster) {
 		return "", fmt.Errorf("%w: ClusterRegistration %s/%s does not belong to Cluster %s", ErrNotAnAgent, regNS, regName, clusterName)
 	}
 	if cluster.Status.Namespace != ns || !cluster.DeletionTimestamp.IsZero() {
@@ -79,13 +80,12 @@ func ClusterForIdentity(ctx context.Context, reader client.Reader, username, uid
 	return regNS + "/" + clusterName, nil
 }
 
-func ownedByCluster(reg *fleet.ClusterRegistration, cluster *fleet.Cluster) bool {
-	for _, ref := range reg.OwnerReferences {
-		if ref.Kind == "Cluster" && ref.Name == cluster.Name && ref.UID == cluster.UID {
-			return true
-		}
-	}
-	return false
+// belongsTo says whether the grant of reg matched or made cluster: the
+// grant records the Cluster's name, and the Cluster has the registration's
+// clientID (a Cluster deleted and made again under the same name took its
+// registrations with it: the Cluster reconciler deletes them).
+func belongsTo(reg *fleet.ClusterRegistration, cluster *fleet.Cluster) bool {
+	return reg.Status.ClusterName == cluster.Name && reg.Spec.ClientID != "" && reg.Spec.ClientID == cluster.Spec.ClientID
 }
 
 func get(ctx context.Context, reader client.Reader, ns, name string, obj client.Object) error {

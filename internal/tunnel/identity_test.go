@@ -36,16 +36,13 @@ func agentObjects(t *testing.T, c client.Client, ws, cluster, reg string, grante
 		must(t, c.Create(ctx, names.NewClusterNamespace(ws, cluster)))
 	}
 	r := &fleet.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: reg, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: fleet.GroupVersion.String(), Kind: "Cluster", Name: cl.Name, UID: cl.UID,
-		}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: reg},
 		Spec: fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
 	}
 	must(t, c.Create(ctx, r))
-	if granted {
-		r.Status.Granted = true
-		must(t, c.Status().Update(ctx, r))
-	}
+	// As the grant records it: the Cluster's name, granted or not yet.
+	r.Status.ClusterName, r.Status.Granted = cl.Name, granted
+	must(t, c.Status().Update(ctx, r))
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
 		Namespace: clusterNS, Name: registration.RequestServiceAccountName(reg),
 		Labels: map[string]string{

@@ -203,8 +203,14 @@ func (h *harness) requestBreakdown(ctx context.Context) (reads, writes float64, 
 			reads += n
 		case "CONNECT":
 		default:
-			writes += n
 			kind := verb + " " + label(line, "resource")
+			if label(line, "dry_run") != "" {
+				// A dry run (a server-side apply's comparison) persists
+				// nothing: named in the breakdown, not counted as a write.
+				kind = "dry-run " + kind
+			} else {
+				writes += n
+			}
 			if sub := label(line, "subresource"); sub != "" {
 				kind += "/" + sub
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -356,7 +357,7 @@ func (h *harness) scale(ctx context.Context, n int, as *agents) (Result, []strin
 	if err := <-errs; err != nil {
 		return r, nil, err
 	}
-	reads0, writes0, _ := h.requestCounts(ctx)
+	reads0, writes0, kinds0, _ := h.requestBreakdown(ctx)
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		if _, err := as.start(h.env.Downstreams[i%len(h.env.Downstreams)], fmt.Sprintf("bench-scale-%d", i), h.heartbeat); err != nil {
@@ -372,9 +373,10 @@ func (h *harness) scale(ctx context.Context, n int, as *agents) (Result, []strin
 	for _, t := range got {
 		samples = append(samples, t.Sub(start))
 	}
-	reads1, writes1, _ := h.requestCounts(ctx)
+	reads1, writes1, kinds1, _ := h.requestBreakdown(ctx)
 	rss, cpu := h.controllerUsage()
 	r.latencies(samples)
+	r.Notes = strings.TrimSpace(r.Notes + " writes per registration: " + writeBreakdown(kinds0, kinds1, float64(n)))
 	r.WallS = f(wall.Seconds())
 	r.ThroughputPerS = f(float64(len(got)) / wall.Seconds())
 	r.ControllerPeakRSSMB, r.ControllerCPUS = f(rss), f(cpu)

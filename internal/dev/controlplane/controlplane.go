@@ -50,7 +50,7 @@ type Options struct {
 	// Default: $FLEET_BIN_DIR, else bin/ at the repository root.
 	BinDir string
 	// ManifestDirs are applied to the upstream after it starts, in order
-	// (CRDs first). Default: kustomize/base/crds and kustomize/base/policies.
+	// (CRDs first). Default: kustomize/base/crds, policies and rbac.
 	ManifestDirs []string
 	// NoControllerManager skips the kube-controller-manager.
 	NoControllerManager bool
@@ -103,6 +103,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		opts.ManifestDirs = []string{
 			filepath.Join(root, "kustomize", "base", "crds"),
 			filepath.Join(root, "kustomize", "base", "policies"),
+			filepath.Join(root, "kustomize", "base", "rbac"),
 		}
 	}
 	for _, b := range []string{"kube-apiserver", "etcd", "kube-controller-manager"} {

@@ -124,8 +124,8 @@ func endpointSlice(namespace string, r Replica, ready bool) *discoveryv1.Endpoin
 
 // AgentIdentity makes what a grant of registration reg leaves for Cluster
 // workspace/cluster (controller/registration): the Cluster with its
-// status.namespace, the cluster namespace, the granted registration owned
-// by the Cluster, its request ServiceAccount, and the workspace Role's
+// status.namespace, the cluster namespace, the registration granted as
+// that Cluster, its request ServiceAccount, and the workspace Role's
 // attach right, here on attachable (a grant gives only the own Cluster).
 // It returns the request ServiceAccount (mint its token to attach).
 func AgentIdentity(ctx context.Context, c client.Client, workspace, cluster, reg string, attachable ...string) (*corev1.ServiceAccount, error) {
@@ -142,15 +142,13 @@ func AgentIdentity(ctx context.Context, c client.Client, workspace, cluster, reg
 		return nil, err
 	}
 	r := &fleet.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: reg, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: fleet.GroupVersion.String(), Kind: "Cluster", Name: cl.Name, UID: cl.UID,
-		}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: reg},
 		Spec: fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
 	}
 	if err := c.Create(ctx, r); err != nil {
 		return nil, err
 	}
-	r.Status.Granted = true
+	r.Status.Granted, r.Status.ClusterName = true, cl.Name
 	if err := c.Status().Update(ctx, r); err != nil {
 		return nil, err
 	}
