@@ -49,7 +49,9 @@ func PickupBindingName(namespace, token string) string {
 }
 
 // pickupOwner makes and recognises a token's pickup binding.
-type pickupOwner struct{ token *fleet.ClusterRegistrationToken }
+type pickupOwner struct {
+	token *fleet.ClusterRegistrationToken
+}
 
 func (o pickupOwner) Own(obj client.Object) error {
 	obj.SetLabels(map[string]string{fleet.ManagedLabel: "true", pickupLabel: "true"})

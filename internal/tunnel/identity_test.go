@@ -37,7 +37,7 @@ func agentObjects(t *testing.T, c client.Client, ws, cluster, reg string, grante
 	}
 	r := &fleet.ClusterRegistration{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: reg},
-		Spec: fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
+		Spec:       fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
 	}
 	must(t, c.Create(ctx, r))
 	// As the grant records it: the Cluster's name, granted or not yet.

@@ -143,7 +143,7 @@ func AgentIdentity(ctx context.Context, c client.Client, workspace, cluster, reg
 	}
 	r := &fleet.ClusterRegistration{
 		ObjectMeta: metav1.ObjectMeta{Namespace: workspace, Name: reg},
-		Spec: fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
+		Spec:       fleet.ClusterRegistrationSpec{ClientID: "client-" + cluster, ClientRandom: "random-0123456789-" + reg},
 	}
 	if err := c.Create(ctx, r); err != nil {
 		return nil, err
