@@ -139,6 +139,14 @@ func (s *session) heartbeatLoop(ctx context.Context) error {
 	}
 }
 
+// HeartbeatPatch is the merge patch of a Cluster's status that reports the
+// agent's status: status.agent and nothing else (the admission policy
+// fleet-cluster-status-agent lets an agent write no other field). fleet
+// bench's light agents send it too.
+func HeartbeatPatch(status fleet.AgentStatus) ([]byte, error) {
+	return json.Marshal(map[string]any{"status": map[string]any{"agent": status}})
+}
+
 func (s *session) heartbeat(ctx context.Context, kubeVersion string) error {
 	a := s.agent
 	nodes := &corev1.NodeList{}
@@ -168,7 +176,7 @@ func (s *session) heartbeat(ctx context.Context, kubeVersion string) error {
 		Generation:               a.opts.Generation,
 		HeartbeatIntervalSeconds: int32(a.opts.CheckinInterval / time.Second),
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"agent": status}})
+	patch, err := HeartbeatPatch(status)
 	if err != nil {
 		return err
 	}

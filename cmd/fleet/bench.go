@@ -85,7 +85,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&opts.Quick, "quick", false, "smoke run for CI (about two and a half minutes)")
-	f.IntVar(&opts.Clusters, "clusters", 0, "clusters in the scale scenario (default 1000, 50 with --quick)")
+	f.IntVar(&opts.Clusters, "clusters", 0, "clusters in the scale and agent-rollout scenarios (default 1000, 50 with --quick) and in the fleet scenario (default 10000, 200 with --quick)")
 	f.IntVar(&opts.Shards, "shards", 1, "controller shards")
 	f.StringVar(&jsonFile, "json", "", "write the results as JSON to this file")
 	f.StringSliceVar(&opts.Only, "only", nil, "run only these scenario groups: "+strings.Join(bench.Groups, ", ")+" (default: all)")

@@ -13,12 +13,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
@@ -711,4 +713,84 @@ func TestGrant_ZZNeverLogsOrRecordsABearerToken(t *testing.T) {
 		}
 	}
 	t.Logf("checked %d bearer tokens against %d bytes of logs, statuses and events", len(tokens), len(text))
+}
+
+// A credential sealed to the agent's key: the import identity reads it by
+// its name and nothing else (no list, no watch, no other namespace's
+// Secret); another token's identity that learned the name reads a box it
+// cannot open; the token inside is the request identity's and works; the
+// Secret holds nothing in the clear and stays with its registration.
+func TestGrant_SealedCredentialOpensOnlyForTheAgentThatAsked(t *testing.T) {
+	ws := testenv.Namespace(t, up, "fleet-ws-")
+	a := newAgent(t, ws, "tok-a", importToken(t, ws, "tok-a", ""))
+	b := newAgent(t, ws, "tok-b", importToken(t, ws, "tok-b", ""))
+	reg, secret, cred := a.registerSealed(t, randomID("cid-"))
+	ctx := t.Context()
+	key := client.ObjectKeyFromObject(secret)
+
+	if len(secret.Data) != 1 || len(secret.Data[registration.KeySealed]) == 0 {
+		t.Errorf("credential Secret data keys %v, want only %q", slices.Collect(maps.Keys(secret.Data)), registration.KeySealed)
+	}
+	for k, v := range secret.Annotations {
+		if strings.Contains(v, cred.Token) || strings.Contains(k, cred.Token) {
+			t.Errorf("annotation %s carries the bearer token", k)
+		}
+	}
+	if strings.Contains(string(secret.Data[registration.KeySealed]), cred.Token) {
+		t.Error("the sealed data carries the bearer token in the clear")
+	}
+	// The token is the request identity's: it reads its own Cluster.
+	requester := as(t, cred.Token)
+	if err := requester.Get(ctx, client.ObjectKey{Namespace: ws, Name: cred.ClusterName}, &fleet.Cluster{}); err != nil {
+		t.Errorf("the opened token cannot read its own Cluster: %v", err)
+	}
+
+	for name, imp := range map[string]*agent{"A": a, "B": b} {
+		if err := imp.importer.List(ctx, &corev1.SecretList{}, client.InNamespace(key.Namespace)); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s lists the credential Secrets: want Forbidden, got %v", name, err)
+		}
+		if _, err := imp.importer.cs.CoreV1().Secrets(key.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + key.Name}); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s watches a credential Secret: want Forbidden, got %v", name, err)
+		}
+		// Secrets elsewhere by name: its own token's values Secret.
+		if err := imp.importer.Get(ctx, client.ObjectKey{Namespace: ws, Name: imp.tokenName}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s reads a Secret outside %s: want Forbidden, got %v", name, key.Namespace, err)
+		}
+		if err := imp.importer.Delete(ctx, secret.DeepCopy()); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s deletes a credential Secret: want Forbidden, got %v", name, err)
+		}
+	}
+	// B learned the name: it reads the box and cannot open it.
+	stolen := &corev1.Secret{}
+	if err := b.importer.Get(ctx, key, stolen); err != nil {
+		t.Fatalf("import identity B reading a Secret by its name: %v", err)
+	}
+	other, _ := registration.NewCredentialKey()
+	if _, err := other.Open(stolen.Data[registration.KeySealed], reg.Namespace, reg.Name, string(reg.UID)); err == nil {
+		t.Error("another key opened A's credential")
+	}
+
+	// Granted, and kept: no removal after the pickup (it would be a write
+	// for nothing).
+	got := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
+	if c := apimeta.FindStatusCondition(got.Status.Conditions, fleet.GrantedCondition); c == nil || !strings.Contains(c.Message, "sealed") {
+		t.Errorf("Granted message does not say the credential is sealed: %+v", got.Status.Conditions)
+	}
+	if roles, bindings := countRBAC(t, client.MatchingLabels{registration.RegistrationLabel: reg.Name}); roles != 1 || bindings != 2 {
+		t.Errorf("RBAC made for the registration: %d Roles, %d RoleBindings; want 1 Role (its Cluster, in the workspace) and 2 bindings (it, and the cluster namespace's shared role)", roles, bindings)
+	}
+
+	// Deleting the token removes its pickup binding: A's identity no
+	// longer reads anything.
+	if err := up.Delete(ctx, &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "tok-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the pickup binding of the deleted token to go", func() error {
+		rb := &rbacv1.RoleBinding{}
+		err := up.Get(ctx, client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: token.PickupBindingName(ws, "tok-a")}, rb)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
 }

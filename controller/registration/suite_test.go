@@ -342,3 +342,38 @@ func waitEvent(t *testing.T, ws, name, reason, noteHas string) {
 		return fmt.Errorf("%d events, none matching", len(list.Items))
 	})
 }
+
+// registerSealed registers as the real agent does: with a key of its own,
+// reading the credential Secret by name (its only right on Secrets) until
+// it appears, and opening it. It returns the registration, the Secret as
+// the import identity read it, and what opened.
+func (a *agent) registerSealed(t *testing.T, clientID string) (*fleet.ClusterRegistration, *corev1.Secret, *registration.SealedCredential) {
+	t.Helper()
+	key, err := registration.NewCredentialKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &fleet.ClusterRegistration{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: a.ws, GenerateName: "request-",
+			Labels:      map[string]string{fleet.RegistrationTokenLabel: a.tokenName},
+			Annotations: map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
+			Finalizers:  []string{registration.RegistrationFinalizer},
+		},
+		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: randomID("random-"), CredentialPublicKey: key.PublicKey()},
+	}
+	if err := a.importer.Create(t.Context(), reg); err != nil {
+		t.Fatalf("creating ClusterRegistration as the import identity: %v", err)
+	}
+	name := registration.CredentialSecretName(clientID, reg.Spec.ClientRandom)
+	secret := &corev1.Secret{}
+	testenv.Eventually(t, 30*time.Second, "the credential Secret, read by name as the import identity", func() error {
+		return a.importer.Get(t.Context(), client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: name}, secret)
+	})
+	cred, err := key.Open(secret.Data[registration.KeySealed], reg.Namespace, reg.Name, string(reg.UID))
+	if err != nil {
+		t.Fatalf("opening the credential as the agent that asked: %v", err)
+	}
+	remember(cred.Token)
+	return reg, secret, cred
+}

@@ -198,12 +198,17 @@ func waitAgentRollout(ctx context.Context, up client.Client, skip string, timeou
 // standInAgents reports every agent BundleDeployment applied and Ready
 // once it changes, as a healthy agent would; writes counts its writes.
 type standInAgents struct {
-	c      client.Client
-	writes atomic.Int64
+	c client.Client
+	// selector picks the BundleDeployments to report (nil: the agents').
+	selector client.MatchingLabels
+	writes   atomic.Int64
 }
 
 func (s *standInAgents) run(ctx context.Context, wc client.WithWatch) {
-	sel := client.MatchingLabels{fleet.AgentBundleLabel: "true"}
+	sel := s.selector
+	if sel == nil {
+		sel = client.MatchingLabels{fleet.AgentBundleLabel: "true"}
+	}
 	for ctx.Err() == nil {
 		list := &fleet.BundleDeploymentList{}
 		if err := wc.List(ctx, list, sel); err != nil {

@@ -25,8 +25,10 @@ type Options struct {
 	// controllers taken during the scale scenario.
 	ProfileDir string
 	// Only selects the groups to run: "registration" (render,
-	// registration, scale, steady state, rollout), "access" (cluster
-	// access through fleet-proxy). Empty runs both.
+	// registration, scale, steady state, rollout), "rollout" (a staged
+	// agent rollout), "fleet" (a large fleet's steady state and a Bundle
+	// change reaching it, light agents), "access" (cluster access through
+	// fleet-proxy). Empty runs all.
 	Only []string
 	// Tunnels is the size of the idle-tunnels scenario (default 1000,
 	// 100 quick).
@@ -34,7 +36,7 @@ type Options struct {
 }
 
 // Groups are the values of Options.Only.
-var Groups = []string{"registration", "access", "rollout"}
+var Groups = []string{"registration", "access", "rollout", "fleet"}
 
 func (o Options) runs(group string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, group)
@@ -62,6 +64,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	if opts.runs("rollout") {
 		rs, err := runAgentRollout(ctx, opts, step)
+		results = append(results, rs...)
+		if err != nil {
+			return results, err
+		}
+	}
+	if opts.runs("fleet") {
+		rs, err := runFleetScale(ctx, opts, step)
 		results = append(results, rs...)
 		if err != nil {
 			return results, err
