@@ -56,7 +56,10 @@ func TestGrant_AgentMayHoldOnlyItsOwnClustersTunnel(t *testing.T) {
 		}
 	}
 
-	// fleet-proxy's mapping, on the objects the grant made.
+	// fleet-proxy's mapping, on the objects the grant made, once the agent
+	// checked in (the Cluster's status names its namespace from then on).
+	checkIn(t, secretA)
+	checkIn(t, secretB)
 	userA := "system:serviceaccount:" + string(secretA.Data[registration.KeyDeploymentNamespace]) + ":" + string(secretA.Data[registration.KeyServiceAccount])
 	key, err := tunnel.AuthorizeAttach(ctx, up, userA, "", ws, clusterA)
 	if err != nil || key != ws+"/"+clusterA {

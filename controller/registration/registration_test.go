@@ -318,22 +318,32 @@ func TestGrant_RequestIdentityReachesOnlyItsOwnCluster(t *testing.T) {
 	}
 }
 
-func TestGrant_CredentialReadableOnlyByTheImportIdentityThatAsked(t *testing.T) {
+// An agent of an earlier version (no key) gets its credential in the
+// clear: its import identity may read and delete it, no identity may list
+// or watch credential Secrets, and one it deleted is not written again.
+// (Any token's import identity may get a Secret there by name, as for a
+// sealed one: the 244-bit name, over a random value only the agent and
+// the controller know, is what keeps others from it; see
+// TestGrant_SealedCredentialOpensOnlyForTheAgentThatAsked.)
+func TestGrant_UnsealedCredentialOfAnOlderAgent(t *testing.T) {
 	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok-a", importToken(t, ws, "tok-a", ""))
+	a.unsealed = true
 	b := newAgent(t, ws, "tok-b", importToken(t, ws, "tok-b", ""))
 	reg, secret := a.register(t, randomID("cid-"), nil)
 	ctx := t.Context()
 	key := client.ObjectKeyFromObject(secret)
 
-	if err := b.importer.Get(ctx, key, &corev1.Secret{}); !apierrors.IsForbidden(err) {
-		t.Errorf("import identity B reads A's credential Secret: want Forbidden, got %v", err)
-	}
 	if _, err := b.importer.cs.CoreV1().Secrets(key.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + key.Name}); !apierrors.IsForbidden(err) {
 		t.Errorf("import identity B watches A's credential Secret: want Forbidden, got %v", err)
 	}
-	if err := a.importer.List(ctx, &corev1.SecretList{}, client.InNamespace(key.Namespace)); !apierrors.IsForbidden(err) {
-		t.Errorf("import identity A lists every credential Secret: want Forbidden, got %v", err)
+	for name, imp := range map[string]*agent{"A": a, "B": b} {
+		if err := imp.importer.List(ctx, &corev1.SecretList{}, client.InNamespace(key.Namespace)); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s lists every credential Secret: want Forbidden, got %v", name, err)
+		}
+	}
+	if err := b.importer.Delete(ctx, secret.DeepCopy()); !apierrors.IsForbidden(err) {
+		t.Errorf("import identity B deletes A's credential Secret: want Forbidden, got %v", err)
 	}
 	// A may read and delete its own (the agent deletes it once copied).
 	if err := a.importer.Get(ctx, key, &corev1.Secret{}); err != nil {
@@ -434,10 +444,9 @@ func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
 	var c counts
 	testenv.Eventually(t, 30*time.Second, "one registration and one set of objects", func() error {
 		c = countGenerated(t, ws)
-		// Request Role and RoleBinding in the cluster namespace and the
-		// workspace, plus the credential Role and RoleBinding until the
-		// pickup timeout.
-		if c.registrations != 1 || c.serviceAccounts != 1 || c.roles < 2 || c.roles > 3 || c.roleBindings != c.roles || c.secrets > 1 {
+		// The workspace Role and its binding, the cluster namespace's
+		// binding to the shared role, the sealed credential.
+		if c.registrations != 1 || c.serviceAccounts != 1 || c.roles != 1 || c.roleBindings != 2 || c.secrets != 1 {
 			return fmt.Errorf("%+v", c)
 		}
 		return nil
@@ -470,9 +479,12 @@ func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
 	}
 }
 
+// An agent of an earlier version (no key) gets its credential in the
+// clear, which is removed after the pickup timeout.
 func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
 	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
+	a.unsealed = true
 	reg, secret := a.register(t, randomID("cid-"), nil)
 	got := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
 	grantedAt := got.Status.Conditions[0].LastTransitionTime.Time
@@ -505,15 +517,15 @@ func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
 		}
 		return nil
 	})
-	if err := a.importer.Get(t.Context(), key, &corev1.Secret{}); !apierrors.IsForbidden(err) {
-		t.Errorf("import identity after the pickup timeout: want Forbidden, got %v", err)
+	if err := a.importer.Get(t.Context(), key, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("import identity after the pickup timeout: want NotFound, got %v", err)
 	}
 	// The request identity stays.
 	nsC := string(secret.Data[registration.KeyDeploymentNamespace])
 	if err := as(t, string(secret.Data[registration.KeyToken])).List(t.Context(), &fleet.BundleDeploymentList{}, client.InNamespace(nsC)); err != nil {
 		t.Errorf("request token after the pickup timeout: %v", err)
 	}
-	if c := countGenerated(t, ws); c != (counts{registrations: 1, serviceAccounts: 1, roles: 2, roleBindings: 2}) {
+	if c := countGenerated(t, ws); c != (counts{registrations: 1, serviceAccounts: 1, roles: 1, roleBindings: 2}) {
 		t.Errorf("left after the pickup timeout: %+v", c)
 	}
 }
@@ -596,7 +608,7 @@ func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
 		t.Errorf("the token handed out belongs to the new ServiceAccount: %v", err)
 	}
 	// No credential Role for an admin-made registration.
-	if c := countGenerated(t, ws); c != (counts{registrations: 1, serviceAccounts: 1, roles: 2, roleBindings: 2, secrets: 1}) {
+	if c := countGenerated(t, ws); c != (counts{registrations: 1, serviceAccounts: 1, roles: 1, roleBindings: 2, secrets: 1}) {
 		t.Errorf("objects: %+v", c)
 	}
 

@@ -327,9 +327,11 @@ func leftovers(t *testing.T, ws, clientID, keep string) error {
 		want int
 	}{
 		{&corev1.ServiceAccountList{}, "ServiceAccounts", 1},
-		{&rbacv1.RoleList{}, "Roles", 2},
+		// The workspace Role of its Cluster; its binding and the cluster
+		// namespace's to the shared role; the sealed credential, kept.
+		{&rbacv1.RoleList{}, "Roles", 1},
 		{&rbacv1.RoleBindingList{}, "RoleBindings", 2},
-		{&corev1.SecretList{}, "Secrets", 0},
+		{&corev1.SecretList{}, "Secrets", 1},
 	} {
 		if err := up.List(t.Context(), c.list, sel); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 	"net"
 	"os"
 	"strings"
@@ -18,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -196,6 +196,11 @@ func as(t *testing.T, bearer string) identity {
 type agent struct {
 	ws, tokenName string
 	importer      identity
+	// unsealed: register as an agent of an earlier version did, without a
+	// key (the credential comes back in the clear).
+	unsealed bool
+	mu       sync.Mutex
+	keys     map[string]*registration.CredentialKey // by registration name
 }
 
 func newAgent(t *testing.T, ws, tokenName, bearer string) *agent {
@@ -214,6 +219,10 @@ func (a *agent) register(t *testing.T, clientID string, labels map[string]string
 
 func (a *agent) create(t *testing.T, clientID string, labels map[string]string) *fleet.ClusterRegistration {
 	t.Helper()
+	key, err := registration.NewCredentialKey()
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := &fleet.ClusterRegistration{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:    a.ws,
@@ -225,9 +234,20 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 		},
 		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: randomID("random-"), ClusterLabels: labels},
 	}
+	if !a.unsealed {
+		// As the real agent does: a key of its own, and the finalizer.
+		reg.Spec.CredentialPublicKey = key.PublicKey()
+		reg.Finalizers = []string{registration.RegistrationFinalizer}
+	}
 	if err := a.importer.Create(t.Context(), reg); err != nil {
 		t.Fatalf("creating ClusterRegistration as the import identity: %v", err)
 	}
+	a.mu.Lock()
+	if a.keys == nil {
+		a.keys = map[string]*registration.CredentialKey{}
+	}
+	a.keys[reg.Name] = key
+	a.mu.Unlock()
 	return reg
 }
 
@@ -245,28 +265,46 @@ func (a *agent) waitCredential(t *testing.T, reg *fleet.ClusterRegistration, tim
 }
 
 // watchCredential is waitCredential until ctx ends, for use off the test's
-// goroutine.
+// goroutine. It reads the credential Secret by name as the real agent does
+// (Forbidden, for an unsealed registration, until the grant made its Role;
+// NotFound until it is written) and returns it as the agent keeps it: a
+// sealed one opened, its keys in the clear (labels and type as upstream).
 func (a *agent) watchCredential(ctx context.Context, reg *fleet.ClusterRegistration) (*corev1.Secret, error) {
 	name := registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
+	a.mu.Lock()
+	key := a.keys[reg.Name]
+	a.mu.Unlock()
 	var lastErr error
 	for ctx.Err() == nil {
-		w, err := a.importer.cs.CoreV1().Secrets(config.DefaultSystemRegistrationNS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-		if err != nil {
-			lastErr = err
-			if !apierrors.IsForbidden(err) {
-				return nil, fmt.Errorf("watching credential Secret %s: %w", name, err)
+		s := &corev1.Secret{}
+		err := a.importer.Get(ctx, client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: name}, s)
+		switch {
+		case err == nil && len(s.Data[registration.KeySealed]) > 0:
+			c, err := key.Open(s.Data[registration.KeySealed], reg.Namespace, reg.Name, string(reg.UID))
+			if err != nil {
+				return nil, fmt.Errorf("opening credential Secret %s: %w", name, err)
 			}
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		for ev := range w.ResultChan() {
-			if s, ok := ev.Object.(*corev1.Secret); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) && len(s.Data[registration.KeyToken]) > 0 {
-				w.Stop()
-				remember(string(s.Data[registration.KeyToken]))
-				return s, nil
+			remember(c.Token)
+			s.Data = map[string][]byte{
+				registration.KeyToken:               []byte(c.Token),
+				registration.KeyClusterNamespace:    []byte(c.ClusterNamespace),
+				registration.KeyClusterName:         []byte(c.ClusterName),
+				registration.KeyDeploymentNamespace: []byte(c.DeploymentNamespace),
+				registration.KeyServiceAccount:      []byte(c.ServiceAccount),
+				registration.KeyExpires:             []byte(c.Expires),
 			}
+			return s, nil
+		case err == nil && len(s.Data[registration.KeyToken]) > 0:
+			remember(string(s.Data[registration.KeyToken]))
+			return s, nil
+		case err != nil && !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading credential Secret %s: %w", name, err)
 		}
-		w.Stop()
+		lastErr = err
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	return nil, fmt.Errorf("no credential Secret %s (last error: %v)", name, lastErr)
 }
@@ -376,4 +414,27 @@ func (a *agent) registerSealed(t *testing.T, clientID string) (*fleet.ClusterReg
 	}
 	remember(cred.Token)
 	return reg, secret, cred
+}
+
+// checkIn sends an agent's first heartbeat (status.agent, as the agent
+// patches it) as the request identity of the credential secret, and waits
+// for the controller's first status of the Cluster, which waits for that
+// check-in.
+func checkIn(t *testing.T, secret *corev1.Secret) {
+	t.Helper()
+	ws, name := string(secret.Data[registration.KeyClusterNamespace]), string(secret.Data[registration.KeyClusterName])
+	patch := []byte(`{"status":{"agent":{"lastSeen":"` + time.Now().UTC().Format(time.RFC3339) + `","namespace":"cattle-fleet-system"}}}`)
+	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}}
+	if err := as(t, string(secret.Data[registration.KeyToken])).Status().Patch(t.Context(), c, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("the agent's check-in: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the Cluster's first status after the check-in", func() error {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		if c.Status.Namespace == "" {
+			return errors.New("no status.namespace yet")
+		}
+		return nil
+	})
 }
