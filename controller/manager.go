@@ -32,6 +32,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -268,5 +269,5 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 
 // Start runs the controller until ctx ends.
 func (c *Controller) Start(ctx context.Context) error {
-	return c.Manager.Start(ctx)
+	return reconciler.RunManager(ctx, c.Manager, reconciler.ManagerStopWithin)
 }

@@ -48,6 +48,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
@@ -235,5 +236,5 @@ func (d *Deployer) setup() error {
 // permissions).
 func (d *Deployer) Run(ctx context.Context) error {
 	d.log.Info("starting", "agentNamespace", d.opts.AgentNamespace, "workers", d.opts.Workers)
-	return d.mgr.Start(ctx)
+	return reconciler.RunManager(ctx, d.mgr, reconciler.ManagerStopWithin)
 }

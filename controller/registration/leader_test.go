@@ -159,13 +159,14 @@ func (s *secretEvents) log(t *testing.T) {
 	defer s.mu.Unlock()
 	for _, ev := range s.events {
 		if sec, ok := ev.Object.(*corev1.Secret); ok {
-			t.Logf("%s resourceVersion %s token %x… managed by %v", ev.Type, sec.ResourceVersion, sec.Data[registration.KeyToken][:min(8, len(sec.Data[registration.KeyToken]))], sec.ManagedFields)
+			payload := credentialPayload(sec)
+			t.Logf("%s resourceVersion %s credential %x… managed by %v", ev.Type, sec.ResourceVersion, payload[:min(8, len(payload))], sec.ManagedFields)
 		}
 	}
 }
 
 // count returns how often the Secret was added, and how often it was
-// changed to hold another token than the one first added.
+// changed to hold another credential than the one first added.
 func (s *secretEvents) count() (added, rewritten int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -179,10 +180,10 @@ func (s *secretEvents) count() (added, rewritten int) {
 		case watch.Added:
 			added++
 			if first == nil {
-				first = sec.Data[registration.KeyToken]
+				first = credentialPayload(sec)
 			}
 		case watch.Modified:
-			if !bytes.Equal(sec.Data[registration.KeyToken], first) {
+			if !bytes.Equal(credentialPayload(sec), first) {
 				rewritten++
 			}
 		}
@@ -194,8 +195,9 @@ func (s *secretEvents) count() (added, rewritten int) {
 // a registration and the agent picks its credential up; then A goes and B,
 // whose cache still shows the registration as it was before A recorded the
 // grant (a standby's watch lagging at the leader change), takes over. B
-// must not run the grant again: the credential Secret stays gone and the
-// registration is not written.
+// must not run the grant again: the credential Secret is not written again
+// (nor, for an older agent's registration, brought back once picked up) and
+// the registration is not written.
 func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 	if !isolated {
 		runIsolated(t)
@@ -223,10 +225,7 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 		before.Store(r)
 	}, nil)
 	secret := a.waitCredential(t, reg, 60*time.Second)
-	// The agent keeps the credential and drops the handed-back copy.
-	if err := a.importer.Delete(t.Context(), secret); err != nil {
-		t.Fatal(err)
-	}
+	a.pickedUp(t, secret)
 	granted := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
 	first.stop(t)
 	stale := before.Load()
@@ -278,8 +277,8 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 // Secret (the test holds each there until the other arrives, so they race
 // for the status), yet the Secret is written once with one token, exactly
 // one of them records the grant (the status write carries the version the
-// pass decided on), and once the agent picked the credential up it never
-// comes back.
+// pass decided on), and once the agent picked the credential up nothing
+// writes it again.
 func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 	if !isolated {
 		runIsolated(t)
@@ -334,11 +333,9 @@ func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 		t.Errorf("credential Secret added %d times and rewritten %d times, want once and never", added, rewritten)
 	}
 
-	// The agent picks the credential up; nothing makes it again, whatever
+	// The agent picks the credential up; nothing writes it again, whatever
 	// brings the registration back to either controller.
-	if err := a.importer.Delete(t.Context(), secret); err != nil {
-		t.Fatal(err)
-	}
+	a.pickedUp(t, secret)
 	for i := range 3 {
 		r := getReg(t, ws, reg.Name)
 		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"test/poke":"%d"}}}`, i)))

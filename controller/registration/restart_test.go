@@ -60,6 +60,9 @@ func newTokenManager() (ctrl.Manager, error) {
 type grantController struct {
 	cancel context.CancelFunc
 	run    *testenv.Runner
+	// elected is closed once the manager's caches synced and its
+	// controllers started.
+	elected <-chan struct{}
 	// killed is closed when the kill step was reached.
 	killed chan struct{}
 
@@ -113,14 +116,25 @@ func startGrantController(t *testing.T, killAt string) *grantController {
 		cancel()
 		t.Fatal(err)
 	}
+	g.elected = mgr.Elected()
 	g.run = testenv.Go(ctx, "registration controller", mgr.Start)
 	t.Cleanup(func() { g.stop(t) })
 	return g
 }
 
-// stop ends the manager and waits for it to return.
+// stop ends the manager and waits for it to return. It first lets the
+// manager finish starting: controller-runtime's manager does not return
+// when it is stopped while its caches are still starting (it keeps waiting
+// for them to report ready), which a grant that converges within
+// milliseconds of the start would otherwise hit.
 func (g *grantController) stop(t *testing.T) {
 	t.Helper()
+	select {
+	case <-g.elected:
+	case <-g.run.Done():
+	case <-time.After(60 * time.Second):
+		t.Error("registration controller did not finish starting within 60s")
+	}
 	g.cancel()
 	g.wait(t)
 }
@@ -245,11 +259,7 @@ func restartAt(t *testing.T, step string, reregister bool) {
 		t.Fatalf("the agent got no credential: %v", got.err)
 	}
 	secret := got.secret
-	// The agent keeps the credential and drops the handed-back copy (the
-	// real agent ignores a failure here: the controller expires it).
-	if err := a.importer.Delete(t.Context(), secret); err != nil {
-		t.Logf("deleting the credential Secret as the import identity: %v", err)
-	}
+	a.pickedUp(t, secret)
 	waitCondition(t, ws, final.Name, metav1.ConditionTrue, fleet.GrantedReason)
 	granted := time.Since(begin)
 

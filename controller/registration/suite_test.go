@@ -309,6 +309,29 @@ func (a *agent) watchCredential(ctx context.Context, reg *fleet.ClusterRegistrat
 	return nil, fmt.Errorf("no credential Secret %s (last error: %v)", name, lastErr)
 }
 
+// pickedUp does what the agent does with the credential Secret once it has
+// it: a sealed one stays (only the agent's key opens it, and the controller
+// removes it with the registration); a clear one of an older agent is
+// deleted as the import identity.
+func (a *agent) pickedUp(t *testing.T, secret *corev1.Secret) {
+	t.Helper()
+	if !a.unsealed {
+		return
+	}
+	if err := a.importer.Delete(t.Context(), secret); err != nil {
+		t.Fatalf("deleting the clear credential Secret as the import identity: %v", err)
+	}
+}
+
+// credentialPayload is what a credential Secret hands over: the sealed box,
+// or an older agent's clear token.
+func credentialPayload(s *corev1.Secret) []byte {
+	if b := s.Data[registration.KeySealed]; len(b) > 0 {
+		return b
+	}
+	return s.Data[registration.KeyToken]
+}
+
 func getReg(t *testing.T, ws, name string) *fleet.ClusterRegistration {
 	t.Helper()
 	reg := &fleet.ClusterRegistration{}
