@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -296,6 +297,17 @@ func (h *harness) profile(ctx context.Context, dir, name string, d time.Duration
 			fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), fmt.Sprintf("%s-controller-%d-cpu.pprof", name, i))
 			fetch("/debug/pprof/heap", fmt.Sprintf("%s-controller-%d-heap.pprof", name, i))
 		}()
+	}
+	// This process too: it runs the stand-in agents.
+	if f, err := os.Create(filepath.Join(dir, name+"-bench-cpu.pprof")); err == nil {
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+		} else {
+			time.AfterFunc(d, func() {
+				pprof.StopCPUProfile()
+				_ = f.Close()
+			})
+		}
 	}
 	// The upstream API server too: it serves every agent and the controller.
 	go func() {
