@@ -24,7 +24,6 @@ import (
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
 // Agent is one running agent.
@@ -56,7 +55,7 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	local, err := client.NewWithWatch(opts.Local, client.Options{Scheme: scheme.Scheme})
+	local, err := newClient(opts.Local)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the local cluster: %w", err)
 	}

@@ -29,7 +29,6 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/direct"
-	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
 // The authorized cluster endpoint (docs/cluster-access.md): every replica
@@ -252,7 +251,7 @@ func (a *Agent) directCA(own []byte) []byte {
 // reportDirectCA writes the endpoint's CA into the Cluster's
 // status.agent.directEndpointCA when it differs.
 func (a *Agent) reportDirectCA(ctx context.Context, up *rest.Config, cred *credential, caPEM []byte) error {
-	c, err := client.New(up, client.Options{Scheme: scheme.Scheme})
+	c, err := newClient(up)
 	if err != nil {
 		return err
 	}

@@ -110,5 +110,19 @@ func reachableWithSystemStore(ctx context.Context, url string) bool {
 }
 
 func newUpstreamClient(cfg *rest.Config) (client.WithWatch, error) {
-	return client.NewWithWatch(cfg, client.Options{Scheme: scheme.Scheme})
+	return newClient(cfg)
+}
+
+// newClient is a client of the project's scheme that maps the kinds an
+// agent uses without reading the server's discovery documents first.
+func newClient(cfg *rest.Config) (client.WithWatch, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := scheme.KnownKindsMapper(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme.Scheme, HTTPClient: httpClient, Mapper: mapper})
 }

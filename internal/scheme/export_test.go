@@ -1,0 +1,4 @@
+package scheme
+
+// KnownKinds are the kinds KnownKindsMapper maps without discovery.
+var KnownKinds = knownKinds
