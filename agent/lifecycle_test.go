@@ -69,6 +69,28 @@ func TestAgent_DeletedTokenIsRefusedClearly(t *testing.T) {
 	})
 }
 
+// TestAgent_RefusedRegistrationIsReportedAtOnce: the controller refuses
+// the registration (its token may register another clientID only, and the
+// agent was installed with its own); the
+// agent reads the refusal in its registration's status and reports the
+// controller's reason and message, instead of waiting out its
+// registration timeout.
+func TestAgent_RefusedRegistrationIsReportedAtOnce(t *testing.T) {
+	ds := env.Downstreams[0]
+	ws := testenv.Namespace(t, up, "fleet-ws-")
+	values := newToken(t, ws, "bound", fleet.ClusterRegistrationTokenSpec{ClientID: "some-other-cluster"})
+	agentNS := "agent-" + ws
+	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "this-cluster-" + ws})
+	a := startAgent(t, ds, agentNS, nil)
+	testenv.Eventually(t, 30*time.Second, "refusal reported", func() error {
+		err := a.ReadyCheck(nil)
+		if err == nil || !strings.Contains(err.Error(), "the upstream refused registration") || !strings.Contains(err.Error(), `may only register clientID "some-other-cluster"`) {
+			return fmt.Errorf("ready check: %v", err)
+		}
+		return nil
+	})
+}
+
 func TestAgent_RenewsItsCredentialWithoutRegisteringAgain(t *testing.T) {
 	ds := env.Downstreams[1]
 	ws := testenv.Namespace(t, up, "fleet-ws-")

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -72,12 +73,19 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 		labels[k] = v
 	}
 	labels[fleet.CreatedByAgentPodLabel] = a.opts.PodName
+	// The registration's name is random and known only to this agent: the
+	// import identity may get any registration of its namespace by name
+	// (no list, no watch), and this one carries the answer.
+	nameRandom := make([]byte, 16)
+	if _, err := rand.Read(nameRandom); err != nil {
+		return nil, err
+	}
 	reg := &fleet.ClusterRegistration{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:    b.ClusterNamespace,
-			GenerateName: "request-",
-			Labels:       map[string]string{fleet.RegistrationTokenLabel: b.TokenName},
-			Annotations:  map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
+			Namespace:   b.ClusterNamespace,
+			Name:        "request-" + hex.EncodeToString(nameRandom),
+			Labels:      map[string]string{fleet.RegistrationTokenLabel: b.TokenName},
+			Annotations: map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
 			// The controller's finalizer, set now: it spares the grant a
 			// write (it removes what it made for the registration when the
 			// registration goes).
@@ -98,15 +106,15 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 		return nil, err
 	}
 
-	secretName := registration.CredentialSecretName(clientID, clientRandom)
-	secret, err := a.waitForCredentialSecret(ctx, importClient, b.SystemRegistrationNamespace, secretName)
+	clear := client.ObjectKey{Namespace: b.SystemRegistrationNamespace, Name: registration.CredentialSecretName(clientID, clientRandom)}
+	granted, clearSecret, err := a.waitForGrant(ctx, importClient, client.ObjectKeyFromObject(reg), clear)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the upstream to grant registration %s/%s: %w (check its status: kubectl get clusterregistration -n %s %s -o yaml)",
 			reg.Namespace, reg.Name, err, reg.Namespace, reg.Name)
 	}
-	cred, err := openCredential(secret, key, reg)
+	cred, err := openCredential(granted, clearSecret, key)
 	if err != nil {
-		return nil, fmt.Errorf("credential Secret %s/%s: %w", b.SystemRegistrationNamespace, secretName, err)
+		return nil, fmt.Errorf("the credential in the status of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
 	}
 	cred.APIServerURL, cred.APIServerCA, cred.TLSMode, cred.Issued = importCfg.Host, importCfg.CAData, cfg.AgentTLSMode, time.Now()
 	if err := a.step(ctx, "credential-received"); err != nil {
@@ -118,11 +126,11 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	if err := a.step(ctx, "credential-stored"); err != nil {
 		return nil, err
 	}
-	// The credential is safe locally. A sealed copy upstream is useless to
-	// anyone else and goes with the registration; one in the clear (an
-	// older controller's) is dropped now. Then forget the import token.
-	if len(secret.Data[registration.KeySealed]) == 0 {
-		if err := importClient.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
+	// The credential is safe locally; the sealed copy upstream is useless
+	// to anyone else and goes with the registration, one in the clear is
+	// deleted now. Forget the import token.
+	if clearSecret != nil {
+		if err := importClient.Delete(ctx, clearSecret); err != nil && !apierrors.IsNotFound(err) {
 			log.Info("could not delete the credential Secret upstream; the controller expires it", "error", err.Error())
 		}
 	}
@@ -137,21 +145,23 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	return cred, nil
 }
 
-// openCredential reads the credential out of the Secret the controller
-// answered with: sealed to key for reg, or, from an older controller, in
-// the clear.
-func openCredential(secret *corev1.Secret, key *registration.CredentialKey, reg *fleet.ClusterRegistration) (*credential, error) {
-	c := &registration.SealedCredential{
-		Token:               string(secret.Data[registration.KeyToken]),
-		ClusterNamespace:    string(secret.Data[registration.KeyClusterNamespace]),
-		ClusterName:         string(secret.Data[registration.KeyClusterName]),
-		DeploymentNamespace: string(secret.Data[registration.KeyDeploymentNamespace]),
-		ServiceAccount:      string(secret.Data[registration.KeyServiceAccount]),
-		Expires:             string(secret.Data[registration.KeyExpires]),
-	}
-	if box := secret.Data[registration.KeySealed]; len(box) > 0 {
+// openCredential opens the credential the controller sealed to key in
+// the status of the registration it answered, or reads the one it wrote
+// in the clear (clear not nil).
+func openCredential(reg *fleet.ClusterRegistration, clear *corev1.Secret, key *registration.CredentialKey) (*credential, error) {
+	var c *registration.SealedCredential
+	if clear != nil {
+		c = &registration.SealedCredential{
+			Token:               string(clear.Data[registration.KeyToken]),
+			ClusterNamespace:    string(clear.Data[registration.KeyClusterNamespace]),
+			ClusterName:         string(clear.Data[registration.KeyClusterName]),
+			DeploymentNamespace: string(clear.Data[registration.KeyDeploymentNamespace]),
+			ServiceAccount:      string(clear.Data[registration.KeyServiceAccount]),
+			Expires:             string(clear.Data[registration.KeyExpires]),
+		}
+	} else {
 		var err error
-		if c, err = key.Open(box, reg.Namespace, reg.Name, string(reg.UID)); err != nil {
+		if c, err = key.Open(reg.Status.Credential, reg.Namespace, reg.Name, string(reg.UID)); err != nil {
 			return nil, err
 		}
 	}
@@ -169,37 +179,58 @@ func openCredential(secret *corev1.Secret, key *registration.CredentialKey, reg 
 	return cred, nil
 }
 
-// waitForCredentialSecret waits for the one Secret the registration will be
-// answered with. The import identity may get a Secret in the system
-// registration namespace by its name, and only get (no list, no watch: the
-// names are what keeps one agent's credential from another), so it asks
-// again with a growing pause. A 403 (an older controller grants the right
-// to read it only once it has seen the registration) is asked again the
-// same way.
-func (a *Agent) waitForCredentialSecret(ctx context.Context, c client.Client, ns, name string) (*corev1.Secret, error) {
+// maxGrantPoll is the longest pause between two reads of the registration.
+// A registration answered at once is read within milliseconds; one that
+// waits behind a thousand others costs the upstream one GET per agent per
+// pause, so the pause grows to a few seconds.
+const maxGrantPoll = 5 * time.Second
+
+// waitForGrant waits for the controller's answer to the registration: its
+// status with the sealed credential, or a refusal. The import identity may
+// get a registration by its name, and only get (no list, no watch: the
+// names keep one agent's registration from another), so it asks again
+// with a growing pause. A refusal (the registration is stalled: the token
+// expired, the cluster is registered and online, ...) ends the wait with
+// the controller's message. A registration granted without a sealed
+// credential (its spec.credentialPublicKey was dropped: CRDs older than
+// the agent) is answered in the clear, in the Secret named clear, which
+// its Role lets the import identity read.
+func (a *Agent) waitForGrant(ctx context.Context, c client.Client, key, clear client.ObjectKey) (*fleet.ClusterRegistration, *corev1.Secret, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.RegistrationTimeout)
 	defer cancel()
 	delay := 20 * time.Millisecond
 	for {
-		s := &corev1.Secret{}
-		// From the API server's watch cache: cheap for it, and a Secret
-		// that is not there yet is asked for again anyway.
-		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
-		if err == nil && (len(s.Data[registration.KeySealed]) > 0 || len(s.Data[registration.KeyToken]) > 0) {
-			return s, nil
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("no answer within %s", a.opts.RegistrationTimeout)
-		}
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-			a.log.V(1).Info("reading the credential Secret", "error", err.Error())
+		reg := &fleet.ClusterRegistration{}
+		// From the API server's watch cache: cheap for it, and an answer
+		// not there yet is asked for again anyway.
+		err := c.Get(ctx, key, reg, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+		switch {
+		case err == nil && len(reg.Status.Credential) > 0:
+			return reg, nil, nil
+		case err == nil && reg.Status.Granted:
+			s := &corev1.Secret{}
+			if err := c.Get(ctx, clear, s); err == nil && len(s.Data[registration.KeyToken]) > 0 {
+				return reg, s, nil
+			} else if err != nil {
+				a.log.V(1).Info("reading the credential Secret of a registration granted in the clear", "error", err.Error())
+			}
+		case err == nil:
+			if s := meta.FindStatusCondition(reg.Status.Conditions, fleet.StalledCondition); s != nil && s.Status == metav1.ConditionTrue {
+				return nil, nil, reconciler.Stall(s.Reason, "the upstream refused registration %s/%s: %s", key.Namespace, key.Name, s.Message)
+			}
+		case ctx.Err() != nil:
+		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+			return nil, nil, reconciler.Stall(fleet.CredentialRejectedReason,
+				"the upstream does not let the import token read its registration (%v): upgrade the fleet controller to this agent's version, or create a new token and reinstall the agent with its values", apierrors.ReasonForError(err))
+		case !apierrors.IsNotFound(err):
+			a.log.V(1).Info("reading the registration", "error", err.Error())
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no answer within %s", a.opts.RegistrationTimeout)
+			return nil, nil, fmt.Errorf("no answer within %s", a.opts.RegistrationTimeout)
 		case <-time.After(delay):
 		}
-		delay = min(delay*3/2, 2*time.Second)
+		delay = min(delay*3/2, maxGrantPoll)
 	}
 }
 

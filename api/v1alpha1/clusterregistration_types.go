@@ -61,8 +61,9 @@ type ClusterRegistrationSpec struct {
 	// credentialPublicKey is the agent's public key for this attempt (HPKE,
 	// DHKEM(X25519, HKDF-SHA256), base64). The controller seals the
 	// credential to it, so only the agent that made the registration can
-	// open it. Without it (older agents) the credential is written in the
-	// clear, readable through a Role made for the one registration.
+	// open it; it is handed over in status.credential. Without it (older
+	// agents) the credential is written in the clear into a Secret, readable
+	// through a Role made for the one registration.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	CredentialPublicKey string `json:"credentialPublicKey,omitempty"`
@@ -77,9 +78,19 @@ type ClusterRegistrationStatus struct {
 	// clusterName is the Cluster this registration was matched to or made.
 	// +optional
 	ClusterName string `json:"clusterName,omitempty"`
-	// granted is true once the credential Secret was written.
+	// granted is true once the credential was handed over: in credential
+	// below, or, for a registration without spec.credentialPublicKey, in a
+	// Secret of the system registration namespace.
 	// +optional
 	Granted bool `json:"granted,omitempty"`
+	// credential is the agent's credential (a token of its request
+	// ServiceAccount and where its cluster lives) sealed to
+	// spec.credentialPublicKey: only the agent that made the registration
+	// can open it, and it opens only for this registration. Written with
+	// granted, in the same status write.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	Credential []byte `json:"credential,omitempty"`
 }
 
 func init() {

@@ -41,10 +41,14 @@ type grant struct {
 	cluster             *fleet.Cluster
 	clusterName         string
 	deploymentNamespace string
-	// secret is the credential Secret an earlier pass left (nil: none).
+	// secret is the credential Secret an earlier pass left (nil: none),
+	// for a registration without a key.
 	secret     *corev1.Secret
 	secretName string
-	sa         *corev1.ServiceAccount
+	// sealedCredential is the credential sealed to the registration's key,
+	// written into its status with the grant.
+	sealedCredential []byte
+	sa               *corev1.ServiceAccount
 	// labelsNote says which of the agent's labels the Cluster did not get.
 	labelsNote string
 	// createdCluster is the Cluster this pass created, with the agent
@@ -65,9 +69,10 @@ func (r *Reconciler) phases() reconciler.Phases[*grant] {
 		{Name: stepCluster, Run: r.checkAndFindCluster},
 		{Name: stepFinalizer, Run: r.ensureFinalizer},
 		{Name: stepNamespace, Run: r.ensureNamespaces},
-		// A sealed credential needs no access of its own: the import
-		// identity reads it by its unguessable name through its token's
-		// binding (controller/token), and only the agent can open it.
+		// A sealed credential needs no access of its own: it is handed
+		// over in the registration's status, which the import identity
+		// reads by the registration's unguessable name (controller/token),
+		// and only the agent can open it.
 		{Name: stepCredentialAccess, Run: r.ensureCredentialAccess, Skip: func(g *grant) bool {
 			return g.reg.Labels[fleet.RegistrationTokenLabel] == "" || sealed(g.reg)
 		}},
@@ -76,7 +81,7 @@ func (r *Reconciler) phases() reconciler.Phases[*grant] {
 		// tokens for any ServiceAccount there.
 		{Name: stepSuperseded, Run: r.supersede},
 		{Name: stepRequestIdentity, Run: r.ensureRequestIdentity},
-		{Name: stepCredentialSecret, Run: r.ensureCredentialSecret},
+		{Name: stepCredentialSecret, Run: r.ensureCredential},
 	}
 }
 
@@ -299,12 +304,16 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, g *grant) error {
 	return nil
 }
 
-// ensureNamespaces makes the cluster namespace and the system registration
-// namespace, and reads the credential Secret an earlier pass may have left.
+// ensureNamespaces makes the cluster namespace and, for a credential in a
+// Secret, the system registration namespace, and reads the credential
+// Secret an earlier pass may have left.
 func (r *Reconciler) ensureNamespaces(ctx context.Context, g *grant) error {
 	g.deploymentNamespace = names.ClusterNamespace(g.reg.Namespace, g.clusterName)
 	if err := clusterns.Ensure(ctx, r.Client, r.APIReader, names.NewClusterNamespace(g.reg.Namespace, g.clusterName)); err != nil {
 		return err
+	}
+	if sealed(g.reg) {
+		return nil
 	}
 	// Access to the credential Secret comes first, so the agent's watch on
 	// it starts as early as possible.
@@ -538,34 +547,70 @@ func (r *Reconciler) checkNoOtherRequestIdentity(ctx context.Context, g *grant) 
 	return nil
 }
 
-// ensureCredentialSecret writes the credential Secret: a fresh bearer token
-// of the request ServiceAccount and where the agent's cluster lives, sealed
-// to the registration's key when it has one. A Secret written by an
-// interrupted earlier pass is kept as it is when its token still
-// authenticates (same ServiceAccount UID, not near expiry).
-func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error {
-	reg, sa := g.reg, g.sa
-	if reusable(g.secret, sa, g.now) {
-		return nil
+// ensureCredential makes the credential: a fresh bearer token of the
+// request ServiceAccount and where the agent's cluster lives. For a
+// registration with a key it is sealed to that key and written into the
+// registration's status with the grant, in one write that carries the
+// version of the registration the grant was decided on: a pass stopped
+// before it leaves nothing behind (the token it minted was never shown to
+// anyone), and two passes cannot both hand one over. Without a key it is
+// written in the clear into the credential Secret.
+func (r *Reconciler) ensureCredential(ctx context.Context, g *grant) error {
+	if !sealed(g.reg) {
+		return r.ensureCredentialSecret(ctx, g)
 	}
+	cred, err := r.mintCredential(ctx, g)
+	if err != nil {
+		return err
+	}
+	pub, err := registration.ParseCredentialPublicKey(g.reg.Spec.CredentialPublicKey)
+	if err != nil {
+		return err // checked before anything was made; not reached
+	}
+	box, err := registration.Seal(pub, *cred, g.reg.Namespace, g.reg.Name, string(g.reg.UID))
+	if err != nil {
+		return fmt.Errorf("sealing the credential of ClusterRegistration %s/%s: %w", g.reg.Namespace, g.reg.Name, err)
+	}
+	g.sealedCredential = box
+	return nil
+}
+
+// mintCredential requests a token for the request ServiceAccount.
+func (r *Reconciler) mintCredential(ctx context.Context, g *grant) (*registration.SealedCredential, error) {
+	reg, sa := g.reg, g.sa
 	tr, err := r.Clientset.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(g.cfg.GetRequestCredentialTTL() / time.Second))},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+		return nil, fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
 	}
 	expires := tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339)
 	ctrl.LoggerFrom(ctx).V(1).Info("minted request token", "serviceAccount", sa.Namespace+"/"+sa.Name, "tokenExpires", expires)
 	if err := r.hook.Mark(ctx, stepToken); err != nil {
-		return err
+		return nil, err
 	}
-	cred := registration.SealedCredential{
+	return &registration.SealedCredential{
 		Token:               tr.Status.Token,
 		ClusterNamespace:    reg.Namespace,
 		ClusterName:         g.clusterName,
 		DeploymentNamespace: sa.Namespace,
 		ServiceAccount:      sa.Name,
 		Expires:             expires,
+	}, nil
+}
+
+// ensureCredentialSecret writes the credential Secret of a registration
+// without a key, in the clear. A Secret written by an interrupted earlier
+// pass is kept as it is when its token still authenticates (same
+// ServiceAccount UID, not near expiry).
+func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error {
+	reg, sa := g.reg, g.sa
+	if reusable(g.secret, sa, g.now) {
+		return nil
+	}
+	cred, err := r.mintCredential(ctx, g)
+	if err != nil {
+		return err
 	}
 	data := map[string][]byte{
 		registration.KeyToken:               []byte(cred.Token),
@@ -574,17 +619,6 @@ func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error
 		registration.KeyDeploymentNamespace: []byte(cred.DeploymentNamespace),
 		registration.KeyServiceAccount:      []byte(cred.ServiceAccount),
 		registration.KeyExpires:             []byte(cred.Expires),
-	}
-	if sealed(reg) {
-		pub, err := registration.ParseCredentialPublicKey(reg.Spec.CredentialPublicKey)
-		if err != nil {
-			return err // checked before anything was made; not reached
-		}
-		box, err := registration.Seal(pub, cred, reg.Namespace, reg.Name, string(reg.UID))
-		if err != nil {
-			return fmt.Errorf("sealing the credential of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
-		}
-		data = map[string][]byte{registration.KeySealed: box}
 	}
 	// Written only over what the pass found: the Secret it replaces, or
 	// none. Another pass's Secret (of a controller that ran at the same
@@ -613,13 +647,12 @@ func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error
 func sealed(reg *fleet.ClusterRegistration) bool { return reg.Spec.CredentialPublicKey != "" }
 
 // reusable says whether the credential Secret an earlier pass left holds a
-// token minted for sa that is good for a while longer (the controller
-// cannot read a sealed token back, so its expiry is an annotation).
+// token minted for sa that is good for a while longer.
 func reusable(secret *corev1.Secret, sa *corev1.ServiceAccount, now time.Time) bool {
 	if secret == nil || secret.Annotations[ServiceAccountUIDAnnotation] != string(sa.UID) {
 		return false
 	}
-	if len(secret.Data[registration.KeyToken]) == 0 && len(secret.Data[registration.KeySealed]) == 0 {
+	if len(secret.Data[registration.KeyToken]) == 0 {
 		return false
 	}
 	expires, err := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAnnotation])

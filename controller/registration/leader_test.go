@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -126,66 +125,69 @@ func (c laggingCache) List(ctx context.Context, list client.ObjectList, opts ...
 	return nil
 }
 
-// secretEvents records the watch events of one credential Secret.
-type secretEvents struct {
-	mu     sync.Mutex
-	events []watch.Event
+// credentialEvents records the credential of one registration, as every
+// watch event of it shows it.
+type credentialEvents struct {
+	mu    sync.Mutex
+	seen  [][]byte
+	rvs   []string
+	types []watch.EventType
 }
 
-// watchSecret records every event of the credential Secret of reg until the
-// test ends.
-func watchSecret(t *testing.T, reg *fleet.ClusterRegistration) *secretEvents {
+// watchGrants records every event of reg until the test ends.
+func watchGrants(t *testing.T, reg *fleet.ClusterRegistration) *credentialEvents {
 	t.Helper()
-	name := registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
-	w, err := env.Upstream.Clientset.CoreV1().Secrets(config.DefaultSystemRegistrationNS).Watch(t.Context(),
-		metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	c, err := client.NewWithWatch(env.Upstream.Config, client.Options{Scheme: env.Upstream.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(t.Context(), &fleet.ClusterRegistrationList{},
+		client.InNamespace(reg.Namespace), client.MatchingFields{"metadata.name": reg.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	s := &secretEvents{}
+	s := &credentialEvents{}
 	go func() {
 		for ev := range w.ResultChan() {
+			r, ok := ev.Object.(*fleet.ClusterRegistration)
+			if !ok {
+				continue
+			}
 			s.mu.Lock()
-			s.events = append(s.events, ev)
+			s.seen = append(s.seen, r.Status.Credential)
+			s.rvs = append(s.rvs, r.ResourceVersion)
+			s.types = append(s.types, ev.Type)
 			s.mu.Unlock()
 		}
 	}()
 	return s
 }
 
-func (s *secretEvents) log(t *testing.T) {
+func (s *credentialEvents) log(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, ev := range s.events {
-		if sec, ok := ev.Object.(*corev1.Secret); ok {
-			payload := credentialPayload(sec)
-			t.Logf("%s resourceVersion %s credential %x… managed by %v", ev.Type, sec.ResourceVersion, payload[:min(8, len(payload))], sec.ManagedFields)
-		}
+	for i, c := range s.seen {
+		t.Logf("%s resourceVersion %s credential %x…", s.types[i], s.rvs[i], c[:min(8, len(c))])
 	}
 }
 
-// count returns how often the Secret was added, and how often it was
-// changed to hold another credential than the one first added.
-func (s *secretEvents) count() (added, rewritten int) {
+// count returns how often a credential appeared in the registration's
+// status, and how often it changed to another one.
+func (s *credentialEvents) count() (added, rewritten int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var first []byte
-	for _, ev := range s.events {
-		sec, ok := ev.Object.(*corev1.Secret)
-		if !ok {
-			continue
-		}
-		switch ev.Type {
-		case watch.Added:
+	var last []byte
+	for _, c := range s.seen {
+		switch {
+		case len(c) == 0:
+		case len(last) == 0:
 			added++
-			if first == nil {
-				first = credentialPayload(sec)
-			}
-		case watch.Modified:
-			if !bytes.Equal(credentialPayload(sec), first) {
-				rewritten++
-			}
+		case !bytes.Equal(c, last):
+			rewritten++
+		}
+		if len(c) > 0 {
+			last = c
 		}
 	}
 	return added, rewritten
@@ -207,7 +209,7 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg := a.create(t, randomID("cid-"), nil)
 	key := client.ObjectKeyFromObject(reg)
-	events := watchSecret(t, reg)
+	events := watchGrants(t, reg)
 
 	// What B's cache will show: the registration right before A recorded
 	// the grant (owner reference and finalizer set, credential Secret
@@ -258,7 +260,7 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	if added, rewritten := events.count(); added != 1 || rewritten != 0 {
-		t.Errorf("credential Secret added %d times and rewritten %d times, want once and never", added, rewritten)
+		t.Errorf("credential handed over %d times and rewritten %d times, want once and never", added, rewritten)
 		events.log(t)
 	}
 	now := getReg(t, ws, reg.Name)
@@ -287,7 +289,7 @@ func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	reg := a.create(t, randomID("cid-"), nil)
-	events := watchSecret(t, reg)
+	events := watchGrants(t, reg)
 
 	var (
 		mu       sync.Mutex
@@ -330,7 +332,7 @@ func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 		t.Errorf("the grant was recorded %d times, want once", n)
 	}
 	if added, rewritten := events.count(); added != 1 || rewritten != 0 {
-		t.Errorf("credential Secret added %d times and rewritten %d times, want once and never", added, rewritten)
+		t.Errorf("credential handed over %d times and rewritten %d times, want once and never", added, rewritten)
 	}
 
 	// The agent picks the credential up; nothing writes it again, whatever
@@ -346,7 +348,7 @@ func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	if added, _ := events.count(); added != 1 {
-		t.Errorf("credential Secret added %d times, want once: it came back after the pickup", added)
+		t.Errorf("credential handed over %d times, want once", added)
 	}
 	if err := as(t, string(secret.Data[registration.KeyToken])).List(t.Context(), &fleet.BundleDeploymentList{},
 		client.InNamespace(string(secret.Data[registration.KeyDeploymentNamespace]))); err != nil {

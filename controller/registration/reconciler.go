@@ -207,14 +207,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			log.Info("ClusterRegistration is waiting", "reason", w.Reason, "message", w.Message)
 		}
 	case reconciler.KindSucceeded:
+		where := "status.credential (sealed)"
+		if !sealed(reg) {
+			where = "Secret " + config.DefaultSystemRegistrationNS + "/" + g.secretName
+		}
 		log.Info("ClusterRegistration granted", "cluster", reg.Namespace+"/"+g.clusterName,
-			"serviceAccount", g.deploymentNamespace+"/"+registration.RequestServiceAccountName(reg.Name),
-			"credentialSecret", config.DefaultSystemRegistrationNS+"/"+g.secretName)
+			"serviceAccount", g.deploymentNamespace+"/"+registration.RequestServiceAccountName(reg.Name), "credential", where)
 	}
 	if granted && !sealed(reg) {
 		// Come back to remove the credential Secret once it had time to be
-		// picked up. A sealed one stays with its registration: only the
-		// agent that asked can open it, and removing it would be a write.
+		// picked up. A sealed credential stays in the registration's
+		// status: only the agent that asked can open it, and removing it
+		// would be a write.
 		return out.Result(r.pickupTimeout())
 	}
 	return out.Result(0)

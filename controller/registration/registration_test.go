@@ -1,6 +1,7 @@
 package registration_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
@@ -91,10 +91,14 @@ func TestGrant_NewClusterRegistersWithAgentLabelsMinusReservedOnes(t *testing.T)
 	if err != nil || exp.Sub(time.Now()) < 23*time.Hour || exp.Sub(time.Now()) > 25*time.Hour {
 		t.Errorf("credential Secret expires %q (%v), want about 24h (the default request credential TTL)", secret.Data[registration.KeyExpires], err)
 	}
-	if secret.Type != registration.CredentialSecretType || secret.Labels[fleet.ClusterLabel] != clusterName ||
-		secret.Labels[registration.RegistrationLabel] != reg.Name || secret.Labels[registration.RegistrationNamespaceLabel] != ws ||
-		secret.Labels[fleet.ManagedLabel] != "true" {
-		t.Errorf("credential Secret type %q labels %v", secret.Type, secret.Labels)
+	// The credential went into the registration's status: no Secret was
+	// made for it.
+	secrets := &corev1.SecretList{}
+	if err := up.List(t.Context(), secrets, client.MatchingLabels{registration.RegistrationLabel: reg.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if len(secrets.Items) != 0 {
+		t.Errorf("%d Secrets made for a registration with a key, want none (the credential is in its status)", len(secrets.Items))
 	}
 
 	got := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
@@ -445,8 +449,9 @@ func TestGrant_FiftyReRegistrationsLeaveOneOfEach(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "one registration and one set of objects", func() error {
 		c = countGenerated(t, ws)
 		// The workspace Role and its binding, the cluster namespace's
-		// binding to the shared role, the sealed credential.
-		if c.registrations != 1 || c.serviceAccounts != 1 || c.roles != 1 || c.roleBindings != 2 || c.secrets != 1 {
+		// binding to the shared role; no Secret (the sealed credential is
+		// in the registration's status).
+		if c.registrations != 1 || c.serviceAccounts != 1 || c.roles != 1 || c.roleBindings != 2 || c.secrets != 0 {
 			return fmt.Errorf("%+v", c)
 		}
 		return nil
@@ -517,8 +522,8 @@ func TestGrant_CredentialRemovedAfterPickupTimeout(t *testing.T) {
 		}
 		return nil
 	})
-	if err := a.importer.Get(t.Context(), key, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Errorf("import identity after the pickup timeout: want NotFound, got %v", err)
+	if err := a.importer.Get(t.Context(), key, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+		t.Errorf("import identity after the pickup timeout: want Forbidden (its Role went with the Secret), got %v", err)
 	}
 	// The request identity stays.
 	nsC := string(secret.Data[registration.KeyDeploymentNamespace])
@@ -624,52 +629,66 @@ func TestGrant_ResumesAfterInterruptedPass(t *testing.T) {
 	})
 }
 
+// The credential is lost before the agent read it (a sealed one: the agent
+// restarted and lost its key; an older agent's Secret: deleted), and the
+// request ServiceAccount with it. By design the controller does not make
+// them again: a granted registration is done, and an agent that got
+// nothing registers again (new key, new registration), which supersedes
+// this one.
 func TestGrant_GrantedRegistrationIsNeverGrantedAgain(t *testing.T) {
-	ws := testenv.Namespace(t, up, "fleet-ws-")
-	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
-	reg, secret := a.register(t, randomID("cid-"), nil)
-	waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
+	for name, unsealed := range map[string]bool{"sealed": false, "older agent": true} {
+		t.Run(name, func(t *testing.T) {
+			ws := testenv.Namespace(t, up, "fleet-ws-")
+			a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
+			a.unsealed = unsealed
+			reg, secret := a.register(t, randomID("cid-"), nil)
+			granted := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
 
-	// The credential Secret is lost before the agent read it, and the
-	// request ServiceAccount with it. By design the controller does not
-	// make them again: a granted registration is done, and an agent that
-	// got nothing registers again (new clientRandom, new registration),
-	// which supersedes this one.
-	if err := up.Delete(t.Context(), secret); err != nil {
-		t.Fatal(err)
-	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: string(secret.Data[registration.KeyDeploymentNamespace]), Name: string(secret.Data[registration.KeyServiceAccount])}}
-	if err := up.Delete(t.Context(), sa); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/poke":"1"}}}`))
-	if err := up.Patch(t.Context(), getReg(t, ws, reg.Name), patch); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if err := up.Get(t.Context(), client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Errorf("credential Secret of a granted registration was made again: %v", err)
-	}
-	if err := up.Get(t.Context(), client.ObjectKeyFromObject(sa), &corev1.ServiceAccount{}); !apierrors.IsNotFound(err) {
-		t.Errorf("request ServiceAccount of a granted registration was made again: %v", err)
-	}
-	if !getReg(t, ws, reg.Name).Status.Granted {
-		t.Error("registration no longer granted")
-	}
+			if unsealed {
+				if err := up.Delete(t.Context(), secret); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: string(secret.Data[registration.KeyDeploymentNamespace]), Name: string(secret.Data[registration.KeyServiceAccount])}}
+			if err := up.Delete(t.Context(), sa); err != nil {
+				t.Fatal(err)
+			}
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/poke":"1"}}}`))
+			if err := up.Patch(t.Context(), getReg(t, ws, reg.Name), patch); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Second)
+			if unsealed {
+				if err := up.Get(t.Context(), client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+					t.Errorf("credential Secret of a granted registration was made again: %v", err)
+				}
+			}
+			if err := up.Get(t.Context(), client.ObjectKeyFromObject(sa), &corev1.ServiceAccount{}); !apierrors.IsNotFound(err) {
+				t.Errorf("request ServiceAccount of a granted registration was made again: %v", err)
+			}
+			now := getReg(t, ws, reg.Name)
+			if !now.Status.Granted {
+				t.Error("registration no longer granted")
+			}
+			if !bytes.Equal(now.Status.Credential, granted.Status.Credential) {
+				t.Error("the sealed credential of a granted registration was written again")
+			}
 
-	// The agent registers again and gets a working credential.
-	again, secret2 := a.register(t, reg.Spec.ClientID, nil)
-	waitCondition(t, ws, again.Name, metav1.ConditionTrue, fleet.GrantedReason)
-	if err := as(t, string(secret2.Data[registration.KeyToken])).List(t.Context(), &fleet.BundleDeploymentList{}, client.InNamespace(sa.Namespace)); err != nil {
-		t.Errorf("credential of the new registration: %v", err)
+			// The agent registers again and gets a working credential.
+			again, secret2 := a.register(t, reg.Spec.ClientID, nil)
+			waitCondition(t, ws, again.Name, metav1.ConditionTrue, fleet.GrantedReason)
+			if err := as(t, string(secret2.Data[registration.KeyToken])).List(t.Context(), &fleet.BundleDeploymentList{}, client.InNamespace(sa.Namespace)); err != nil {
+				t.Errorf("credential of the new registration: %v", err)
+			}
+			testenv.Eventually(t, 20*time.Second, "the old registration to be superseded", func() error {
+				err := up.Get(t.Context(), client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{})
+				if apierrors.IsNotFound(err) {
+					return nil
+				}
+				return errors.New("still there")
+			})
+		})
 	}
-	testenv.Eventually(t, 20*time.Second, "the old registration to be superseded", func() error {
-		err := up.Get(t.Context(), client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return errors.New("still there")
-	})
 }
 
 func TestGrant_HashCollisionRefusedWithClearCondition(t *testing.T) {
@@ -727,29 +746,22 @@ func TestGrant_ZZNeverLogsOrRecordsABearerToken(t *testing.T) {
 	t.Logf("checked %d bearer tokens against %d bytes of logs, statuses and events", len(tokens), len(text))
 }
 
-// A credential sealed to the agent's key: the import identity reads it by
-// its name and nothing else (no list, no watch, no other namespace's
-// Secret); another token's identity that learned the name reads a box it
-// cannot open; the token inside is the request identity's and works; the
-// Secret holds nothing in the clear and stays with its registration.
+// A credential sealed to the agent's key, in the registration's status:
+// the import identity reads its registration by name and nothing else (no
+// list, no watch, no status write, no Secret); another token's identity
+// that learned the name reads a box it cannot open; the token inside is
+// the request identity's and works; no Secret holds it, and nothing is
+// made for the pickup.
 func TestGrant_SealedCredentialOpensOnlyForTheAgentThatAsked(t *testing.T) {
 	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok-a", importToken(t, ws, "tok-a", ""))
 	b := newAgent(t, ws, "tok-b", importToken(t, ws, "tok-b", ""))
-	reg, secret, cred := a.registerSealed(t, randomID("cid-"))
+	reg, cred := a.registerSealed(t, randomID("cid-"))
 	ctx := t.Context()
-	key := client.ObjectKeyFromObject(secret)
+	key := client.ObjectKeyFromObject(reg)
 
-	if len(secret.Data) != 1 || len(secret.Data[registration.KeySealed]) == 0 {
-		t.Errorf("credential Secret data keys %v, want only %q", slices.Collect(maps.Keys(secret.Data)), registration.KeySealed)
-	}
-	for k, v := range secret.Annotations {
-		if strings.Contains(v, cred.Token) || strings.Contains(k, cred.Token) {
-			t.Errorf("annotation %s carries the bearer token", k)
-		}
-	}
-	if strings.Contains(string(secret.Data[registration.KeySealed]), cred.Token) {
-		t.Error("the sealed data carries the bearer token in the clear")
+	if strings.Contains(string(reg.Status.Credential), cred.Token) {
+		t.Error("the status carries the bearer token in the clear")
 	}
 	// The token is the request identity's: it reads its own Cluster.
 	requester := as(t, cred.Token)
@@ -758,32 +770,39 @@ func TestGrant_SealedCredentialOpensOnlyForTheAgentThatAsked(t *testing.T) {
 	}
 
 	for name, imp := range map[string]*agent{"A": a, "B": b} {
-		if err := imp.importer.List(ctx, &corev1.SecretList{}, client.InNamespace(key.Namespace)); !apierrors.IsForbidden(err) {
-			t.Errorf("import identity %s lists the credential Secrets: want Forbidden, got %v", name, err)
+		if err := imp.importer.List(ctx, &fleet.ClusterRegistrationList{}, client.InNamespace(ws)); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s lists the registrations: want Forbidden, got %v", name, err)
 		}
-		if _, err := imp.importer.cs.CoreV1().Secrets(key.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + key.Name}); !apierrors.IsForbidden(err) {
-			t.Errorf("import identity %s watches a credential Secret: want Forbidden, got %v", name, err)
+		if _, err := imp.importer.cs.CoreV1().RESTClient().Get().AbsPath("/apis/fleet.cattle.io/v1alpha1/namespaces", ws, "clusterregistrations").
+			Param("watch", "true").Param("fieldSelector", "metadata.name="+key.Name).Stream(ctx); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s watches a registration: want Forbidden, got %v", name, err)
 		}
-		// Secrets elsewhere by name: its own token's values Secret.
+		forged := reg.DeepCopy()
+		forged.Status.Credential = []byte("forged")
+		if err := imp.importer.Status().Update(ctx, forged); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s writes a registration's status: want Forbidden, got %v", name, err)
+		}
+		if err := imp.importer.Delete(ctx, reg.DeepCopy()); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s deletes a registration: want Forbidden, got %v", name, err)
+		}
+		if err := imp.importer.List(ctx, &corev1.SecretList{}, client.InNamespace(config.DefaultSystemRegistrationNS)); !apierrors.IsForbidden(err) {
+			t.Errorf("import identity %s lists Secrets: want Forbidden, got %v", name, err)
+		}
+		// No Secret by name either: its own token's values Secret.
 		if err := imp.importer.Get(ctx, client.ObjectKey{Namespace: ws, Name: imp.tokenName}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
-			t.Errorf("import identity %s reads a Secret outside %s: want Forbidden, got %v", name, key.Namespace, err)
-		}
-		if err := imp.importer.Delete(ctx, secret.DeepCopy()); !apierrors.IsForbidden(err) {
-			t.Errorf("import identity %s deletes a credential Secret: want Forbidden, got %v", name, err)
+			t.Errorf("import identity %s reads a Secret: want Forbidden, got %v", name, err)
 		}
 	}
 	// B learned the name: it reads the box and cannot open it.
-	stolen := &corev1.Secret{}
+	stolen := &fleet.ClusterRegistration{}
 	if err := b.importer.Get(ctx, key, stolen); err != nil {
-		t.Fatalf("import identity B reading a Secret by its name: %v", err)
+		t.Fatalf("import identity B reading a registration by its name: %v", err)
 	}
 	other, _ := registration.NewCredentialKey()
-	if _, err := other.Open(stolen.Data[registration.KeySealed], reg.Namespace, reg.Name, string(reg.UID)); err == nil {
+	if _, err := other.Open(stolen.Status.Credential, reg.Namespace, reg.Name, string(reg.UID)); err == nil {
 		t.Error("another key opened A's credential")
 	}
 
-	// Granted, and kept: no removal after the pickup (it would be a write
-	// for nothing).
 	got := waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
 	if c := apimeta.FindStatusCondition(got.Status.Conditions, fleet.GrantedCondition); c == nil || !strings.Contains(c.Message, "sealed") {
 		t.Errorf("Granted message does not say the credential is sealed: %+v", got.Status.Conditions)
@@ -791,18 +810,20 @@ func TestGrant_SealedCredentialOpensOnlyForTheAgentThatAsked(t *testing.T) {
 	if roles, bindings := countRBAC(t, client.MatchingLabels{registration.RegistrationLabel: reg.Name}); roles != 1 || bindings != 2 {
 		t.Errorf("RBAC made for the registration: %d Roles, %d RoleBindings; want 1 Role (its Cluster, in the workspace) and 2 bindings (it, and the cluster namespace's shared role)", roles, bindings)
 	}
+	if c := countGenerated(t, ws); c.secrets != 0 {
+		t.Errorf("%d Secrets made for the registrations of %s, want none", c.secrets, ws)
+	}
 
-	// Deleting the token removes its pickup binding: A's identity no
-	// longer reads anything.
+	// Deleting the token removes its import identity: A's token no longer
+	// reads anything.
 	if err := up.Delete(ctx, &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "tok-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the pickup binding of the deleted token to go", func() error {
-		rb := &rbacv1.RoleBinding{}
-		err := up.Get(ctx, client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: token.PickupBindingName(ws, "tok-a")}, rb)
-		if apierrors.IsNotFound(err) {
+	testenv.Eventually(t, 30*time.Second, "the deleted token's import identity to stop working", func() error {
+		err := a.importer.Get(ctx, key, &fleet.ClusterRegistration{})
+		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
 			return nil
 		}
-		return fmt.Errorf("still there: %v", err)
+		return fmt.Errorf("still reads: %v", err)
 	})
 }

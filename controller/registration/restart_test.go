@@ -235,7 +235,7 @@ func restartAt(t *testing.T, step string, reregister bool) {
 		if !got.Status.Granted {
 			t.Fatalf("not granted after a kill at %s: %+v", step, got.Status)
 		}
-	} else if got.Status.Granted || len(got.Status.Conditions) > 0 {
+	} else if got.Status.Granted || len(got.Status.Conditions) > 0 || len(got.Status.Credential) > 0 {
 		t.Fatalf("status written after a kill at %s: %+v", step, got.Status)
 	}
 
@@ -338,10 +338,11 @@ func leftovers(t *testing.T, ws, clientID, keep string) error {
 	}{
 		{&corev1.ServiceAccountList{}, "ServiceAccounts", 1},
 		// The workspace Role of its Cluster; its binding and the cluster
-		// namespace's to the shared role; the sealed credential, kept.
+		// namespace's to the shared role; no Secret (the sealed credential
+		// is in the registration's status).
 		{&rbacv1.RoleList{}, "Roles", 1},
 		{&rbacv1.RoleBindingList{}, "RoleBindings", 2},
-		{&corev1.SecretList{}, "Secrets", 1},
+		{&corev1.SecretList{}, "Secrets", 0},
 	} {
 		if err := up.List(t.Context(), c.list, sel); err != nil {
 			return err

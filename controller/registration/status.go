@@ -207,14 +207,14 @@ func setStatus(reg *fleet.ClusterRegistration, g *grant, err error, now time.Tim
 	out := reconciler.Failure(err)
 	if err == nil {
 		reg.Status.Granted = true
-		where := "waits in Secret %s/%s until the agent picks it up"
+		where := fmt.Sprintf("waits in Secret %s/%s until the agent picks it up", config.DefaultSystemRegistrationNS, g.secretName)
 		if sealed(reg) {
-			where = "is in Secret %s/%s, sealed to the agent's key"
+			reg.Status.Credential = g.sealedCredential
+			where = "is in status.credential, sealed to the agent's key"
 		}
 		out = reconciler.Success(fleet.GrantedReason,
-			"granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential "+where,
-			reg.Namespace, g.clusterName, g.deploymentNamespace, registration.RequestServiceAccountName(reg.Name),
-			config.DefaultSystemRegistrationNS, g.secretName)
+			"granted as Cluster %s/%s: request ServiceAccount %s/%s; the credential %s",
+			reg.Namespace, g.clusterName, g.deploymentNamespace, registration.RequestServiceAccountName(reg.Name), where)
 		if g.labelsNote != "" {
 			out.Message += "; " + g.labelsNote
 		}

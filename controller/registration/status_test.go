@@ -257,13 +257,6 @@ func TestReusable(t *testing.T) {
 			},
 		}
 	}
-	// A sealed credential cannot be read back: its expiry is an annotation.
-	sealedSecret := func(uid string, expires time.Time) *corev1.Secret {
-		return &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ServiceAccountUIDAnnotation: uid, TokenExpiresAnnotation: expires.Format(time.RFC3339)}},
-			Data:       map[string][]byte{registration.KeySealed: []byte("box")},
-		}
-	}
 	tests := []struct {
 		name   string
 		secret *corev1.Secret
@@ -274,9 +267,6 @@ func TestReusable(t *testing.T) {
 		{"ServiceAccount replaced", secret("sa-0", "tok", now.Add(time.Hour)), false},
 		{"about to expire", secret("sa-1", "tok", now.Add(time.Minute)), false},
 		{"empty token", secret("sa-1", "", now.Add(time.Hour)), false},
-		{"sealed, fresh", sealedSecret("sa-1", now.Add(time.Hour)), true},
-		{"sealed, about to expire", sealedSecret("sa-1", now.Add(time.Minute)), false},
-		{"sealed, ServiceAccount replaced", sealedSecret("sa-0", now.Add(time.Hour)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -207,9 +207,9 @@ func newAgent(t *testing.T, ws, tokenName, bearer string) *agent {
 	return &agent{ws: ws, tokenName: tokenName, importer: as(t, bearer)}
 }
 
-// register creates a ClusterRegistration as the import identity and waits,
-// watching the credential Secret with a field selector as the agent does,
-// until the grant. It returns the registration and the Secret.
+// register creates a ClusterRegistration as the import identity and waits
+// for the grant as the agent does. It returns the registration and the
+// credential as the agent keeps it (credentialOf).
 func (a *agent) register(t *testing.T, clientID string, labels map[string]string) (*fleet.ClusterRegistration, *corev1.Secret) {
 	t.Helper()
 	reg := a.create(t, clientID, labels)
@@ -225,9 +225,10 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 	}
 	reg := &fleet.ClusterRegistration{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:    a.ws,
-			GenerateName: "request-",
-			Labels:       map[string]string{fleet.RegistrationTokenLabel: a.tokenName},
+			Namespace: a.ws,
+			// As the real agent does: a random name only it knows.
+			Name:   randomName(),
+			Labels: map[string]string{fleet.RegistrationTokenLabel: a.tokenName},
 			// As the real agent does: its request time orders requests made
 			// within one second.
 			Annotations: map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
@@ -251,8 +252,7 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 	return reg
 }
 
-// waitCredential watches the credential Secret as the import identity:
-// Forbidden until the grant made the Role that lets it read the Secret.
+// waitCredential waits for the credential as the import identity.
 func (a *agent) waitCredential(t *testing.T, reg *fleet.ClusterRegistration, timeout time.Duration) *corev1.Secret {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
@@ -265,10 +265,13 @@ func (a *agent) waitCredential(t *testing.T, reg *fleet.ClusterRegistration, tim
 }
 
 // watchCredential is waitCredential until ctx ends, for use off the test's
-// goroutine. It reads the credential Secret by name as the real agent does
-// (Forbidden, for an unsealed registration, until the grant made its Role;
-// NotFound until it is written) and returns it as the agent keeps it: a
-// sealed one opened, its keys in the clear (labels and type as upstream).
+// goroutine. It asks as the real agent does: a registration with a key is
+// read by its name until its status holds the sealed credential, which is
+// opened; an older agent's credential Secret is read by its name
+// (Forbidden until the grant made its Role; NotFound until it is written).
+// It returns the credential as a Secret whose data keys are in the clear:
+// an older agent's Secret as upstream has it, or, for a sealed one, what
+// opened, named after the registration.
 func (a *agent) watchCredential(ctx context.Context, reg *fleet.ClusterRegistration) (*corev1.Secret, error) {
 	name := registration.CredentialSecretName(reg.Spec.ClientID, reg.Spec.ClientRandom)
 	a.mu.Lock()
@@ -276,43 +279,61 @@ func (a *agent) watchCredential(ctx context.Context, reg *fleet.ClusterRegistrat
 	a.mu.Unlock()
 	var lastErr error
 	for ctx.Err() == nil {
-		s := &corev1.Secret{}
-		err := a.importer.Get(ctx, client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: name}, s)
-		switch {
-		case err == nil && len(s.Data[registration.KeySealed]) > 0:
-			c, err := key.Open(s.Data[registration.KeySealed], reg.Namespace, reg.Name, string(reg.UID))
-			if err != nil {
-				return nil, fmt.Errorf("opening credential Secret %s: %w", name, err)
+		if a.unsealed {
+			s := &corev1.Secret{}
+			err := a.importer.Get(ctx, client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: name}, s)
+			switch {
+			case err == nil && len(s.Data[registration.KeyToken]) > 0:
+				remember(string(s.Data[registration.KeyToken]))
+				return s, nil
+			case err != nil && !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err):
+				return nil, fmt.Errorf("reading credential Secret %s: %w", name, err)
 			}
-			remember(c.Token)
-			s.Data = map[string][]byte{
-				registration.KeyToken:               []byte(c.Token),
-				registration.KeyClusterNamespace:    []byte(c.ClusterNamespace),
-				registration.KeyClusterName:         []byte(c.ClusterName),
-				registration.KeyDeploymentNamespace: []byte(c.DeploymentNamespace),
-				registration.KeyServiceAccount:      []byte(c.ServiceAccount),
-				registration.KeyExpires:             []byte(c.Expires),
+			lastErr = err
+		} else {
+			got := &fleet.ClusterRegistration{}
+			err := a.importer.Get(ctx, client.ObjectKeyFromObject(reg), got)
+			switch {
+			case err == nil && len(got.Status.Credential) > 0:
+				c, err := key.Open(got.Status.Credential, got.Namespace, got.Name, string(got.UID))
+				if err != nil {
+					return nil, fmt.Errorf("opening the credential of ClusterRegistration %s: %w", got.Name, err)
+				}
+				remember(c.Token)
+				return credentialOf(got, c), nil
+			case err != nil:
+				return nil, fmt.Errorf("reading ClusterRegistration %s as the import identity: %w", reg.Name, err)
 			}
-			return s, nil
-		case err == nil && len(s.Data[registration.KeyToken]) > 0:
-			remember(string(s.Data[registration.KeyToken]))
-			return s, nil
-		case err != nil && !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("reading credential Secret %s: %w", name, err)
+			lastErr = fmt.Errorf("status %+v", got.Status)
 		}
-		lastErr = err
 		select {
 		case <-ctx.Done():
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return nil, fmt.Errorf("no credential Secret %s (last error: %v)", name, lastErr)
+	return nil, fmt.Errorf("no credential for ClusterRegistration %s (last: %v)", reg.Name, lastErr)
 }
 
-// pickedUp does what the agent does with the credential Secret once it has
-// it: a sealed one stays (only the agent's key opens it, and the controller
-// removes it with the registration); a clear one of an older agent is
-// deleted as the import identity.
+// credentialOf is an opened credential as the agent keeps it: a Secret
+// whose data keys are in the clear, named after the registration (it
+// exists nowhere upstream).
+func credentialOf(reg *fleet.ClusterRegistration, c *registration.SealedCredential) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: reg.Name},
+		Data: map[string][]byte{
+			registration.KeyToken:               []byte(c.Token),
+			registration.KeyClusterNamespace:    []byte(c.ClusterNamespace),
+			registration.KeyClusterName:         []byte(c.ClusterName),
+			registration.KeyDeploymentNamespace: []byte(c.DeploymentNamespace),
+			registration.KeyServiceAccount:      []byte(c.ServiceAccount),
+			registration.KeyExpires:             []byte(c.Expires),
+		},
+	}
+}
+
+// pickedUp does what the agent does once it has the credential: an older
+// agent deletes its clear credential Secret as the import identity; a
+// sealed one stays in the registration's status.
 func (a *agent) pickedUp(t *testing.T, secret *corev1.Secret) {
 	t.Helper()
 	if !a.unsealed {
@@ -323,13 +344,14 @@ func (a *agent) pickedUp(t *testing.T, secret *corev1.Secret) {
 	}
 }
 
-// credentialPayload is what a credential Secret hands over: the sealed box,
-// or an older agent's clear token.
-func credentialPayload(s *corev1.Secret) []byte {
-	if b := s.Data[registration.KeySealed]; len(b) > 0 {
-		return b
+// randomName is a registration name as the agent makes it: request- and
+// 128 random bits.
+func randomName() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
 	}
-	return s.Data[registration.KeyToken]
+	return "request-" + hex.EncodeToString(b)
 }
 
 func getReg(t *testing.T, ws, name string) *fleet.ClusterRegistration {
@@ -404,39 +426,32 @@ func waitEvent(t *testing.T, ws, name, reason, noteHas string) {
 	})
 }
 
-// registerSealed registers as the real agent does: with a key of its own,
-// reading the credential Secret by name (its only right on Secrets) until
-// it appears, and opening it. It returns the registration, the Secret as
-// the import identity read it, and what opened.
-func (a *agent) registerSealed(t *testing.T, clientID string) (*fleet.ClusterRegistration, *corev1.Secret, *registration.SealedCredential) {
+// registerSealed registers as the real agent does: with a key of its own
+// and a random name, reading the registration by its name until its status
+// holds the credential, and opening it. It returns the registration as the
+// import identity read it, and what opened.
+func (a *agent) registerSealed(t *testing.T, clientID string) (*fleet.ClusterRegistration, *registration.SealedCredential) {
 	t.Helper()
-	key, err := registration.NewCredentialKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := &fleet.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: a.ws, GenerateName: "request-",
-			Labels:      map[string]string{fleet.RegistrationTokenLabel: a.tokenName},
-			Annotations: map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
-			Finalizers:  []string{registration.RegistrationFinalizer},
-		},
-		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: randomID("random-"), CredentialPublicKey: key.PublicKey()},
-	}
-	if err := a.importer.Create(t.Context(), reg); err != nil {
-		t.Fatalf("creating ClusterRegistration as the import identity: %v", err)
-	}
-	name := registration.CredentialSecretName(clientID, reg.Spec.ClientRandom)
-	secret := &corev1.Secret{}
-	testenv.Eventually(t, 30*time.Second, "the credential Secret, read by name as the import identity", func() error {
-		return a.importer.Get(t.Context(), client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: name}, secret)
+	reg := a.create(t, clientID, nil)
+	got := &fleet.ClusterRegistration{}
+	testenv.Eventually(t, 30*time.Second, "the sealed credential in the registration's status, read by name as the import identity", func() error {
+		if err := a.importer.Get(t.Context(), client.ObjectKeyFromObject(reg), got); err != nil {
+			return err
+		}
+		if len(got.Status.Credential) == 0 {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		return nil
 	})
-	cred, err := key.Open(secret.Data[registration.KeySealed], reg.Namespace, reg.Name, string(reg.UID))
+	a.mu.Lock()
+	key := a.keys[reg.Name]
+	a.mu.Unlock()
+	cred, err := key.Open(got.Status.Credential, got.Namespace, got.Name, string(got.UID))
 	if err != nil {
 		t.Fatalf("opening the credential as the agent that asked: %v", err)
 	}
 	remember(cred.Token)
-	return reg, secret, cred
+	return got, cred
 }
 
 // checkIn sends an agent's first heartbeat (status.agent, as the agent

@@ -189,8 +189,8 @@ func nothingMadeFor(t *testing.T, a *agent, reg *fleet.ClusterRegistration) {
 		t.Errorf("credential Secret of registration %s: %v", reg.Name, err)
 	}
 	if a != nil {
-		// It may get a Secret there by name (its agents' credentials):
-		// there is none to get.
+		// It may read no Secret there (an older agent's Role for its one
+		// credential Secret is made only with the grant).
 		if err := a.importer.Get(t.Context(), key, &corev1.Secret{}); !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) {
 			t.Errorf("the import identity reads a credential Secret of registration %s: want none, got %v", reg.Name, err)
 		}
@@ -204,8 +204,8 @@ func nothingMadeFor(t *testing.T, a *agent, reg *fleet.ClusterRegistration) {
 	if len(sas.Items)+roles+bindings > 0 {
 		t.Errorf("registration %s has %d ServiceAccounts, %d Roles, %d RoleBindings", reg.Name, len(sas.Items), roles, bindings)
 	}
-	if getReg(t, reg.Namespace, reg.Name).Status.Granted {
-		t.Errorf("registration %s is granted", reg.Name)
+	if got := getReg(t, reg.Namespace, reg.Name); got.Status.Granted || len(got.Status.Credential) > 0 {
+		t.Errorf("registration %s is granted: %+v", reg.Name, got.Status)
 	}
 }
 
@@ -242,12 +242,16 @@ func TestTrust_ImportIdentityCannotPreApproveOrRegisterWithoutItsToken(t *testin
 		t.Fatalf("import identity creating its registration: %v", err)
 	}
 	waitCondition(t, ws, reg.Name, metav1.ConditionFalse, fleet.PendingApprovalReason)
-	// It can neither approve it afterwards nor read it.
+	// It cannot approve it afterwards; it reads it by name (its answer
+	// comes in its status), and no other way.
 	if err := imp.Patch(ctx, reg, annotate(reg, fleet.ApprovedAnnotation, "true")); !apierrors.IsForbidden(err) {
 		t.Errorf("import identity approving its registration: want Forbidden, got %v", err)
 	}
-	if err := imp.Get(ctx, client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{}); !apierrors.IsForbidden(err) {
-		t.Errorf("import identity reading its registration: want Forbidden, got %v", err)
+	if err := imp.Get(ctx, client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{}); err != nil {
+		t.Errorf("import identity reading its registration by name: %v", err)
+	}
+	if err := imp.List(ctx, &fleet.ClusterRegistrationList{}, client.InNamespace(ws)); !apierrors.IsForbidden(err) {
+		t.Errorf("import identity listing registrations: want Forbidden, got %v", err)
 	}
 }
 

@@ -87,7 +87,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&corev1.Secret{}, builder.OnlyMetadata).
-		Watches(&rbacv1.RoleBinding{}, handler.EnqueueRequestsFromMapFunc(pickupBindingToken)).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allTokens))).
 		Complete(r)
 }
@@ -135,7 +134,6 @@ func (r *Reconciler) phases() reconciler.Phases[*pass] {
 		{Name: "service-account", Run: r.ensureServiceAccount},
 		{Name: "role", Run: r.ensureRole},
 		{Name: "role-binding", Run: r.ensureRoleBinding},
-		{Name: "credential-pickup", Run: r.ensurePickupBinding},
 		{Name: "values-secret", Run: r.ensureValuesSecret},
 	}
 }
@@ -149,15 +147,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := ctrl.LoggerFrom(ctx)
 	token := &fleet.ClusterRegistrationToken{}
 	if err := r.Client.Get(ctx, req.NamespacedName, token); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.deletePickupBinding(ctx, req.NamespacedName)
-		}
-		return ctrl.Result{}, err
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !token.DeletionTimestamp.IsZero() {
-		// Owner references let the garbage collector remove the rest; the
-		// pickup binding lives in another namespace.
-		return ctrl.Result{}, r.deletePickupBinding(ctx, req.NamespacedName)
+		// Owner references let the garbage collector remove the rest.
+		return ctrl.Result{}, nil
 	}
 
 	cfg := r.Config.Get()
@@ -264,14 +258,17 @@ func (r *Reconciler) ensureServiceAccount(ctx context.Context, p *pass) error {
 }
 
 // ensureRole makes the Role that allows only creating ClusterRegistrations
-// in the token's namespace.
+// in the token's namespace, and reading one by its name: an agent reads
+// its answer, sealed to its key, in the status of the registration it made.
+// No list, no watch: an agent names its registration with 128 random bits,
+// so it cannot find another's, and could not open another's credential.
 func (r *Reconciler) ensureRole(ctx context.Context, p *pass) error {
 	_, err := r.ensure(ctx, p, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.token.Namespace, Name: p.sa.Name},
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{fleet.GroupVersion.Group},
 			Resources: []string{"clusterregistrations"},
-			Verbs:     []string{"create"},
+			Verbs:     []string{"create", "get"},
 		}},
 	})
 	return err

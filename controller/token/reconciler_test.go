@@ -121,7 +121,7 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
 		t.Errorf("ServiceAccount automountServiceAccountToken = %v, want false", sa.AutomountServiceAccountToken)
 	}
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations"}, Verbs: []string{"create"}}}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations"}, Verbs: []string{"create", "get"}}}
 	if fmt.Sprint(role.Rules) != fmt.Sprint(wantRules) {
 		t.Errorf("Role rules = %+v, want exactly %+v", role.Rules, wantRules)
 	}
@@ -202,7 +202,10 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 	}
 }
 
-func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
+// TestToken_ImportIdentityCanOnlyCreateAndGetClusterRegistrations: the
+// import identity creates registrations in its token's namespace and reads
+// one by its name (its answer is in its status), nothing more.
+func TestToken_ImportIdentityCanOnlyCreateAndGetClusterRegistrations(t *testing.T) {
 	ns := testenv.Namespace(t, env.Upstream.Client, "token-rbac-")
 	other := testenv.Namespace(t, env.Upstream.Client, "token-rbac-other-")
 	createToken(t, ns, "reg", "1h", "")
@@ -245,7 +248,11 @@ func TestToken_ImportIdentityCanOnlyCreateClusterRegistrations(t *testing.T) {
 		}
 	}
 	ctx := t.Context()
-	forbidden("get ClusterRegistration", asImport.Get(ctx, client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{}))
+	if err := asImport.Get(ctx, client.ObjectKeyFromObject(reg), &fleet.ClusterRegistration{}); err != nil {
+		t.Errorf("get the ClusterRegistration it made: %v", err)
+	}
+	forbidden("update ClusterRegistration status", asImport.Status().Update(ctx, reg))
+	forbidden("get ClusterRegistration in another namespace", asImport.Get(ctx, client.ObjectKey{Namespace: other, Name: reg.Name}, &fleet.ClusterRegistration{}))
 	forbidden("list ClusterRegistrations", asImport.List(ctx, &fleet.ClusterRegistrationList{}, client.InNamespace(ns)))
 	_, err = asImport.Watch(ctx, &fleet.ClusterRegistrationList{}, client.InNamespace(ns))
 	forbidden("watch ClusterRegistrations", err)
@@ -548,11 +555,11 @@ func TestToken_WidenedRoleIsReverted(t *testing.T) {
 	if err := c.Update(t.Context(), role); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, "the Role to allow only creating clusterregistrations again", func() (bool, error) {
+	testenv.Eventually(t, 10*time.Second, "the Role to allow only creating and getting clusterregistrations again", func() (bool, error) {
 		if err := c.Get(t.Context(), key, role); err != nil {
 			return false, err
 		}
-		return len(role.Rules) == 1 && fmt.Sprint(role.Rules[0].Verbs) == "[create]", fmt.Errorf("rules %+v", role.Rules)
+		return len(role.Rules) == 1 && fmt.Sprint(role.Rules[0].Verbs) == "[create get]", fmt.Errorf("rules %+v", role.Rules)
 	})
 }
 

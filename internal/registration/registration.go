@@ -107,12 +107,6 @@ const (
 // clusters/attach of its own Cluster in it: the agent's tunnel.
 const ProxyAPIGroup = "proxy.fleet.cattle.io"
 
-// CredentialPickupClusterRole (kustomize/base/rbac) allows get, and only get, of
-// Secrets: bound in the system registration namespace to a token's import
-// identity, it lets that identity's agents read their credential Secrets,
-// whose names only they know.
-const CredentialPickupClusterRole = "fleet-credential-pickup"
-
 // RequestIdentityClusterRole (kustomize/base/rbac) is what a request
 // identity may do in its cluster namespace, bound there by one RoleBinding.
 const RequestIdentityClusterRole = "fleet-request-identity"

@@ -11,17 +11,12 @@ import (
 
 // The credential is handed back sealed (HPKE, RFC 9180: DHKEM(X25519,
 // HKDF-SHA256), HKDF-SHA256, ChaCha20-Poly1305) to a key pair the agent
-// makes for one registration and keeps only in memory: the credential
-// Secret is then useless to anyone who reads it but that agent, so it can
-// stay until its registration goes instead of being written and deleted
-// within a second, and the import identity's right to read it by name
-// needs no object per registration (docs/architecture.md "The handshake").
+// makes for one registration and keeps only in memory, in the status of
+// that registration (status.credential): useless to anyone who reads it
+// but that agent, so it needs no Secret, no access of its own and no
+// removal (docs/architecture.md "The handshake").
 
-// KeySealed is the one data key of a sealed credential Secret: the HPKE
-// encapsulated key followed by the ciphertext of a SealedCredential.
-const KeySealed = "sealed"
-
-// SealedCredential is what the sealed data holds: the keys of an unsealed
+// SealedCredential is what the sealed box holds: the keys of an unsealed
 // credential Secret, the same values.
 type SealedCredential struct {
 	Token               string `json:"token"`
