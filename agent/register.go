@@ -151,14 +151,7 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 func openCredential(reg *fleet.ClusterRegistration, clear *corev1.Secret, key *registration.CredentialKey) (*credential, error) {
 	var c *registration.SealedCredential
 	if clear != nil {
-		c = &registration.SealedCredential{
-			Token:               string(clear.Data[registration.KeyToken]),
-			ClusterNamespace:    string(clear.Data[registration.KeyClusterNamespace]),
-			ClusterName:         string(clear.Data[registration.KeyClusterName]),
-			DeploymentNamespace: string(clear.Data[registration.KeyDeploymentNamespace]),
-			ServiceAccount:      string(clear.Data[registration.KeyServiceAccount]),
-			Expires:             string(clear.Data[registration.KeyExpires]),
-		}
+		c = registration.CredentialFromSecretData(clear.Data)
 	} else {
 		var err error
 		if c, err = key.Open(reg.Status.Credential, reg.Namespace, reg.Name, string(reg.UID)); err != nil {

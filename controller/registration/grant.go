@@ -612,14 +612,7 @@ func (r *Reconciler) ensureCredentialSecret(ctx context.Context, g *grant) error
 	if err != nil {
 		return err
 	}
-	data := map[string][]byte{
-		registration.KeyToken:               []byte(cred.Token),
-		registration.KeyClusterNamespace:    []byte(cred.ClusterNamespace),
-		registration.KeyClusterName:         []byte(cred.ClusterName),
-		registration.KeyDeploymentNamespace: []byte(cred.DeploymentNamespace),
-		registration.KeyServiceAccount:      []byte(cred.ServiceAccount),
-		registration.KeyExpires:             []byte(cred.Expires),
-	}
+	data := cred.SecretData()
 	// Written only over what the pass found: the Secret it replaces, or
 	// none. Another pass's Secret (of a controller that ran at the same
 	// time) is not overwritten with another token: this pass fails and the

@@ -320,14 +320,7 @@ func (a *agent) watchCredential(ctx context.Context, reg *fleet.ClusterRegistrat
 func credentialOf(reg *fleet.ClusterRegistration, c *registration.SealedCredential) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: reg.Name},
-		Data: map[string][]byte{
-			registration.KeyToken:               []byte(c.Token),
-			registration.KeyClusterNamespace:    []byte(c.ClusterNamespace),
-			registration.KeyClusterName:         []byte(c.ClusterName),
-			registration.KeyDeploymentNamespace: []byte(c.DeploymentNamespace),
-			registration.KeyServiceAccount:      []byte(c.ServiceAccount),
-			registration.KeyExpires:             []byte(c.Expires),
-		},
+		Data:       c.SecretData(),
 	}
 }
 

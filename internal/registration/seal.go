@@ -27,6 +27,31 @@ type SealedCredential struct {
 	Expires             string `json:"expires"`
 }
 
+// SecretData is the credential as the data of a credential Secret in the
+// clear (an older agent's).
+func (c SealedCredential) SecretData() map[string][]byte {
+	return map[string][]byte{
+		KeyToken:               []byte(c.Token),
+		KeyClusterNamespace:    []byte(c.ClusterNamespace),
+		KeyClusterName:         []byte(c.ClusterName),
+		KeyDeploymentNamespace: []byte(c.DeploymentNamespace),
+		KeyServiceAccount:      []byte(c.ServiceAccount),
+		KeyExpires:             []byte(c.Expires),
+	}
+}
+
+// CredentialFromSecretData reads a credential Secret in the clear.
+func CredentialFromSecretData(d map[string][]byte) *SealedCredential {
+	return &SealedCredential{
+		Token:               string(d[KeyToken]),
+		ClusterNamespace:    string(d[KeyClusterNamespace]),
+		ClusterName:         string(d[KeyClusterName]),
+		DeploymentNamespace: string(d[KeyDeploymentNamespace]),
+		ServiceAccount:      string(d[KeyServiceAccount]),
+		Expires:             string(d[KeyExpires]),
+	}
+}
+
 func suite() (hpke.KEM, hpke.KDF, hpke.AEAD) {
 	return hpke.DHKEM(ecdh.X25519()), hpke.HKDFSHA256(), hpke.ChaCha20Poly1305()
 }
