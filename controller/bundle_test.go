@@ -447,6 +447,86 @@ func TestBundle_AgentBundleLabelOnlyFromTheControllersAgentBundle(t *testing.T) 
 	waitLabel("its BundleDeployment labelled again", labelOf(agentBD), "true")
 }
 
+// A Bundle change is not reported Ready before the agents apply it: the
+// first status the controller writes for the new generation counts the
+// BundleDeployments it has just changed as waiting, not as they were.
+// (kubectl wait --for=condition=Ready on a Bundle right after a change must
+// wait for the change.)
+func TestBundle_ChangeIsNotReadyUntilItsAgentsApplyIt(t *testing.T) {
+	ws := testenv.Namespace(t, up, "fleet-change-")
+	newCluster(t, ws, "c1", map[string]string{"env": "prod"})
+	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "app"}, Spec: fleet.BundleSpec{
+		BundleDeploymentOptions: fleet.BundleDeploymentOptions{DefaultNamespace: "app"},
+		Resources:               []fleet.BundleResource{{Name: "cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata: {v: \"1\"}\n"}},
+		Targets:                 []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}},
+	}}
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: names.ClusterNamespace(ws, "c1"), Name: "app"}
+	// applied reports the BundleDeployment's current deployment applied and
+	// Ready, as its agent does.
+	applied := func() {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, "BundleDeployment reported applied", func() error {
+			bd := &fleet.BundleDeployment{}
+			if err := up.Get(t.Context(), key, bd); err != nil {
+				return err
+			}
+			bd.Status.AppliedDeploymentID, bd.Status.Ready, bd.Status.NonModified = bd.Spec.DeploymentID, true, true
+			return up.Status().Update(t.Context(), bd)
+		})
+	}
+	readyAt := func(generation int64) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("Bundle Ready at generation %d", generation), func() error {
+			if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+				return err
+			}
+			if b.Status.ObservedGeneration != generation || !meta.IsStatusConditionTrue(b.Status.Conditions, fleet.ReadyCondition) {
+				return fmt.Errorf("observed generation %d, summary %+v", b.Status.ObservedGeneration, b.Status.Summary)
+			}
+			return nil
+		})
+	}
+	applied()
+	readyAt(1)
+
+	w, err := watchClient(t).Watch(t.Context(), &fleet.BundleList{ListMeta: metav1.ListMeta{ResourceVersion: b.ResourceVersion}},
+		client.InNamespace(ws), client.MatchingFields{"metadata.name": b.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	updateBundle(t, b, func(b *fleet.Bundle) {
+		b.Spec.Resources[0].Content = strings.Replace(b.Spec.Resources[0].Content, `"1"`, `"2"`, 1)
+	})
+	generation := b.Generation
+	// Every status the controller writes for the new generation, until it
+	// reports the change waiting for its agent, must not say Ready.
+	timeout := time.After(30 * time.Second)
+	for waiting := false; !waiting; {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			got, ok := ev.Object.(*fleet.Bundle)
+			if !ok || got.Status.ObservedGeneration != generation {
+				continue
+			}
+			if meta.IsStatusConditionTrue(got.Status.Conditions, fleet.ReadyCondition) || got.Status.Summary.Ready != 0 {
+				t.Fatalf("the Bundle reported its change Ready before the agent applied it: summary %+v, conditions %+v", got.Status.Summary, got.Status.Conditions)
+			}
+			waiting = got.Status.Summary.WaitApplied == 1
+		case <-timeout:
+			t.Fatal("the Bundle never reported its change waiting for the agent")
+		}
+	}
+	applied()
+	readyAt(generation)
+}
+
 // updateBundle changes a Bundle, retrying when the controller wrote it in
 // between.
 func updateBundle(t *testing.T, b *fleet.Bundle, mutate func(*fleet.Bundle)) {
@@ -461,4 +541,14 @@ func updateBundle(t *testing.T, b *fleet.Bundle, mutate func(*fleet.Bundle)) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// watchClient is an upstream client that can watch.
+func watchClient(t *testing.T) client.WithWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Upstream.Config, client.Options{Scheme: up.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wc
 }

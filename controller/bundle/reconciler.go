@@ -215,9 +215,13 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 			failed[p.render] = append(failed[p.render], p.cluster.Name)
 			continue
 		}
-		if err := r.ensureDeployment(ctx, b, p, renders); err != nil {
+		bd, err := r.ensureDeployment(ctx, b, p, renders)
+		if err != nil {
 			return err
 		}
+		// The status below counts what was just written: a changed
+		// deployment is not Ready until its agent applies it.
+		existing[p.namespace] = bd
 	}
 	for ns, bd := range existing {
 		if keep[ns] {
@@ -321,9 +325,10 @@ func (r *Reconciler) contentCurrent(ctx context.Context, namespace, bundle, cont
 }
 
 // ensureDeployment writes the cluster's BundleDeployment, then its content
-// Secret (owned by it, so it goes with it). A paused Bundle or Cluster only
-// stages the new deployment.
-func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *placement, renders *reconcileRenders) error {
+// Secret (owned by it, so it goes with it), and returns the
+// BundleDeployment as it now is. A paused Bundle or Cluster only stages the
+// new deployment.
+func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *placement, renders *reconcileRenders) (*fleet.BundleDeployment, error) {
 	c, opts, rd, bd := p.cluster, p.opts, p.render, p.bd
 	depID := bundlecontent.DeploymentID(rd.contentID, opts)
 	paused := b.Spec.Paused || c.Spec.Paused
@@ -358,12 +363,12 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 	switch {
 	case !exists:
 		if err := r.Client.Create(ctx, want, client.FieldOwner(reconciler.FieldManager)); err != nil {
-			return fmt.Errorf("creating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
+			return nil, fmt.Errorf("creating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
 		}
 		written = true
 	case !equality.Semantic.DeepEqual(bd.Spec, want.Spec) || !equality.Semantic.DeepEqual(bd.Labels, want.Labels):
 		if err := r.Client.Update(ctx, want, client.FieldOwner(reconciler.FieldManager)); err != nil {
-			return fmt.Errorf("updating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
+			return nil, fmt.Errorf("updating BundleDeployment %s/%s: %w", want.Namespace, want.Name, err)
 		}
 		written = true
 	}
@@ -371,10 +376,13 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 		reconciler.Eventf(r.Recorder, b, nil, corev1.EventTypeWarning, "ReservedLabelIgnored", "Target",
 			"label %s is reserved for the agent Bundles the controller makes; it was not passed on to BundleDeployment %s/%s", fleet.AgentBundleLabel, want.Namespace, want.Name)
 	}
-	if p.keepsContent(b) {
-		return nil // the content of the deployment in force stays
+	if !written {
+		want = bd
 	}
-	return r.ensureContent(ctx, want, rd, renders)
+	if p.keepsContent(b) {
+		return want, nil // the content of the deployment in force stays
+	}
+	return want, r.ensureContent(ctx, want, rd, renders)
 }
 
 // ensureContent writes the content Secret when the metadata cache says it is

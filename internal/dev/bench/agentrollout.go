@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -197,6 +199,9 @@ func waitAgentRollout(ctx context.Context, up client.Client, skip string, timeou
 
 // standInAgents reports every agent BundleDeployment applied and Ready
 // once it changes, as a healthy agent would; writes counts its writes.
+// Like a fleet of agents, it works on many BundleDeployments at once, and
+// a report that fails is retried until it is written: no later event
+// would bring it back.
 type standInAgents struct {
 	c client.Client
 	// selector picks the BundleDeployments to report (nil: the agents').
@@ -204,10 +209,32 @@ type standInAgents struct {
 	writes   atomic.Int64
 }
 
+// standInWorkers is how many BundleDeployments the stand-in agents report
+// at once.
+const standInWorkers = 16
+
 func (s *standInAgents) run(ctx context.Context, wc client.WithWatch) {
 	sel := s.selector
 	if sel == nil {
 		sel = client.MatchingLabels{fleet.AgentBundleLabel: "true"}
+	}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[client.ObjectKey](50*time.Millisecond, 5*time.Second))
+	defer q.ShutDown()
+	for range standInWorkers {
+		go func() {
+			for {
+				key, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				if err := s.report(ctx, key); err != nil && ctx.Err() == nil {
+					q.AddRateLimited(key)
+				} else {
+					q.Forget(key)
+				}
+				q.Done(key)
+			}
+		}()
 	}
 	for ctx.Err() == nil {
 		list := &fleet.BundleDeploymentList{}
@@ -216,41 +243,42 @@ func (s *standInAgents) run(ctx context.Context, wc client.WithWatch) {
 			continue
 		}
 		for i := range list.Items {
-			s.report(ctx, &list.Items[i])
+			if !standInDone(&list.Items[i]) {
+				q.Add(client.ObjectKeyFromObject(&list.Items[i]))
+			}
 		}
 		w, err := wc.Watch(ctx, &fleet.BundleDeploymentList{ListMeta: metav1.ListMeta{ResourceVersion: list.ResourceVersion}}, sel)
 		if err != nil {
 			continue
 		}
 		for ev := range w.ResultChan() {
-			if bd, ok := ev.Object.(*fleet.BundleDeployment); ok {
-				s.report(ctx, bd)
+			if bd, ok := ev.Object.(*fleet.BundleDeployment); ok && ev.Type != watch.Deleted && !standInDone(bd) {
+				q.Add(client.ObjectKeyFromObject(bd))
 			}
 		}
 		w.Stop()
 	}
 }
 
-func (s *standInAgents) report(ctx context.Context, bd *fleet.BundleDeployment) {
-	done := func(bd *fleet.BundleDeployment) bool {
-		st := &bd.Status
-		return bd.Spec.DeploymentID == "" || st.AppliedDeploymentID == bd.Spec.DeploymentID && st.Ready && st.NonModified
+// standInDone reports whether a BundleDeployment is as a healthy agent
+// leaves it.
+func standInDone(bd *fleet.BundleDeployment) bool {
+	st := &bd.Status
+	return bd.Spec.DeploymentID == "" || st.AppliedDeploymentID == bd.Spec.DeploymentID && st.Ready && st.NonModified
+}
+
+// report writes one BundleDeployment's status as applied and Ready, on its
+// latest version.
+func (s *standInAgents) report(ctx context.Context, key client.ObjectKey) error {
+	bd := &fleet.BundleDeployment{}
+	if err := s.c.Get(ctx, key, bd); err != nil || standInDone(bd) {
+		return client.IgnoreNotFound(err)
 	}
-	if done(bd) {
-		return
+	st := &bd.Status
+	st.AppliedDeploymentID, st.Ready, st.NonModified = bd.Spec.DeploymentID, true, true
+	if err := s.c.Status().Update(ctx, bd); err != nil {
+		return client.IgnoreNotFound(err)
 	}
-	// A write that lost a race is retried on the latest version: no later
-	// event would bring it back.
-	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := s.c.Get(ctx, client.ObjectKeyFromObject(bd), bd); err != nil || done(bd) {
-			return err
-		}
-		st := &bd.Status
-		st.AppliedDeploymentID, st.Ready, st.NonModified = bd.Spec.DeploymentID, true, true
-		err := s.c.Status().Update(ctx, bd)
-		if err == nil {
-			s.writes.Add(1)
-		}
-		return err
-	})
+	s.writes.Add(1)
+	return nil
 }

@@ -105,6 +105,9 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	if _, err := cw.wait(ctx, true, clusters, 30*time.Minute); err != nil {
 		return nil, fmt.Errorf("clusters Ready: %w", err)
 	}
+	if err := waitNamespacesSettled(ctx, up, 10*time.Minute); err != nil {
+		return nil, err
+	}
 	// One interval more: the first pass of every Cluster is behind us.
 	select {
 	case <-ctx.Done():
@@ -240,17 +243,25 @@ func (hb *heartbeats) send(ctx context.Context, name string) error {
 	return hb.c.Status().Patch(ctx, c, client.RawPatch(types.MergePatchType, patch))
 }
 
-// waitBundleReady waits until the Bundle's generation is processed and its
-// n BundleDeployments are applied at their current deploymentID and Ready
-// (polled every half second: the list is large).
+// waitBundleReady waits until the Bundle's status, at its current
+// generation, counts n clusters Ready, and then checks that its n
+// BundleDeployments are indeed applied at their current deploymentID and
+// Ready. The Bundle is what a user watches; the large list is read only to
+// confirm it.
 func waitBundleReady(ctx context.Context, up client.Client, b *fleet.Bundle, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for time.Now().Before(deadline) {
 		cur := &fleet.Bundle{}
-		if err := up.Get(ctx, client.ObjectKeyFromObject(b), cur); err == nil && cur.Status.ObservedGeneration == cur.Generation {
+		if err := up.Get(ctx, client.ObjectKeyFromObject(b), cur); err != nil {
+			last = err.Error()
+		} else if s := cur.Status.Summary; cur.Status.ObservedGeneration != cur.Generation || s.Ready != n || s.DesiredReady != n {
+			last = fmt.Sprintf("Bundle generation %d observed %d, %d of %d Ready", cur.Generation, cur.Status.ObservedGeneration, s.Ready, s.DesiredReady)
+		} else {
 			list := &fleet.BundleDeploymentList{}
-			if err := up.List(ctx, list, client.MatchingLabels{fleet.BundleLabel: b.Name, fleet.BundleNamespaceLabel: b.Namespace}); err == nil {
+			if err := up.List(ctx, list, client.MatchingLabels{fleet.BundleLabel: b.Name, fleet.BundleNamespaceLabel: b.Namespace}); err != nil {
+				last = err.Error()
+			} else {
 				ready := 0
 				for _, bd := range list.Items {
 					if bd.Spec.DeploymentID != "" && bd.Status.AppliedDeploymentID == bd.Spec.DeploymentID && bd.Status.Ready {
@@ -260,14 +271,43 @@ func waitBundleReady(ctx context.Context, up client.Client, b *fleet.Bundle, n i
 				if ready == n && len(list.Items) == n {
 					return nil
 				}
-				last = fmt.Sprintf("%d of %d BundleDeployments, %d Ready", len(list.Items), n, ready)
+				last = fmt.Sprintf("the Bundle says %d Ready, but of %d BundleDeployments %d are", s.Ready, len(list.Items), ready)
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(time.Second):
 		}
 	}
 	return fmt.Errorf("not Ready on %d clusters within %s (%s)", n, timeout, last)
+}
+
+// waitNamespacesSettled waits until kube-controller-manager has made the
+// default ServiceAccount of every namespace (the cluster namespaces are
+// new): its writes are not the fleet's steady state.
+func waitNamespacesSettled(ctx context.Context, up client.Client, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		nss := &metav1.PartialObjectMetadataList{}
+		nss.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+		sas := &metav1.PartialObjectMetadataList{}
+		sas.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccountList"))
+		if err := up.List(ctx, nss); err != nil {
+			last = err.Error()
+		} else if err := up.List(ctx, sas, client.MatchingFields{"metadata.name": "default"}); err != nil {
+			last = err.Error()
+		} else if len(sas.Items) >= len(nss.Items) {
+			return nil
+		} else {
+			last = fmt.Sprintf("%d of %d namespaces have their default ServiceAccount", len(sas.Items), len(nss.Items))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return fmt.Errorf("namespaces not settled within %s (%s)", timeout, last)
 }
