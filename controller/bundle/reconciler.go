@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +43,10 @@ const (
 	// ContentLabel marks content Secrets.
 	ContentLabel = "fleet.cattle.io/bundle-content"
 )
+
+// deploymentWriters is how many clusters' BundleDeployments and content
+// Secrets one reconcile writes at once.
+const deploymentWriters = 8
 
 // statusRules are the Bundle's kstatus rules: Ready says whether every
 // selected cluster has it Ready. A Bundle that does not render, or whose
@@ -209,19 +214,34 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	if err := r.renderStaleContent(ctx, renders, placements, b); err != nil {
 		return err
 	}
+	var writes []*placement
 	for _, p := range placements {
 		keep[p.namespace] = true
 		if p.render.err != nil { // the render that refreshed the content failed
 			failed[p.render] = append(failed[p.render], p.cluster.Name)
 			continue
 		}
-		bd, err := r.ensureDeployment(ctx, b, p, renders)
-		if err != nil {
+		writes = append(writes, p)
+	}
+	// A Bundle on thousands of clusters writes thousands of
+	// BundleDeployments and content Secrets: several at a time.
+	written := make([]*fleet.BundleDeployment, len(writes))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(deploymentWriters)
+	for i, p := range writes {
+		g.Go(func() error {
+			bd, err := r.ensureDeployment(gctx, b, p, renders)
+			written[i] = bd
 			return err
-		}
-		// The status below counts what was just written: a changed
-		// deployment is not Ready until its agent applies it.
-		existing[p.namespace] = bd
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	// The status below counts what was just written: a changed
+	// deployment is not Ready until its agent applies it.
+	for i, p := range writes {
+		existing[p.namespace] = written[i]
 	}
 	for ns, bd := range existing {
 		if keep[ns] {
@@ -312,16 +332,23 @@ func (r *Reconciler) renderStaleContent(ctx context.Context, renders *reconcileR
 // contentCurrent reports whether, per the metadata cache, a cluster's
 // content Secret holds the manifests contentID names.
 func (r *Reconciler) contentCurrent(ctx context.Context, namespace, bundle, contentID string) (bool, error) {
+	m, err := r.contentMeta(ctx, namespace, bundle)
+	return m != nil && m.Annotations[ManifestIDAnnotation] == contentID, err
+}
+
+// contentMeta returns a cluster's content Secret's metadata from the
+// metadata cache (nil: there is none).
+func (r *Reconciler) contentMeta(ctx context.Context, namespace, bundle string) (*metav1.PartialObjectMetadata, error) {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	err := r.Cache.Get(ctx, client.ObjectKey{Namespace: namespace, Name: bundlecontent.SecretName(bundle)}, m)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	return m.Annotations[ManifestIDAnnotation] == contentID, nil
+	return m, nil
 }
 
 // ensureDeployment writes the cluster's BundleDeployment, then its content
@@ -330,7 +357,8 @@ func (r *Reconciler) contentCurrent(ctx context.Context, namespace, bundle, cont
 // new deployment.
 func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *placement, renders *reconcileRenders) (*fleet.BundleDeployment, error) {
 	c, opts, rd, bd := p.cluster, p.opts, p.render, p.bd
-	depID := bundlecontent.DeploymentID(rd.contentID, opts)
+	contentID, _, _ := renders.outcome(rd)
+	depID := bundlecontent.DeploymentID(contentID, opts)
 	paused := b.Spec.Paused || c.Spec.Paused
 	exists := bd != nil
 	if !exists {
@@ -386,42 +414,56 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 }
 
 // ensureContent writes the content Secret when the metadata cache says it is
-// missing or holds other manifests.
+// missing or holds other manifests. The write is a create, or an update at
+// the cached resourceVersion: no read first. A cache behind the server
+// makes it fail (AlreadyExists, Conflict), and the retry finds it current.
 func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployment, rr *render, renders *reconcileRenders) error {
 	key := client.ObjectKey{Namespace: bd.Namespace, Name: bundlecontent.SecretName(bd.Name)}
-	current, err := r.contentCurrent(ctx, key.Namespace, bd.Name, rr.contentID)
-	if err != nil || current {
+	contentID, _, _ := renders.outcome(rr)
+	m, err := r.contentMeta(ctx, key.Namespace, bd.Name)
+	if err != nil || m != nil && m.Annotations[ManifestIDAnnotation] == contentID {
 		return err
 	}
 	if err := renders.ensureManifests(ctx, rr); err != nil {
 		return err
 	}
-	if rr.err != nil {
+	contentID, manifests, renderErr := renders.outcome(rr)
+	if renderErr != nil {
 		// Rendered before, fails now: the retry finds the failure in the
 		// cache and reports it on the Bundle.
-		return fmt.Errorf("rendering the content of %s/%s: %w", bd.Namespace, bd.Name, rr.err)
+		return fmt.Errorf("rendering the content of %s/%s: %w", bd.Namespace, bd.Name, renderErr)
 	}
-	data, err := bundlecontent.Encode(rr.manifests)
+	data, err := bundlecontent.Encode(manifests)
 	if err != nil {
 		return err
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	_, err = controllerutil.CreateOrUpdate(ctx, client.WithFieldOwner(r.Client, reconciler.FieldManager), s, func() error {
-		s.Type = bundlecontent.SecretType
-		s.Data = data
-		if s.Labels == nil {
-			s.Labels = map[string]string{}
-		}
-		s.Labels[ContentLabel] = "true"
-		s.Labels[fleet.ManagedLabel] = "true"
-		s.Labels[fleet.BundleLabel] = bd.Labels[fleet.BundleLabel]
-		s.Labels[fleet.BundleNamespaceLabel] = bd.Labels[fleet.BundleNamespaceLabel]
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[ManifestIDAnnotation] = rr.contentID
-		return controllerutil.SetControllerReference(bd, s, r.Client.Scheme())
-	})
+	if m != nil {
+		// What others keep on it (labels, annotations, owners) stays.
+		s.ObjectMeta = *m.ObjectMeta.DeepCopy()
+		s.ManagedFields = nil
+	}
+	s.Type = bundlecontent.SecretType
+	s.Data = data
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[ContentLabel] = "true"
+	s.Labels[fleet.ManagedLabel] = "true"
+	s.Labels[fleet.BundleLabel] = bd.Labels[fleet.BundleLabel]
+	s.Labels[fleet.BundleNamespaceLabel] = bd.Labels[fleet.BundleNamespaceLabel]
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[ManifestIDAnnotation] = contentID
+	if err := controllerutil.SetControllerReference(bd, s, r.Client.Scheme()); err != nil {
+		return fmt.Errorf("writing content Secret %s: %w", key, err)
+	}
+	if m == nil {
+		err = r.Client.Create(ctx, s, client.FieldOwner(reconciler.FieldManager))
+	} else {
+		err = r.Client.Update(ctx, s, client.FieldOwner(reconciler.FieldManager))
+	}
 	if err != nil {
 		return fmt.Errorf("writing content Secret %s: %w", key, err)
 	}

@@ -97,6 +97,9 @@ type render struct {
 // reconcileRenders renders one Bundle during one reconcile: at most once per
 // distinct set of options, and not at all when the cache knows the result.
 type reconcileRenders struct {
+	// mu guards the renders while BundleDeployments are written in
+	// parallel (get runs before that, from one goroutine).
+	mu       sync.Mutex
 	renderer BundleRenderer
 	cache    *renderCache
 	bundle   *fleet.Bundle
@@ -140,10 +143,20 @@ func (rr *reconcileRenders) get(ctx context.Context, opts fleet.BundleDeployment
 // whose templates are not deterministic (random names, timestamps) gets a
 // new manifest ID here; its clusters all move to it.
 func (rr *reconcileRenders) ensureManifests(ctx context.Context, rd *render) error {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
 	if rd.rendered || rd.err != nil {
 		return nil
 	}
 	return rr.run(ctx, rd)
+}
+
+// outcome returns what rd rendered to so far: its manifest ID, its
+// manifests (when this reconcile rendered it) and its failure.
+func (rr *reconcileRenders) outcome(rd *render) (contentID string, manifests []byte, err *renderworker.RenderError) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return rd.contentID, rd.manifests, rd.err
 }
 
 func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
