@@ -241,10 +241,18 @@ func writeBreakdown(before, after map[string]float64, per float64) string {
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].v > rows[j].v })
 	var parts []string
+	other := 0.0
 	for _, r := range rows {
 		if r.v >= 0.05 {
 			parts = append(parts, fmt.Sprintf("%s %.2f", r.k, r.v))
+		} else {
+			other += r.v
 		}
+	}
+	// The small ones still add up: say how much they are, so the parts
+	// sum to the total.
+	if other >= 0.005 {
+		parts = append(parts, fmt.Sprintf("others under 0.05 each %.2f", other))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -417,6 +417,12 @@ func (h *harness) leftovers(ctx context.Context, ws string, clusters int) (int, 
 // reporting, what heartbeats cost upstream and in the controller.
 func (h *harness) steadyState(ctx context.Context, clusters int, window time.Duration) (Result, error) {
 	r := Result{Name: "steady-state", Count: clusters, Goal: "controller <= 5% of one core, <= 1 write per cluster per heartbeat interval"}
+	// The latency scenarios' agents are gone: their Clusters turn Offline
+	// (one status write each) some missed heartbeats later, which is not
+	// the fleet's steady state. Wait for that first.
+	if err := waitOthersOffline(ctx, h.env.Upstream.Client, "bench-scale", 10*time.Minute); err != nil {
+		return r, err
+	}
 	// Let the scale scenario's tail (agent Bundles reporting, summaries
 	// updating) pass first: steady state is what a registered fleet costs.
 	select {
@@ -611,4 +617,36 @@ func waitRollout(ctx context.Context, up client.Client, b *fleet.Bundle, n int, 
 		}
 	}
 	return 0, fmt.Errorf("not Ready on %d clusters within %s", n, timeout)
+}
+
+// waitOthersOffline waits until every Cluster outside namespace keep whose
+// agent once checked in is reported Offline.
+func waitOthersOffline(ctx context.Context, up client.Client, keep string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		list := &fleet.ClusterList{}
+		online := 0
+		err := up.List(ctx, list)
+		if err == nil {
+			for _, c := range list.Items {
+				if c.Namespace == keep || c.Status.Agent.LastSeen.IsZero() {
+					continue
+				}
+				if r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition); r == nil || r.Reason != fleet.OfflineReason {
+					online++
+				}
+			}
+			if online == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the earlier scenarios' Clusters not Offline within %s (%d left, %v)", timeout, online, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
