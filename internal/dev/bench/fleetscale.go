@@ -259,65 +259,44 @@ func (hb *heartbeats) send(ctx context.Context, name string) error {
 // Ready. The Bundle is what a user watches; the large list is read only to
 // confirm it.
 func waitBundleReady(ctx context.Context, up client.Client, b *fleet.Bundle, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
+	return pollUntil(ctx, time.Second, timeout, fmt.Sprintf("Bundle Ready on %d clusters", n), func(ctx context.Context) (bool, string) {
 		cur := &fleet.Bundle{}
 		if err := up.Get(ctx, client.ObjectKeyFromObject(b), cur); err != nil {
-			last = err.Error()
-		} else if s := cur.Status.Summary; cur.Status.ObservedGeneration != cur.Generation || s.Ready != n || s.DesiredReady != n {
-			last = fmt.Sprintf("Bundle generation %d observed %d, %d of %d Ready", cur.Generation, cur.Status.ObservedGeneration, s.Ready, s.DesiredReady)
-		} else {
-			list := &fleet.BundleDeploymentList{}
-			if err := up.List(ctx, list, client.MatchingLabels{fleet.BundleLabel: b.Name, fleet.BundleNamespaceLabel: b.Namespace}); err != nil {
-				last = err.Error()
-			} else {
-				ready := 0
-				for _, bd := range list.Items {
-					if bd.Spec.DeploymentID != "" && bd.Status.AppliedDeploymentID == bd.Spec.DeploymentID && bd.Status.Ready {
-						ready++
-					}
-				}
-				if ready == n && len(list.Items) == n {
-					return nil
-				}
-				last = fmt.Sprintf("the Bundle says %d Ready, but of %d BundleDeployments %d are", s.Ready, len(list.Items), ready)
+			return false, err.Error()
+		}
+		if s := cur.Status.Summary; cur.Status.ObservedGeneration != cur.Generation || s.Ready != n || s.DesiredReady != n {
+			return false, fmt.Sprintf("Bundle generation %d observed %d, %d of %d Ready", cur.Generation, cur.Status.ObservedGeneration, s.Ready, s.DesiredReady)
+		}
+		list := &fleet.BundleDeploymentList{}
+		if err := up.List(ctx, list, client.MatchingLabels{fleet.BundleLabel: b.Name, fleet.BundleNamespaceLabel: b.Namespace}); err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, bd := range list.Items {
+			if bd.Spec.DeploymentID != "" && bd.Status.AppliedDeploymentID == bd.Spec.DeploymentID && bd.Status.Ready {
+				ready++
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-	return fmt.Errorf("not Ready on %d clusters within %s (%s)", n, timeout, last)
+		return ready == n && len(list.Items) == n,
+			fmt.Sprintf("the Bundle says %d Ready; of %d BundleDeployments %d are", n, len(list.Items), ready)
+	})
 }
 
 // waitNamespacesSettled waits until kube-controller-manager has made the
 // default ServiceAccount of every namespace (the cluster namespaces are
 // new): its writes are not the fleet's steady state.
 func waitNamespacesSettled(ctx context.Context, up client.Client, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
+	return pollUntil(ctx, 5*time.Second, timeout, "every namespace's default ServiceAccount", func(ctx context.Context) (bool, string) {
 		nss := &metav1.PartialObjectMetadataList{}
 		nss.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
 		sas := &metav1.PartialObjectMetadataList{}
 		sas.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccountList"))
 		if err := up.List(ctx, nss); err != nil {
-			last = err.Error()
-		} else if err := up.List(ctx, sas, client.MatchingFields{"metadata.name": "default"}); err != nil {
-			last = err.Error()
-		} else if len(sas.Items) >= len(nss.Items) {
-			return nil
-		} else {
-			last = fmt.Sprintf("%d of %d namespaces have their default ServiceAccount", len(sas.Items), len(nss.Items))
+			return false, err.Error()
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Second):
+		if err := up.List(ctx, sas, client.MatchingFields{"metadata.name": "default"}); err != nil {
+			return false, err.Error()
 		}
-	}
-	return fmt.Errorf("namespaces not settled within %s (%s)", timeout, last)
+		return len(sas.Items) >= len(nss.Items), fmt.Sprintf("%d of %d namespaces have it", len(sas.Items), len(nss.Items))
+	})
 }

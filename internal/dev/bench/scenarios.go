@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -305,18 +306,10 @@ func (h *harness) managerInitiated(ctx context.Context, n int) (Result, error) {
 }
 
 func waitForSecret(ctx context.Context, ds *controlplane.ControlPlane, ns, name string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if err := ds.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{}); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("secret %s/%s did not appear within %s", ns, name, timeout)
+	return pollUntil(ctx, 20*time.Millisecond, timeout, fmt.Sprintf("secret %s/%s", ns, name), func(ctx context.Context) (bool, string) {
+		err := ds.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{})
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // scale registers n agent-initiated clusters at once.
@@ -622,31 +615,35 @@ func waitRollout(ctx context.Context, up client.Client, b *fleet.Bundle, n int, 
 // waitOthersOffline waits until every Cluster outside namespace keep whose
 // agent once checked in is reported Offline.
 func waitOthersOffline(ctx context.Context, up client.Client, keep string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	return pollUntil(ctx, 2*time.Second, timeout, "the earlier scenarios' Clusters Offline", func(ctx context.Context) (bool, string) {
 		list := &fleet.ClusterList{}
+		if err := up.List(ctx, list); err != nil {
+			return false, err.Error()
+		}
 		online := 0
-		err := up.List(ctx, list)
-		if err == nil {
-			for _, c := range list.Items {
-				if c.Namespace == keep || c.Status.Agent.LastSeen.IsZero() {
-					continue
-				}
-				if r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition); r == nil || r.Reason != fleet.OfflineReason {
-					online++
-				}
+		for _, c := range list.Items {
+			if c.Namespace == keep || c.Status.Agent.LastSeen.IsZero() {
+				continue
 			}
-			if online == 0 {
-				return nil
+			if r := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition); r == nil || r.Reason != fleet.OfflineReason {
+				online++
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the earlier scenarios' Clusters not Offline within %s (%d left, %v)", timeout, online, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
+		return online == 0, fmt.Sprintf("%d not Offline", online)
+	})
+}
+
+// pollUntil calls check every interval until it reports done, for at most
+// timeout; the error says what check last saw.
+func pollUntil(ctx context.Context, interval, timeout time.Duration, what string, check func(context.Context) (done bool, status string)) error {
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
+		done, status := check(ctx)
+		last = status
+		return done, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("%s: not within %s (%s)", what, timeout, last)
 	}
+	return err
 }
