@@ -136,15 +136,21 @@ func (h *Handler) ServeDirect(rev *Revocations) http.Handler {
 			writeStatus(w, r, apierrors.NewUnauthorized("no valid direct token for this cluster: get one with `fleet kubeconfig` (it may have expired or been revoked)"))
 			return
 		}
-		verb, ok := assertion.VerbOf(r.Method)
+		// exec, attach and port-forward (any upgrade) need create, as
+		// through fleet-proxy: a WebSocket exec is a GET.
+		verb, ok := assertion.RequestVerb(r.Method, r.Header, r.URL.Path)
 		if !ok {
 			writeStatus(w, r, apierrors.NewMethodNotSupported(clustersProxy, r.Method))
 			return
 		}
 		if !tok.Allows(verb) {
 			h.imp.metrics.directRefused.Inc()
+			why := "the user holds only those on this Cluster upstream"
+			if verb == "create" && r.Method != http.MethodPost {
+				why = "exec, attach and port-forward need create, whatever the method; " + why
+			}
 			writeStatus(w, r, apierrors.NewForbidden(clustersProxy, "", fmt.Errorf(
-				"the direct token of %q carries the verbs %v of clusters/proxy, not %s: the user holds only those on this Cluster upstream", tok.User, tok.Verbs, verb)))
+				"the direct token of %q carries the verbs %v of clusters/proxy, not %s: %s", tok.User, tok.Verbs, verb, why)))
 			return
 		}
 		h.imp.metrics.directRequests.Inc()
