@@ -274,8 +274,10 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("signing the direct token: %w", err)))
 		return
 	}
+	// IssuedAt to the nanosecond (the token's iat has seconds): the order
+	// of a holder's tokens decides which the quota revokes.
 	rec := &issued{ID: tok.ID, Cluster: key, User: tok.User, UID: tok.UID, Groups: tok.Groups, Extra: tok.Extra, Verbs: tok.Verbs,
-		IssuedAt: tok.IssuedAt, Expiry: tok.Expiry, LimitedBy: limitedBy, ServiceAccount: sa, Pod: pod}
+		IssuedAt: time.Now().UTC(), Expiry: tok.Expiry, LimitedBy: limitedBy, ServiceAccount: sa, Pod: pod}
 	if err := s.opts.Registry.record(ctx, rec); err != nil {
 		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("recording the direct token: %w", err)))
 		return

@@ -123,8 +123,12 @@ func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, me
 }
 
 func TestMain(m *testing.M) {
+	webhookFlags, err := startTokenWebhook()
+	if err != nil {
+		panic(err)
+	}
 	testenv.Main(m, testenv.Options{
-		ControlPlanes: &controlplane.Options{Downstreams: 1, NoControllerManager: true},
+		ControlPlanes: &controlplane.Options{Downstreams: 1, NoControllerManager: true, DownstreamAPIServerFlags: webhookFlags},
 		CaptureLogs:   true,
 	}, setup)
 }

@@ -45,6 +45,13 @@ type directAgent struct {
 
 func startDirectAgent(t *testing.T, cluster, agentToken string) *directAgent {
 	t.Helper()
+	return startDirectAgentWith(t, cluster, agentToken, nil)
+}
+
+// startDirectAgentWith starts the endpoint whose token webhook answers for
+// apiAudiences.
+func startDirectAgentWith(t *testing.T, cluster, agentToken string, apiAudiences []string) *directAgent {
+	t.Helper()
 	up := &rest.Config{Host: env.Upstream.Config.Host, BearerToken: agentToken,
 		TLSClientConfig: rest.TLSClientConfig{CAData: env.Upstream.Config.CAData}}
 	keysFn, err := access.UpstreamKeys(up)
@@ -57,7 +64,7 @@ func startDirectAgent(t *testing.T, cluster, agentToken string) *directAgent {
 		return err
 	})
 	h, err := access.New(access.Options{Audience: workspace + "/" + cluster, Verifier: assertion.NewVerifier(ks),
-		RefreshKeys: keysFn, Local: rest.CopyConfig(env.Downstreams[0].Config), Direct: true})
+		RefreshKeys: keysFn, Local: rest.CopyConfig(env.Downstreams[0].Config), Direct: true, APIAudiences: apiAudiences})
 	must(t, err)
 	rev := access.NewRevocations()
 	mux := http.NewServeMux()
