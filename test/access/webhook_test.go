@@ -58,7 +58,9 @@ func startTokenWebhook() ([]string, error) {
 		}
 		_ = json.NewEncoder(w).Encode(authnv1.TokenReview{TypeMeta: metav1.TypeMeta{APIVersion: "authentication.k8s.io/v1", Kind: "TokenReview"}})
 	})}
-	go func() { _ = srv.Serve(tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})) }()
+	go func() {
+		_ = srv.Serve(tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	}()
 	dir, err := os.MkdirTemp("", "fleet-token-webhook-")
 	if err != nil {
 		return nil, err
