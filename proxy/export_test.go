@@ -3,11 +3,14 @@ package proxy
 import (
 	"context"
 	"time"
+
+	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
-// IssueForBench records a token for user as an issue does after signing:
-// admission (rate, cluster limit), the record, the quota (benchmarks).
-func (r *Registry) IssueForBench(ctx context.Context, key, user, id string, now time.Time) error {
+// IssueForTest records a token for user as an issue does after signing:
+// admission (rate, cluster limit), the record, the quota (benchmarks and
+// the registry's tests).
+func (r *Registry) IssueForTest(ctx context.Context, key, user, id string, now time.Time) error {
 	unlock := r.lock(key, user)
 	defer unlock()
 	if err := r.admit(key, user, now); err != nil {
@@ -20,4 +23,9 @@ func (r *Registry) IssueForBench(ctx context.Context, key, user, id string, now 
 	}
 	_, err := r.enforceQuota(ctx, key, user, now)
 	return err
+}
+
+// RevokedForTest is what the agents of Cluster key read.
+func (r *Registry) RevokedForTest(key string, now time.Time) ([]direct.Revoked, string) {
+	return r.revoked(key, now)
 }
