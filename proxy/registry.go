@@ -55,7 +55,8 @@ const (
 	legacyRegistryLabel = "fleet.cattle.io/direct-tokens"
 	legacyRegistryKey   = "tokens.json"
 
-	// MaxDirectTokensPerCluster bounds the live tokens of one cluster.
+	// MaxDirectTokensPerCluster bounds the live, unrevoked tokens of one
+	// cluster (the revoked ones are bounded by each holder's rate).
 	MaxDirectTokensPerCluster = 2000
 	// DefaultDirectTokensPerUser is how many live, unrevoked tokens one
 	// user may hold for one Cluster: a new one revokes the oldest.
@@ -265,7 +266,7 @@ func (e *tooMany) Error() string { return e.msg }
 
 // admit decides whether user may be issued another token for Cluster key
 // now: at most IssueLimit issues in any IssueWindow, and at most
-// MaxDirectTokensPerCluster live tokens in the Cluster.
+// MaxDirectTokensPerCluster live, unrevoked tokens in the Cluster.
 func (r *Registry) admit(key, user string, now time.Time) error {
 	var recent []*issued
 	for _, t := range r.holderRecords(key, user) {
@@ -281,14 +282,16 @@ func (r *Registry) admit(key, user string, now time.Time) error {
 			retryAfter: next.Sub(now),
 		}
 	}
+	// Revoked tokens do not count: one holder's churn (bounded by the
+	// rate) cannot fill the Cluster for others.
 	live := 0
 	for _, t := range r.records(byCluster, shortHash(key), key) {
-		if !t.expired(now) {
+		if !t.expired(now) && t.RevokedAt == nil {
 			live++
 		}
 	}
 	if live >= MaxDirectTokensPerCluster {
-		return &tooMany{msg: fmt.Sprintf("Cluster %s has %d direct tokens that have not expired, the most allowed: ask again once some have", key, live),
+		return &tooMany{msg: fmt.Sprintf("Cluster %s has %d live direct tokens, the most allowed: ask again once some have expired", key, live),
 			retryAfter: time.Minute}
 	}
 	return nil
