@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,6 +92,14 @@ func (a *Agent) serveDirect(ctx context.Context, cred *credential) error {
 	if err != nil {
 		return err
 	}
+	var audiences []string
+	if a.opts.DirectMode == DirectModeWebhook {
+		if audiences, err = a.directAPIAudiences(ctx); err != nil {
+			return err
+		}
+		log.Info("the token webhook answers for the API server's audiences only", "audiences", audiences,
+			"configured", len(a.opts.DirectAPIAudiences) > 0)
+	}
 	persist := make(chan struct{}, 1)
 	changed := func() {
 		select {
@@ -99,14 +108,15 @@ func (a *Agent) serveDirect(ctx context.Context, cred *credential) error {
 		}
 	}
 	h, err := access.New(access.Options{
-		Audience:    audience,
-		Verifier:    assertion.NewVerifier(keys),
-		RefreshKeys: upKeys,
-		KeysChanged: func(*assertion.KeySet) { changed() },
-		Local:       rest.CopyConfig(a.opts.Local),
-		Log:         log,
-		Direct:      true,
-		Registerer:  replacing(a.opts.Registerer),
+		Audience:     audience,
+		Verifier:     assertion.NewVerifier(keys),
+		RefreshKeys:  upKeys,
+		KeysChanged:  func(*assertion.KeySet) { changed() },
+		Local:        rest.CopyConfig(a.opts.Local),
+		Log:          log,
+		Direct:       true,
+		APIAudiences: audiences,
+		Registerer:   replacing(a.opts.Registerer),
 		// The tunnel's handler collects unused impersonators.
 		GCInterval: 365 * 24 * time.Hour,
 	})
@@ -229,6 +239,26 @@ func keysJSON(h *access.Handler) json.RawMessage {
 		return nil
 	}
 	return b
+}
+
+// agentServiceAccount is the agent's ServiceAccount (the chart's).
+const agentServiceAccount = "fleet-agent"
+
+// directAPIAudiences are the audiences the token webhook answers for: the
+// configured ones, else the local API server's own (asked of it).
+func (a *Agent) directAPIAudiences(ctx context.Context) ([]string, error) {
+	if len(a.opts.DirectAPIAudiences) > 0 {
+		return a.opts.DirectAPIAudiences, nil
+	}
+	cs, err := kubernetes.NewForConfig(a.opts.Local)
+	if err != nil {
+		return nil, err
+	}
+	auds, err := access.DiscoverAPIAudiences(ctx, cs, a.opts.Namespace, agentServiceAccount)
+	if err != nil {
+		return nil, fmt.Errorf("token webhook: %w (or set the API server's audiences: spec.agentDirectEndpoint.apiAudiences)", err)
+	}
+	return auds, nil
 }
 
 // directCA is the CA users verify the endpoint with: the agent's own

@@ -61,13 +61,16 @@ type Options struct {
 	// DirectAddress (default ":8443"): mode DirectMode ("agent", the
 	// default, or "webhook"), reached by users at DirectURL, with
 	// DirectHosts more names in its serving certificate. The revocation
-	// list is read every DirectSyncInterval (default 10s).
+	// list is read every DirectSyncInterval (default 10s). In mode webhook
+	// the token webhook answers only for DirectAPIAudiences (default: the
+	// local API server's own, asked of it).
 	Direct             bool
 	DirectMode         string
 	DirectURL          string
 	DirectHosts        []string
 	DirectAddress      string
 	DirectSyncInterval time.Duration
+	DirectAPIAudiences []string
 
 	// Registerer, when set, gets the agent's metrics (the access handler's
 	// impersonator cache). Each access session registers its collectors

@@ -40,7 +40,15 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	key := ws + "/" + name
 	u := userFrom(r.Context())
-	verb, ok := assertion.VerbOf(r.Method)
+	inner, err := innerURL(r, ws, name)
+	if err != nil {
+		s.metrics.refused("bad-path")
+		writeStatus(w, apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	// exec, attach and port-forward (any upgrade) need create, whatever
+	// the method: a WebSocket exec is a GET.
+	verb, ok := assertion.RequestVerb(r.Method, r.Header, inner.Path)
 	if !ok {
 		s.metrics.refused("method")
 		writeStatus(w, apierrors.NewMethodNotSupported(clustersResource, r.Method))
@@ -57,13 +65,16 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 		Name:            name,
 		ResourceRequest: true,
 	}
-	decision, reason, err := s.authz.Authorize(r.Context(), right)
+	decision, reason, aerr := s.authz.Authorize(r.Context(), right)
 	if decision != authorizer.DecisionAllow {
 		msg := fmt.Sprintf("user %q cannot %s %s %s/%s on Cluster %s: access to a cluster through fleet-proxy needs that right (ClusterRole fleet-cluster-proxy)",
 			u.GetName(), verb, rightGroup, rightResource, rightSubresource, key)
-		if err != nil {
-			log.FromContext(r.Context()).Error(err, "authorizing a cluster proxy request", "cluster", key, "user", u.GetName())
-			msg += "; the authorization check failed: " + err.Error()
+		if verb == "create" && r.Method != http.MethodPost {
+			msg += " (exec, attach and port-forward need create, whatever the method)"
+		}
+		if aerr != nil {
+			log.FromContext(r.Context()).Error(aerr, "authorizing a cluster proxy request", "cluster", key, "user", u.GetName())
+			msg += "; the authorization check failed: " + aerr.Error()
 		} else if reason != "" {
 			msg += ": " + reason
 		}
@@ -86,12 +97,6 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	inner, err := innerURL(r, ws, name)
-	if err != nil {
-		s.metrics.done(key, http.StatusBadRequest, start, 0)
-		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return
-	}
 	// The request ends when its right goes, even while it streams.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

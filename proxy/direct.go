@@ -2,29 +2,20 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
@@ -33,10 +24,11 @@ import (
 
 // The authorized cluster endpoint (docs/cluster-access.md): fleet-proxy
 // issues direct tokens (POST .../clusters/<name>/token) to users with
-// clusters/proxy on the Cluster, records each in the cluster's registry
-// ConfigMap in its own namespace, rechecks the users' rights while their
-// tokens live and marks a token revoked once a right it carries is gone;
-// agents read the revoked ones (GET .../clusters/<name>/revocations).
+// clusters/proxy on the Cluster, for no longer than the credential they ask
+// with, records each (registry.go), rechecks while they live that their
+// holders still hold them (the right, the ServiceAccount, the bound pod, the
+// per-user quota) and marks a token revoked once one is gone; agents read
+// the revoked ones (GET .../clusters/<name>/revocations).
 
 // DirectIssuer signs direct tokens.
 type DirectIssuer interface {
@@ -58,229 +50,93 @@ type AgentAuthorizer interface {
 	AuthorizeAgent(ctx context.Context, u user.Info, ws, name string) error
 }
 
-const (
-	// registryLabel marks the registry ConfigMaps.
-	registryLabel = "fleet.cattle.io/direct-tokens"
-	// registryClusterAnnotation names the Cluster of a registry.
-	registryClusterAnnotation = "fleet.cattle.io/cluster"
-	registryKey               = "tokens.json"
-	// MaxDirectTokensPerCluster bounds the live tokens of one cluster (the
-	// registry is one ConfigMap, at most 1 MiB).
-	MaxDirectTokensPerCluster = 2000
-)
-
-// RegistryName is the ConfigMap of Cluster key's tokens.
-func RegistryName(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "fleet-direct-" + hex.EncodeToString(sum[:])[:16]
-}
-
-// issued is one token in the registry: who holds it and what it carries,
-// never the token itself.
-type issued struct {
-	ID        string              `json:"id"`
-	User      string              `json:"user"`
-	UID       string              `json:"uid,omitempty"`
-	Groups    []string            `json:"groups,omitempty"`
-	Extra     map[string][]string `json:"extra,omitempty"`
-	Verbs     []string            `json:"verbs"`
-	Expiry    time.Time           `json:"expiry"`
-	RevokedAt *time.Time          `json:"revokedAt,omitempty"`
-}
-
-func (t issued) userInfo() user.Info {
-	return &user.DefaultInfo{Name: t.User, UID: t.UID, Groups: append(slices.Clone(t.Groups), user.AllAuthenticated), Extra: t.Extra}
-}
-
-// Registry is where issued direct tokens are recorded, one ConfigMap per
-// Cluster in fleet-proxy's namespace, read through an informer.
-type Registry struct {
-	client    kubernetes.Interface
-	namespace string
-	lister    corelisters.ConfigMapNamespaceLister
-	synced    toolscache.InformerSynced
-	factory   informers.SharedInformerFactory
-}
-
-// NewRegistry returns the registry in namespace; Start fills its cache.
-func NewRegistry(c kubernetes.Interface, namespace string) *Registry {
-	f := informers.NewSharedInformerFactoryWithOptions(c, 10*time.Minute, informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = registryLabel + "=true" }))
-	inf := f.Core().V1().ConfigMaps()
-	return &Registry{client: c, namespace: namespace, lister: inf.Lister().ConfigMaps(namespace), synced: inf.Informer().HasSynced, factory: f}
-}
-
-// Start starts the informer and waits (up to a minute) for it to fill.
-func (r *Registry) Start(ctx context.Context) error {
-	r.factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !toolscache.WaitForCacheSync(syncCtx.Done(), r.synced) {
-		return errors.New("the cache of direct token registries did not fill")
-	}
-	return nil
-}
-
-func decodeRegistry(cm *corev1.ConfigMap) ([]issued, error) {
-	var out []issued
-	if s := cm.Data[registryKey]; s != "" {
-		if err := json.Unmarshal([]byte(s), &out); err != nil {
-			return nil, fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-		}
-	}
-	return out, nil
-}
-
-// update applies change to the tokens of key's registry (made when
-// missing), retrying on conflicts. change returns false to write nothing.
-func (r *Registry) update(ctx context.Context, key string, change func([]issued) ([]issued, bool, error)) error {
-	cms := r.client.CoreV1().ConfigMaps(r.namespace)
-	name := RegistryName(key)
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
-		create := apierrors.IsNotFound(err)
-		if create {
-			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace, Name: name,
-				Labels:      map[string]string{registryLabel: "true", "app.kubernetes.io/name": "fleet-proxy"},
-				Annotations: map[string]string{registryClusterAnnotation: key}}}
-		} else if err != nil {
-			return err
-		}
-		tokens, err := decodeRegistry(cm)
-		if err != nil {
-			return err
-		}
-		tokens, changed, err := change(tokens)
-		if err != nil || !changed {
-			return err
-		}
-		b, err := json.Marshal(tokens)
-		if err != nil {
-			return err
-		}
-		cm.Data = map[string]string{registryKey: string(b)}
-		if create {
-			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				return apierrors.NewConflict(corev1.Resource("configmaps"), name, err)
-			}
-			return err
-		}
-		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-		return err
-	})
-}
-
-// record adds a newly issued token, dropping the expired ones.
-func (r *Registry) record(ctx context.Context, key string, t issued, now time.Time) error {
-	return r.update(ctx, key, func(tokens []issued) ([]issued, bool, error) {
-		tokens = live(tokens, now)
-		if len(tokens) >= MaxDirectTokensPerCluster {
-			return nil, false, errTooManyTokens
-		}
-		return append(tokens, t), true, nil
-	})
-}
-
-var errTooManyTokens = fmt.Errorf("the cluster has %d direct tokens that have not expired; ask again once some have", MaxDirectTokensPerCluster)
-
-// live drops the tokens that expired (their revocation no longer matters).
-func live(tokens []issued, now time.Time) []issued {
-	return slices.DeleteFunc(tokens, func(t issued) bool { return !now.Before(t.Expiry.Add(assertion.Skew)) })
-}
-
-// revoked returns the revoked tokens of key from the cache, and a version
-// (the ConfigMap's resourceVersion; "" when there is no registry).
-func (r *Registry) revoked(key string, now time.Time) ([]direct.Revoked, string, error) {
-	cm, err := r.lister.Get(RegistryName(key))
-	if apierrors.IsNotFound(err) {
-		return []direct.Revoked{}, "", nil
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	tokens, err := decodeRegistry(cm)
-	if err != nil {
-		return nil, "", err
-	}
-	out := []direct.Revoked{}
-	for _, t := range live(tokens, now) {
-		if t.RevokedAt != nil {
-			out = append(out, direct.Revoked{ID: t.ID, Expiry: t.Expiry})
-		}
-	}
-	return out, cm.ResourceVersion, nil
-}
-
-// Recheck asks again, for every live token not yet revoked, whether its
-// holder still has each verb it carries on the Cluster, and marks it revoked
-// when one is gone. Answers come through authz (and its cache); an answer
-// that fails revokes nothing. It returns how many tokens it revoked.
+// Recheck asks again, for every live token not yet revoked, whether it is
+// still held: its holder has each verb it carries on the Cluster (answers
+// through authz and its cache), the holder's ServiceAccount and the pod
+// its credential was bound to still exist with the UIDs recorded at issue;
+// and no holder keeps more than PerUser tokens of a Cluster. It revokes
+// the tokens that fail (an answer that fails revokes nothing), deletes the
+// records of tokens that expired (once the rate window has passed too) and
+// revokes the tokens of an earlier release's registries. It returns how
+// many tokens it revoked.
 func (r *Registry) Recheck(ctx context.Context, authz authorizer.Authorizer, now time.Time) (int, error) {
-	cms, err := r.lister.List(labels.Everything())
-	if err != nil {
-		return 0, err
-	}
-	total := 0
 	var errs []error
-	for _, cm := range cms {
-		key := cm.Annotations[registryClusterAnnotation]
-		ws, name, ok := strings.Cut(key, "/")
+	total, err := r.migrateLegacy(ctx, now)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	h := newHolders(r.opts.Metadata)
+	held := map[string][]*issued{}
+	for _, o := range r.informer.GetStore().List() {
+		cm, ok := o.(*corev1.ConfigMap)
 		if !ok {
 			continue
 		}
-		tokens, err := decodeRegistry(cm)
+		t, err := decodeRecord(cm)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		var revoke []string
-		for _, t := range tokens {
-			if t.RevokedAt != nil || !now.Before(t.Expiry.Add(assertion.Skew)) {
-				continue
-			}
-			for _, verb := range t.Verbs {
-				d, _, aerr := authz.Authorize(ctx, proxyRight(t.userInfo(), verb, ws, name))
-				if aerr == nil && d != authorizer.DecisionAllow {
-					revoke = append(revoke, t.ID)
-					break
+		if t.expired(now) {
+			if now.Sub(t.IssuedAt) >= r.opts.IssueWindow {
+				err := r.cms().Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cm.ResourceVersion}})
+				if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+					errs = append(errs, fmt.Errorf("deleting the record of expired direct token %s: %w", t.ID, err))
 				}
-			}
-		}
-		stillLive := len(live(slices.Clone(tokens), now))
-		if stillLive == 0 {
-			// Every token expired: the registry goes (a deleted Cluster's
-			// too), unless a token was recorded meanwhile.
-			err := r.client.CoreV1().ConfigMaps(r.namespace).Delete(ctx, cm.Name,
-				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cm.ResourceVersion}})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				errs = append(errs, fmt.Errorf("registry of %s: %w", key, err))
 			}
 			continue
 		}
-		if len(revoke) == 0 && stillLive == len(tokens) {
+		if t.RevokedAt != nil {
 			continue
 		}
-		err = r.update(ctx, key, func(tokens []issued) ([]issued, bool, error) {
-			tokens = live(tokens, now)
-			for i := range tokens {
-				if tokens[i].RevokedAt == nil && slices.Contains(revoke, tokens[i].ID) {
-					at := now.UTC()
-					tokens[i].RevokedAt = &at
-				}
+		if reason := r.lost(ctx, authz, h, t); reason != "" {
+			ok, err := r.revoke(ctx, t, reason, now)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("revoking direct token %s of %s: %w", t.ID, t.Cluster, err))
 			}
-			return tokens, true, nil
-		})
+			if ok {
+				total++
+			}
+			continue
+		}
+		k := t.Cluster + "\x00" + t.User
+		held[k] = append(held[k], t)
+	}
+	for _, ts := range held {
+		sortOldestFirst(ts)
+		n, err := r.revokeOldest(ctx, ts, now)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("registry of %s: %w", key, err))
-			continue
+			errs = append(errs, err)
 		}
-		for _, id := range revoke {
-			log.FromContext(ctx).Info("revoked a direct token: its holder no longer has clusters/proxy on the cluster", "cluster", key, "token", id)
-		}
-		total += len(revoke)
+		total += n
 	}
 	return total, errors.Join(errs...)
+}
+
+// lost says why t's holder no longer holds it ("" while they do, or when
+// that cannot be known now).
+func (r *Registry) lost(ctx context.Context, authz authorizer.Authorizer, h *holders, t *issued) string {
+	ws, name, ok := strings.Cut(t.Cluster, "/")
+	if !ok {
+		return ""
+	}
+	if sa := t.ServiceAccount; sa != nil {
+		if gone, err := h.gone(ctx, "serviceaccounts", sa); err == nil && gone {
+			return fmt.Sprintf("its holder's ServiceAccount %s was deleted (or made again with another UID)", sa)
+		}
+	}
+	if pod := t.Pod; pod != nil {
+		if gone, err := h.gone(ctx, "pods", pod); err == nil && gone {
+			return fmt.Sprintf("pod %s, which its holder's credential was bound to, is gone", pod)
+		}
+	}
+	for _, verb := range t.Verbs {
+		d, _, err := authz.Authorize(ctx, proxyRight(t.userInfo(), verb, ws, name))
+		if err == nil && d != authorizer.DecisionAllow {
+			return fmt.Sprintf("its holder no longer has %s on %s %s/%s of the Cluster", verb, rightGroup, rightResource, rightSubresource)
+		}
+	}
+	return ""
 }
 
 // RunRecheck calls Recheck every interval until ctx ends.
@@ -311,12 +167,15 @@ func proxyRight(u user.Info, verb, ws, name string) authorizer.AttributesRecord 
 	}
 }
 
-// maxTokenRequestBody bounds a token request's body.
-const maxTokenRequestBody = 16 << 10
+// maxTokenRequestBody bounds a token request's body (it may carry the
+// caller's token or certificate).
+const maxTokenRequestBody = 64 << 10
 
 // directToken serves POST .../clusters/<name>/token: a direct token carrying
-// the verbs of clusters/proxy the caller holds on the Cluster.
+// the verbs of clusters/proxy the caller holds on the Cluster, living no
+// longer than the caller's credential, recorded with what it is bound to.
 func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
 	ws, name := r.PathValue("ws"), r.PathValue("name")
 	if len(validation.IsDNS1123Label(ws)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
 		writeStatus(w, apierrors.NewNotFound(clustersResource, ws+"/"+name))
@@ -327,11 +186,11 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := ws + "/" + name
-	u := userFrom(r.Context())
+	u := userFrom(ctx)
 	var req direct.TokenRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTokenRequestBody+1))
 	if err != nil || len(body) > maxTokenRequestBody {
-		writeStatus(w, apierrors.NewBadRequest("the token request body is unreadable or larger than 16 KiB"))
+		writeStatus(w, apierrors.NewBadRequest("the token request body is unreadable or larger than 64 KiB"))
 		return
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
@@ -340,20 +199,16 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	lifetime := time.Duration(req.Spec.ExpirationSeconds) * time.Second
-	if lifetime == 0 {
-		lifetime = assertion.DefaultDirectLifetime
-	}
-	if lifetime < time.Minute || lifetime > s.opts.DirectTokenMaxLifetime {
+	if req.Spec.ExpirationSeconds < 0 || req.Spec.ExpirationSeconds > int64(assertion.MaxDirectLifetime/time.Second) {
 		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("spec.expirationSeconds %d: a direct token lives between 60 s and %d s (fleet-proxy's --direct-token-max-lifetime)",
 			req.Spec.ExpirationSeconds, int64(s.opts.DirectTokenMaxLifetime/time.Second))))
 		return
 	}
 	var verbs []string
 	for _, verb := range assertion.DirectVerbs {
-		d, _, err := s.authz.Authorize(r.Context(), proxyRight(u, verb, ws, name))
+		d, _, err := s.authz.Authorize(ctx, proxyRight(u, verb, ws, name))
 		if err != nil {
-			log.FromContext(r.Context()).Error(err, "authorizing a direct token request", "cluster", key, "user", u.GetName())
+			log.FromContext(ctx).Error(err, "authorizing a direct token request", "cluster", key, "user", u.GetName())
 			writeStatus(w, apierrors.NewInternalError(fmt.Errorf("the authorization check failed: %w", err)))
 			return
 		}
@@ -370,7 +225,7 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 	}
 	var endpoint direct.Endpoint
 	if s.opts.DirectEndpoint != nil {
-		if endpoint, err = s.opts.DirectEndpoint(r.Context(), ws, name); err != nil {
+		if endpoint, err = s.opts.DirectEndpoint(ctx, ws, name); err != nil {
 			st := apierrors.NewBadRequest(err.Error())
 			if errors.Is(err, ErrNoDirectEndpoint) {
 				st.ErrStatus.Reason = direct.NoEndpointReason
@@ -379,26 +234,77 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// What the token is bound to: the holder's ServiceAccount (by UID) and
+	// the pod its credential was bound to; the credential's own expiry.
+	sa, pod, err := holderOf(ctx, s.opts.Registry.opts.Metadata, u)
+	if err != nil {
+		s.metrics.refused("forbidden")
+		writeStatus(w, apierrors.NewForbidden(clustersProxyResource, name, fmt.Errorf("no direct token for user %q: %w", u.GetName(), err)))
+		return
+	}
+	credExpiry, unproven, err := credentialExpiry(ctx, s.opts.Client, u, req.Spec.Credential)
+	if err != nil {
+		writeStatus(w, apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	now := time.Now()
+	lifetime, limitedBy, err := directLifetime(time.Duration(req.Spec.ExpirationSeconds)*time.Second,
+		s.opts.DirectTokenMaxLifetime, s.opts.DirectTokenUnverifiedMaxLifetime, credExpiry, now)
+	if err != nil {
+		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("spec.expirationSeconds %d: %v", req.Spec.ExpirationSeconds, err)))
+		return
+	}
+
+	// One holder's issues are decided one at a time on this replica.
+	unlock := s.opts.Registry.lock(key, u.GetName())
+	defer unlock()
+	if err := s.opts.Registry.admit(key, u.GetName(), now); err != nil {
+		var tm *tooMany
+		if errors.As(err, &tm) {
+			s.metrics.refused("direct-token-limit")
+			secs := max(1, int((tm.retryAfter+time.Second-1)/time.Second))
+			writeStatus(w, apierrors.NewTooManyRequests(tm.msg, secs))
+			return
+		}
+		writeStatus(w, apierrors.NewInternalError(err))
+		return
+	}
 	raw, tok, err := s.opts.DirectIssuer.IssueDirect(u, key, verbs, lifetime)
 	if err != nil {
 		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("signing the direct token: %w", err)))
 		return
 	}
-	rec := issued{ID: tok.ID, User: tok.User, UID: tok.UID, Groups: tok.Groups, Extra: tok.Extra, Verbs: tok.Verbs, Expiry: tok.Expiry}
-	if err := s.opts.Registry.record(r.Context(), key, rec, time.Now()); err != nil {
-		if errors.Is(err, errTooManyTokens) {
-			writeStatus(w, apierrors.NewTooManyRequests(err.Error(), 60))
-			return
-		}
+	// IssuedAt to the nanosecond (the token's iat has seconds): the order
+	// of a holder's tokens decides which the quota revokes.
+	rec := &issued{ID: tok.ID, Cluster: key, User: tok.User, UID: tok.UID, Groups: tok.Groups, Extra: tok.Extra, Verbs: tok.Verbs,
+		IssuedAt: time.Now().UTC(), Expiry: tok.Expiry, LimitedBy: limitedBy, ServiceAccount: sa, Pod: pod}
+	if err := s.opts.Registry.record(ctx, rec); err != nil {
 		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("recording the direct token: %w", err)))
 		return
 	}
-	log.FromContext(r.Context()).Info("issued a direct token", "cluster", key, "user", u.GetName(), "token", tok.ID, "verbs", verbs, "expiry", tok.Expiry)
+	if n, err := s.opts.Registry.enforceQuota(ctx, key, u.GetName(), now); err != nil {
+		log.FromContext(ctx).Error(err, "revoking the oldest direct tokens of a holder over the quota", "cluster", key, "user", u.GetName())
+	} else if n > 0 {
+		s.metrics.directRevoked.Add(float64(n))
+	}
+	log.FromContext(ctx).Info("issued a direct token", "cluster", key, "user", u.GetName(), "token", tok.ID, "verbs", verbs,
+		"expiry", tok.Expiry, "limitedBy", limitedBy)
 	s.metrics.directTokens.Inc()
+	switch limitedBy {
+	case direct.LimitedByCredential:
+		w.Header().Add("Warning", fmt.Sprintf(`299 - "the direct token expires at %s, with the credential you asked with"`, tok.Expiry.UTC().Format(time.RFC3339)))
+	case direct.LimitedByUnverifiedCredential:
+		why := "no credential was shown with the request"
+		if unproven != "" {
+			why = unproven
+		}
+		w.Header().Add("Warning", fmt.Sprintf(`299 - "the direct token lives %s, the most for a credential whose lifetime is unknown: %s"`,
+			lifetime, strings.ReplaceAll(why, `"`, "'")))
+	}
 	var resp direct.TokenResponse
 	resp.Kind, resp.APIVersion = direct.TokenResponseKind, direct.APIVersion
 	resp.Status.Token, resp.Status.ExpirationTimestamp, resp.Status.Verbs = raw, tok.Expiry, tok.Verbs
-	resp.Status.Endpoint = endpoint
+	resp.Status.Endpoint, resp.Status.LimitedBy = endpoint, limitedBy
 	writeJSON(w, http.StatusCreated, resp)
 }
 
@@ -415,18 +321,12 @@ func (s *Server) revocations(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewForbidden(clustersProxyResource, name, fmt.Errorf("only the agent of Cluster %s/%s reads its revoked direct tokens: %w", ws, name, err)))
 		return
 	}
-	revoked, version, err := s.opts.Registry.revoked(ws+"/"+name, time.Now())
-	if err != nil {
-		writeStatus(w, apierrors.NewInternalError(err))
-		return
-	}
+	revoked, version := s.opts.Registry.revoked(ws+"/"+name, time.Now())
 	etag := `"` + version + `"`
-	if version != "" {
-		w.Header().Set("ETag", etag)
-		if r.Header.Get("If-None-Match") == etag {
-			w.WriteHeader(http.StatusNotModified)
-			return
-		}
+	w.Header().Set("ETag", etag)
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
 	}
 	writeJSON(w, http.StatusOK, direct.Revocations{Kind: direct.RevocationsKind, APIVersion: direct.APIVersion, Revoked: revoked})
 }

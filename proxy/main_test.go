@@ -108,14 +108,15 @@ func backendHandler(w http.ResponseWriter, r *http.Request) {
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
-	case r.Header.Get("Upgrade") == "fleet-test":
-		// A minimal upgrade: 101, then echo each line back.
+	case r.Header.Get("Upgrade") != "":
+		// A minimal upgrade to whatever protocol was asked (fleet-test,
+		// SPDY/3.1, websocket): 101, then echo each line back.
 		conn, buf, err := w.(http.Hijacker).Hijack()
 		if err != nil {
 			return
 		}
 		defer conn.Close()
-		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: fleet-test\r\nX-Query: " + r.URL.RawQuery + "\r\n\r\n")
+		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + r.Header.Get("Upgrade") + "\r\nX-Query: " + r.URL.RawQuery + "\r\n\r\n")
 		_ = buf.Flush()
 		for {
 			line, err := buf.ReadString('\n')
@@ -244,11 +245,18 @@ func (u *user) do(t *testing.T, method, path string, header http.Header) *http.R
 // named Clusters of ws.
 func grant(t *testing.T, ws, name string, clusters ...string) {
 	t.Helper()
+	grantVerbs(t, ws, name, []string{"get", "create", "update", "patch", "delete"}, clusters...)
+}
+
+// grantVerbs gives name (a user) verbs of fleet.cattle.io clusters/proxy on
+// the named Clusters of ws.
+func grantVerbs(t *testing.T, ws, name string, verbs []string, clusters ...string) {
+	t.Helper()
 	c := env.Upstream.Client
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ws, GenerateName: "cluster-proxy-"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/proxy"},
-			ResourceNames: clusters, Verbs: []string{"get", "create", "update", "patch", "delete"}}},
+			ResourceNames: clusters, Verbs: verbs}},
 	}
 	if err := c.Create(t.Context(), role); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		directRevoked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_proxy_direct_tokens_revoked_total",
-			Help: "Direct tokens this replica marked revoked because their holder lost clusters/proxy.",
+			Help: "Direct tokens this replica marked revoked: their holder lost clusters/proxy, their ServiceAccount or bound pod is gone, they were over the per-user quota, or an earlier release issued them.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.bytes, m.refusals, m.directTokens, m.directRevoked} {

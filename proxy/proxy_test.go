@@ -507,30 +507,35 @@ func TestMetrics_ProxiedRequestsCounted(t *testing.T) {
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := map[string]bool{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["cluster"] == ws+"/c1" {
-				found[f.GetName()] = true
-				if f.GetName() == "fleet_proxy_requests_total" && labels["code"] != "200" {
-					t.Errorf("code %q", labels["code"])
+	// The metrics are recorded once the handler returns, which may be
+	// after the client read the whole answer.
+	testenv.Eventually(t, 10*time.Second, "the request's metrics", func() error {
+		families, err := crmetrics.Registry.Gather()
+		if err != nil {
+			return err
+		}
+		found := map[string]bool{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["cluster"] == ws+"/c1" {
+					found[f.GetName()] = true
+					if f.GetName() == "fleet_proxy_requests_total" && labels["code"] != "200" {
+						t.Errorf("code %q", labels["code"])
+					}
 				}
 			}
 		}
-	}
-	for _, n := range []string{"fleet_proxy_requests_total", "fleet_proxy_request_duration_seconds", "fleet_proxy_response_bytes_total"} {
-		if !found[n] {
-			t.Errorf("no %s for %s/c1", n, ws)
+		for _, n := range []string{"fleet_proxy_requests_total", "fleet_proxy_request_duration_seconds", "fleet_proxy_response_bytes_total"} {
+			if !found[n] {
+				return fmt.Errorf("no %s for %s/c1", n, ws)
+			}
 		}
-	}
+		return nil
+	})
 }
 
 func TestAttach_NoTunnelServer503(t *testing.T) {

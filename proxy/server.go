@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,6 +111,10 @@ type Options struct {
 	DirectEndpoint func(ctx context.Context, ws, name string) (direct.Endpoint, error)
 	// DirectTokenMaxLifetime bounds what a user may ask (zero: 24 h).
 	DirectTokenMaxLifetime time.Duration
+	// DirectTokenUnverifiedMaxLifetime bounds a token whose caller's
+	// credential lifetime is unknown (none shown, or one without an
+	// expiry; zero: DefaultDirectUnverifiedLifetime).
+	DirectTokenUnverifiedMaxLifetime time.Duration
 	// StreamRecheckInterval is how often the right of a request still
 	// open (a watch, logs -f, exec, port-forward) is checked again; the
 	// request is ended once it is gone (zero: 15 s).
@@ -140,6 +145,10 @@ func New(opts Options) (*Server, error) {
 	if opts.DirectTokenMaxLifetime <= 0 || opts.DirectTokenMaxLifetime > assertion.MaxDirectLifetime {
 		opts.DirectTokenMaxLifetime = assertion.MaxDirectLifetime
 	}
+	if opts.DirectTokenUnverifiedMaxLifetime <= 0 {
+		opts.DirectTokenUnverifiedMaxLifetime = DefaultDirectUnverifiedLifetime
+	}
+	opts.DirectTokenUnverifiedMaxLifetime = min(opts.DirectTokenUnverifiedMaxLifetime, opts.DirectTokenMaxLifetime)
 	if opts.StreamRecheckInterval == 0 {
 		opts.StreamRecheckInterval = 15 * time.Second
 	}
@@ -272,6 +281,9 @@ func userFrom(ctx context.Context) user.Info {
 func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
 	st := err.Status()
 	st.Kind, st.APIVersion = "Status", "v1"
+	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))
+	}
 	writeJSON(w, int(st.Code), st)
 }
 

@@ -133,6 +133,9 @@ type DirectValues struct {
 	NodePort    int32    `json:"nodePort"`
 	HostPort    int32    `json:"hostPort"`
 	Hosts       []string `json:"hosts"`
+	// APIAudiences only when set, so the values of clusters that do not
+	// set them stay what they were.
+	APIAudiences []string `json:"apiAudiences,omitempty"`
 }
 
 // ErrNoAPIServerURL: the agent would not know where its upstream is.
@@ -280,7 +283,8 @@ func agentValues(cluster *fleet.Cluster, cfg *config.Config) (*AgentValues, []er
 	}
 
 	if d := spec.AgentDirectEndpoint; d != nil {
-		dv := &DirectValues{Enabled: true, Mode: d.Mode, URL: d.URL, ServiceType: d.ServiceType, NodePort: d.NodePort, HostPort: d.HostPort, Hosts: append([]string{}, d.Hosts...)}
+		dv := &DirectValues{Enabled: true, Mode: d.Mode, URL: d.URL, ServiceType: d.ServiceType, NodePort: d.NodePort, HostPort: d.HostPort, Hosts: append([]string{}, d.Hosts...),
+			APIAudiences: append([]string(nil), d.APIAudiences...)}
 		if dv.Mode == "" {
 			dv.Mode = "agent"
 		}

@@ -2,6 +2,7 @@ package access
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,11 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-jose/go-jose/v4/jwt"
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/direct"
@@ -136,15 +140,21 @@ func (h *Handler) ServeDirect(rev *Revocations) http.Handler {
 			writeStatus(w, r, apierrors.NewUnauthorized("no valid direct token for this cluster: get one with `fleet kubeconfig` (it may have expired or been revoked)"))
 			return
 		}
-		verb, ok := assertion.VerbOf(r.Method)
+		// exec, attach and port-forward (any upgrade) need create, as
+		// through fleet-proxy: a WebSocket exec is a GET.
+		verb, ok := assertion.RequestVerb(r.Method, r.Header, r.URL.Path)
 		if !ok {
 			writeStatus(w, r, apierrors.NewMethodNotSupported(clustersProxy, r.Method))
 			return
 		}
 		if !tok.Allows(verb) {
 			h.imp.metrics.directRefused.Inc()
+			why := "the user holds only those on this Cluster upstream"
+			if verb == "create" && r.Method != http.MethodPost {
+				why = "exec, attach and port-forward need create, whatever the method; " + why
+			}
 			writeStatus(w, r, apierrors.NewForbidden(clustersProxy, "", fmt.Errorf(
-				"the direct token of %q carries the verbs %v of clusters/proxy, not %s: the user holds only those on this Cluster upstream", tok.User, tok.Verbs, verb)))
+				"the direct token of %q carries the verbs %v of clusters/proxy, not %s: %s", tok.User, tok.Verbs, verb, why)))
 			return
 		}
 		h.imp.metrics.directRequests.Inc()
@@ -175,6 +185,12 @@ const maxTokenReview = 64 << 10
 // clusters/proxy authenticates as its downstream identity (fleet:<user>,
 // fleet:<groups>, its uid and allow-listed extras). A token limited to some
 // verbs is refused: the API server cannot be told to limit them.
+//
+// A direct token is for the API server itself: the review's spec.audiences
+// must be empty (the API server's) or name one of Options.APIAudiences
+// (the API server sends them with every request it authenticates); a review
+// for any other audience (a service that authenticates its clients with
+// TokenReview, such as Vault's Kubernetes auth) is not authenticated.
 func (h *Handler) ServeTokenReview(rev *Revocations) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -196,7 +212,13 @@ func (h *Handler) ServeTokenReview(rev *Revocations) http.Handler {
 			out.APIVersion = review.APIVersion
 		}
 		tok, err := h.verifyDirect(r.Context(), review.Spec.Token, rev)
+		auds := intersect(review.Spec.Audiences, h.opts.APIAudiences)
 		switch {
+		case err == nil && len(review.Spec.Audiences) > 0 && len(auds) == 0:
+			// A valid token, asked about for another service: say nothing
+			// about it but that it is not for that audience.
+			h.opts.Log.V(1).Info("token webhook: a direct token reviewed for another audience", "audiences", review.Spec.Audiences)
+			out.Status.Error = fmt.Sprintf("direct tokens are for this cluster's API server (audiences %v), not %v", h.opts.APIAudiences, review.Spec.Audiences)
 		case err != nil:
 			// Not ours (another authenticator's token) or refused: say
 			// nothing more than "not authenticated".
@@ -214,9 +236,7 @@ func (h *Handler) ServeTokenReview(rev *Revocations) http.Handler {
 					out.Status.User.Extra[k] = v
 				}
 			}
-			if len(review.Spec.Audiences) > 0 {
-				out.Status.Audiences = review.Spec.Audiences
-			}
+			out.Status.Audiences = auds
 			h.imp.metrics.directRequests.Inc()
 		}
 		if !out.Status.Authenticated {
@@ -229,3 +249,48 @@ func (h *Handler) ServeTokenReview(rev *Revocations) http.Handler {
 
 // clustersProxy names what a refusal is about.
 var clustersProxy = schema.GroupResource{Group: "fleet.cattle.io", Resource: "clusters/proxy"}
+
+// intersect returns the audiences of asked that are in known, in asked's
+// order (nil when asked is empty).
+func intersect(asked, known []string) []string {
+	var out []string
+	for _, a := range asked {
+		if slices.Contains(known, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// DiscoverAPIAudiences returns the audiences of the local API server (its
+// --api-audiences, by default its service account issuer): the audiences of
+// a token it issues without being asked for any, here one of
+// ServiceAccount namespace/name, which is thrown away.
+func DiscoverAPIAudiences(ctx context.Context, cs kubernetes.Interface, namespace, name string) ([]string, error) {
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("asking the API server for a token of ServiceAccount %s/%s (to learn its audiences): %w", namespace, name, err)
+	}
+	// The API server fills spec.audiences with its own when none is asked;
+	// the token's aud says the same.
+	if len(tr.Spec.Audiences) > 0 {
+		return tr.Spec.Audiences, nil
+	}
+	parts := strings.Split(tr.Status.Token, ".")
+	if len(parts) != 3 {
+		return nil, errors.New("the API server's token is not a JWT: cannot learn its audiences; set them (direct.apiAudiences)")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil, fmt.Errorf("the API server's token: %w", err)
+	}
+	var c struct {
+		Aud jwt.Audience `json:"aud"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil || len(c.Aud) == 0 {
+		return nil, errors.New("the API server's token names no audience: set them (direct.apiAudiences)")
+	}
+	return c.Aud, nil
+}

@@ -69,6 +69,9 @@ type Options struct {
 	Now func() time.Time
 	// Log never receives a token or an assertion.
 	Log logr.Logger
+	// APIAudiences are the local API server's audiences: the token webhook
+	// (ServeTokenReview) answers only reviews for them or for none.
+	APIAudiences []string
 	// Direct makes the Handler the direct endpoint's: Registerer gets only
 	// its metrics (fleet_agent_direct_requests_total,
 	// fleet_agent_direct_refused_total).

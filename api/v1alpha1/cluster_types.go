@@ -178,6 +178,18 @@ type DirectEndpointSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	Hosts []string `json:"hosts,omitempty"`
+	// apiAudiences (mode webhook) are the downstream API server's
+	// audiences (its --api-audiences; by default its service account
+	// issuer). The token webhook answers only TokenReviews for them, or
+	// for none, so no other service that reviews tokens for its own
+	// audience accepts a direct token. Empty: the agent asks its API
+	// server.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
+	APIAudiences []string `json:"apiAudiences,omitempty"`
 }
 
 // AgentSchedulingCustomization adds scheduling objects for the agent.

@@ -33,8 +33,8 @@ func newAgentCommand() *cobra.Command {
 fleet-agent chart sets them, from the environment: NAMESPACE, POD_NAME,
 GENERATION, CHECKIN_INTERVAL, CATTLE_ELECTION_LEASE_DURATION,
 CATTLE_ELECTION_RENEW_DEADLINE, CATTLE_ELECTION_RETRY_PERIOD, ACCESS,
-TUNNEL_DOWN_LIMIT, DIRECT, DIRECT_MODE, DIRECT_URL, DIRECT_HOSTS (comma
-separated).`,
+TUNNEL_DOWN_LIMIT, DIRECT, DIRECT_MODE, DIRECT_URL, DIRECT_HOSTS and
+DIRECT_API_AUDIENCES (comma separated).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
@@ -75,6 +75,7 @@ separated).`,
 	f.StringVar(&opts.DirectMode, "direct-mode", "agent", "agent (serve the Kubernetes API) or webhook (the API server's token webhook)")
 	f.StringVar(&opts.DirectURL, "direct-url", "", "where users reach the direct endpoint")
 	f.StringVar(&opts.DirectAddress, "direct-address", ":8443", "address the direct endpoint listens on")
+	f.StringSliceVar(&opts.DirectAPIAudiences, "direct-api-audiences", nil, "mode webhook: the local API server's audiences (its --api-audiences), the only ones the token webhook answers for (default: asked of the API server)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }
@@ -129,6 +130,13 @@ func agentEnv(o *agent.Options) error {
 		for h := range strings.SplitSeq(v, ",") {
 			if h = strings.TrimSpace(h); h != "" {
 				o.DirectHosts = append(o.DirectHosts, h)
+			}
+		}
+	}
+	if v := os.Getenv("DIRECT_API_AUDIENCES"); v != "" {
+		for a := range strings.SplitSeq(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				o.DirectAPIAudiences = append(o.DirectAPIAudiences, a)
 			}
 		}
 	}

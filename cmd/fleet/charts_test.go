@@ -228,6 +228,9 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			// The identity mapping of agents' attach requests (read-only).
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations", "clusters"}, Verbs: []string{"get", "list", "watch"}},
+			// A direct token dies with the pod its holder's token was
+			// bound to (metadata, by name).
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 			// The Connected condition (one condition, server-side apply)
 			// and the tunnel events on Clusters.
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status"}, Verbs: []string{"patch"}},
@@ -238,7 +241,8 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 			// Peer discovery: the endpoints of Service fleet-proxy.
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
-			// The registries of issued direct tokens.
+			// The records of issued direct tokens (and the registries of
+			// earlier releases, migrated).
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 			// Whether the replica a Connected=True names still runs.
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},

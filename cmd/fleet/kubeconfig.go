@@ -30,7 +30,11 @@ fleet.cattle.io clusters/proxy), you are warned on stderr and the kubeconfig is 
 When the Cluster has a direct endpoint (spec.agentDirectEndpoint), a second context <name>-direct
 reaches it without the upstream: its user is a direct token fleet-proxy issues you for this Cluster
 (--direct-token-ttl, default one hour), carrying the verbs of clusters/proxy you hold, so your rights
-are the same on both paths. The token is a credential: the kubeconfig then holds it.`,
+are the same on both paths. It never outlives the credential you run this with: the request shows
+fleet-proxy that credential (your bearer token as it is sent, or your kubeconfig's client
+certificate), whose expiry caps the token; when its expiry cannot be learned the token lives at most
+fleet-proxy's --direct-token-unverified-max-lifetime (15 minutes by default). The token is a
+credential: the kubeconfig then holds it.`,
 		Example: `  fleet kubeconfig --cluster fleet-default/dev-1 --output ~/.kube/dev-1
   KUBECONFIG=~/.kube/dev-1 kubectl get pods -n payments`,
 		Args: cobra.NoArgs,
@@ -64,7 +68,7 @@ are the same on both paths. The token is a credential: the kubeconfig then holds
 	f.StringVar(&req.ContextName, "context-name", "", "name of the context, cluster and user of the printed kubeconfig (default: the Cluster's name)")
 	f.BoolVar(&req.Flatten, "flatten", false, "inline the files your kubeconfig refers to (CA, client certificate and key, token file)")
 	f.StringVarP(&output, "output", "o", "", "write the kubeconfig to this file (mode 0600, replaced whole) instead of standard output")
-	f.DurationVar(&req.DirectTokenTTL, "direct-token-ttl", time.Hour, "lifetime of the direct context's token (a Cluster with spec.agentDirectEndpoint; at most fleet-proxy's --direct-token-max-lifetime)")
+	f.DurationVar(&req.DirectTokenTTL, "direct-token-ttl", time.Hour, "lifetime of the direct context's token (a Cluster with spec.agentDirectEndpoint; at most fleet-proxy's --direct-token-max-lifetime, and no longer than your credential)")
 	f.BoolVar(&req.NoDirect, "no-direct", false, "write no direct context, even when the Cluster has a direct endpoint")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +35,8 @@ const recheckPeriod = time.Minute
 
 func newProxyCommand() *cobra.Command {
 	var kubeconfig, namespace, service, listen, certFile, keyFile, caFile, podIP, metricsAddr, replica string
-	var directMaxLifetime, directRecheck time.Duration
+	var directMaxLifetime, directUnverifiedLifetime, directRecheck, directIssueWindow time.Duration
+	var directPerUser, directIssueLimit int
 	var devLog, setCABundle bool
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -126,13 +128,21 @@ func newProxyCommand() *cobra.Command {
 				return err
 			}
 			ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
-			registry := proxy.NewRegistry(cs, namespace)
+			md, err := metadata.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			registry, err := proxy.NewRegistry(proxy.RegistryOptions{Client: cs, Metadata: md, Namespace: namespace,
+				PerUser: directPerUser, IssueLimit: directIssueLimit, IssueWindow: directIssueWindow})
+			if err != nil {
+				return err
+			}
 			if err := registry.Start(ctx); err != nil {
 				return err
 			}
 			srv, err := proxy.New(proxy.Options{Client: cs, Tunnels: tunnels, Attacher: tunnels, Asserter: keys, Keys: keys,
 				Peer: ts.PeerHandler(), DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEndpoint: tunnels.DirectEndpoint,
-				DirectTokenMaxLifetime: directMaxLifetime})
+				DirectTokenMaxLifetime: directMaxLifetime, DirectTokenUnverifiedMaxLifetime: directUnverifiedLifetime})
 			if err != nil {
 				return err
 			}
@@ -187,7 +197,11 @@ func newProxyCommand() *cobra.Command {
 	f.StringVar(&metricsAddr, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	f.StringVar(&replica, "replica-name", "", "name of this replica, recorded in the Connected condition of the Clusters whose tunnel it holds (default: $POD_NAME, else the host name); other replicas look for a pod of that name in --namespace")
 	f.DurationVar(&directMaxLifetime, "direct-token-max-lifetime", 24*time.Hour, "longest lifetime a user may ask for a direct token (at most 24h)")
-	f.DurationVar(&directRecheck, "direct-recheck-interval", 10*time.Second, "how often the holders of live direct tokens are checked for clusters/proxy (a token whose right is gone is revoked)")
+	f.DurationVar(&directUnverifiedLifetime, "direct-token-unverified-max-lifetime", proxy.DefaultDirectUnverifiedLifetime, "longest lifetime of a direct token whose caller's credential lifetime is unknown (no token or client certificate shown with the request, or one without an expiry)")
+	f.IntVar(&directPerUser, "direct-tokens-per-user", proxy.DefaultDirectTokensPerUser, "live direct tokens one user may hold for one Cluster: a new one revokes the oldest")
+	f.IntVar(&directIssueLimit, "direct-token-issue-limit", proxy.DefaultDirectIssueLimit, "direct tokens one user may be issued for one Cluster per --direct-token-issue-window (then 429 with Retry-After)")
+	f.DurationVar(&directIssueWindow, "direct-token-issue-window", proxy.DefaultDirectIssueWindow, "the window of --direct-token-issue-limit")
+	f.DurationVar(&directRecheck, "direct-recheck-interval", 10*time.Second, "how often the holders of live direct tokens are checked (clusters/proxy, their ServiceAccount and bound pod, the per-user quota); a token whose holder lost one is revoked")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }

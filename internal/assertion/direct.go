@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	gopath "path"
 	"slices"
+	"strings"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -41,11 +43,54 @@ var methodVerbs = map[string]string{
 	http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete",
 }
 
-// VerbOf is the verb of clusters/proxy a request with method needs: what
-// fleet-proxy asks the upstream and the direct endpoint finds in a token.
+// VerbOf is the verb of clusters/proxy a plain request with method needs.
+// RequestVerb is what fleet-proxy and the direct endpoint decide with.
 func VerbOf(method string) (string, bool) {
 	v, ok := methodVerbs[method]
 	return v, ok
+}
+
+// RequestVerb is the verb of clusters/proxy a request for the cluster's
+// Kubernetes API path (the path inside the cluster, decoded) needs: what
+// fleet-proxy asks the upstream and the direct endpoint finds in a token.
+// A stream into a workload (NeedsCreate) needs create whatever its method,
+// as the Kubernetes API server needs create on pods/exec; otherwise the
+// method decides (VerbOf). False for a method without a verb.
+func RequestVerb(method string, header http.Header, path string) (string, bool) {
+	v, ok := VerbOf(method)
+	if !ok {
+		return "", false
+	}
+	if NeedsCreate(header, path) {
+		return "create", true
+	}
+	return v, true
+}
+
+// streamSubresources are the pod subresources that open a stream into a
+// container.
+var streamSubresources = []string{"exec", "attach", "portforward"}
+
+// NeedsCreate reports whether a request opens a stream: a protocol upgrade
+// (SPDY or WebSocket: exec, attach and port-forward of pods, and anything
+// else upgraded, such as a node proxy's exec), whatever its method, or a
+// request for pods/<name>/exec, attach or portforward even without the
+// upgrade headers. WebSocket clients send these as GET, so the method
+// alone would make them reads.
+func NeedsCreate(header http.Header, path string) bool {
+	if header.Get("Upgrade") != "" {
+		return true
+	}
+	for _, v := range header.Values("Connection") {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(f), "upgrade") {
+				return true
+			}
+		}
+	}
+	segs := strings.Split(strings.Trim(gopath.Clean("/"+path), "/"), "/")
+	n := len(segs)
+	return n >= 3 && segs[n-3] == "pods" && slices.Contains(streamSubresources, segs[n-1])
 }
 
 // DirectToken is what a direct token says.

@@ -2,6 +2,7 @@ package assertion
 
 import (
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -88,5 +89,44 @@ func TestSignDirectBadInput(t *testing.T) {
 		if f() == nil {
 			t.Errorf("%s: signed", name)
 		}
+	}
+}
+
+// TestRequestVerb_StreamsNeedCreate: exec, attach and port-forward need
+// create whatever the method (WebSocket clients send GET), as does any
+// upgrade; everything else keeps the verb of its method.
+func TestRequestVerb_StreamsNeedCreate(t *testing.T) {
+	ws := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}
+	spdy := http.Header{"Connection": {"keep-alive, Upgrade"}, "Upgrade": {"SPDY/3.1"}}
+	pod := "/api/v1/namespaces/team/pods/web/"
+	for _, tc := range []struct {
+		name, method, path string
+		header             http.Header
+		want               string
+	}{
+		{"exec over WebSocket", http.MethodGet, pod + "exec", ws, "create"},
+		{"attach over WebSocket", http.MethodGet, pod + "attach", ws, "create"},
+		{"port-forward over WebSocket", http.MethodGet, pod + "portforward", ws, "create"},
+		{"exec over SPDY", http.MethodPost, pod + "exec", spdy, "create"},
+		{"exec without upgrade headers", http.MethodGet, pod + "exec", nil, "create"},
+		{"exec with a trailing slash", http.MethodGet, pod + "exec/", nil, "create"},
+		{"exec through dot segments", http.MethodGet, pod + "log/../exec", nil, "create"},
+		{"attach with a head request", http.MethodHead, pod + "attach", nil, "create"},
+		{"a node proxy's exec upgraded", http.MethodGet, "/api/v1/nodes/n1/proxy/exec/team/web/c", ws, "create"},
+		{"only an Upgrade header", http.MethodGet, "/api", http.Header{"Upgrade": {"websocket"}}, "create"},
+		{"Connection upgrade in lower case", http.MethodGet, "/api", http.Header{"Connection": {"upgrade"}}, "create"},
+		{"logs", http.MethodGet, pod + "log", nil, "get"},
+		{"a pod named exec", http.MethodGet, "/api/v1/namespaces/team/pods/exec", nil, "get"},
+		{"a watch", http.MethodGet, "/api/v1/pods?watch=true", http.Header{"Connection": {"keep-alive"}}, "get"},
+		{"delete", http.MethodDelete, pod, nil, "delete"},
+		{"patch", http.MethodPatch, pod, nil, "patch"},
+	} {
+		got, ok := RequestVerb(tc.method, tc.header, tc.path)
+		if !ok || got != tc.want {
+			t.Errorf("%s: %q %v, want %q", tc.name, got, ok, tc.want)
+		}
+	}
+	if _, ok := RequestVerb(http.MethodConnect, ws, pod+"exec"); ok {
+		t.Error("CONNECT has a verb")
 	}
 }

@@ -11,10 +11,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -44,10 +46,41 @@ type TokenRequest struct {
 	Kind       string `json:"kind,omitempty"`
 	APIVersion string `json:"apiVersion,omitempty"`
 	Spec       struct {
-		// ExpirationSeconds is the token's lifetime (0: one hour).
+		// ExpirationSeconds is the token's lifetime (0: one hour). A token
+		// never outlives the credential the request is made with: when
+		// Credential shows how long that lives, fleet-proxy shortens the
+		// token to it; without it, to fleet-proxy's
+		// --direct-token-unverified-max-lifetime.
 		ExpirationSeconds int64 `json:"expirationSeconds,omitempty"`
+		// Credential is the caller's own credential, the one the request
+		// is made with, so that fleet-proxy learns when it expires.
+		Credential *Credential `json:"credential,omitempty"`
 	} `json:"spec"`
 }
+
+// Credential shows fleet-proxy the credential a token request is made
+// with. fleet-proxy keeps nothing of it but its expiry.
+type Credential struct {
+	// Token is the bearer token of the request. fleet-proxy reviews it
+	// (TokenReview): it must authenticate as the request's user (and, when
+	// the API server names the request's credential, be that credential);
+	// its JWT exp is then the credential's expiry.
+	Token string `json:"token,omitempty"`
+	// ClientCertificate is the PEM client certificate of the request (no
+	// key: it is public). It must be the certificate the API server
+	// authenticated the request with (its SHA-256 is the request's
+	// credential id); its notAfter is then the credential's expiry.
+	ClientCertificate string `json:"clientCertificate,omitempty"`
+}
+
+// Why a token lives less than asked (TokenResponse.Status.LimitedBy).
+const (
+	// LimitedByCredential: the caller's credential expires sooner.
+	LimitedByCredential = "credential"
+	// LimitedByUnverifiedCredential: how long the caller's credential
+	// lives is unknown (none shown, or one without an expiry).
+	LimitedByUnverifiedCredential = "unverifiedCredential"
+)
 
 // TokenResponse is fleet-proxy's answer: the token, when it expires, and
 // the verbs of clusters/proxy it carries (the holder may use exactly those).
@@ -61,6 +94,9 @@ type TokenResponse struct {
 		// Endpoint is where the token is used: the Cluster's
 		// spec.agentDirectEndpoint.url and the CA its agent reported.
 		Endpoint Endpoint `json:"endpoint"`
+		// LimitedBy, when set, says why the token lives less than asked
+		// (LimitedByCredential, LimitedByUnverifiedCredential).
+		LimitedBy string `json:"limitedBy,omitempty"`
 	} `json:"status"`
 }
 
@@ -117,9 +153,15 @@ const (
 
 // RequestToken asks fleet-proxy, through the upstream API server of cfg and
 // as cfg's user, for a direct token for Cluster ws/name living ttl (zero:
-// one hour). A refusal is the *apierrors.StatusError fleet-proxy (or the API
-// server) answered.
+// one hour), showing the credential the request is made with (the bearer
+// token as it leaves, whatever gave it: a token, a token file, an exec
+// plugin; or the client certificate of cfg), so that the token lives no
+// longer than it. A refusal is the *apierrors.StatusError fleet-proxy (or
+// the API server) answered.
 func RequestToken(ctx context.Context, cfg *rest.Config, ws, name string, ttl time.Duration) (*TokenResponse, error) {
+	cfg = rest.CopyConfig(cfg)
+	// Innermost: it sees the Authorization header the auth wrappers set.
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return bearerInBody{next: rt} })
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -127,6 +169,9 @@ func RequestToken(ctx context.Context, cfg *rest.Config, ws, name string, ttl ti
 	var treq TokenRequest
 	treq.Kind, treq.APIVersion = TokenRequestKind, APIVersion
 	treq.Spec.ExpirationSeconds = int64(ttl / time.Second)
+	if cert := clientCertificate(cfg); cert != "" {
+		treq.Spec.Credential = &Credential{ClientCertificate: cert}
+	}
 	body, err := json.Marshal(treq)
 	if err != nil {
 		return nil, err
@@ -162,4 +207,55 @@ func RequestToken(ctx context.Context, cfg *rest.Config, ws, name string, ttl ti
 		return nil, fmt.Errorf("the answer to a direct token request for %s/%s is not a %s", ws, name, TokenResponseKind)
 	}
 	return &out, nil
+}
+
+// clientCertificate is the PEM leaf of cfg's client certificate ("" when
+// it has none it can read).
+func clientCertificate(cfg *rest.Config) string {
+	data := cfg.CertData
+	if len(data) == 0 && cfg.CertFile != "" {
+		data, _ = os.ReadFile(cfg.CertFile)
+	}
+	for len(data) > 0 {
+		var blk *pem.Block
+		if blk, data = pem.Decode(data); blk == nil {
+			break
+		}
+		if blk.Type == "CERTIFICATE" {
+			return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: blk.Bytes}))
+		}
+	}
+	return ""
+}
+
+// bearerInBody puts the request's bearer token, as it leaves, into the
+// token request's spec.credential.token: exactly the credential the API
+// server authenticates the request with.
+type bearerInBody struct{ next http.RoundTripper }
+
+func (b bearerInBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	a := r.Header.Get("Authorization")
+	if r.Method != http.MethodPost || r.Body == nil || len(a) <= 7 || !strings.EqualFold(a[:7], "bearer ") {
+		return b.next.RoundTrip(r)
+	}
+	raw, err := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var treq TokenRequest
+	if err := json.Unmarshal(raw, &treq); err == nil && treq.Kind == TokenRequestKind {
+		if treq.Spec.Credential == nil {
+			treq.Spec.Credential = &Credential{}
+		}
+		treq.Spec.Credential.Token = strings.TrimSpace(a[7:])
+		if nb, err := json.Marshal(treq); err == nil {
+			raw = nb
+		}
+	}
+	r = r.Clone(r.Context())
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil }
+	r.ContentLength = int64(len(raw))
+	return b.next.RoundTrip(r)
 }

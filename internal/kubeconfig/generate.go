@@ -160,6 +160,12 @@ func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, 
 	if len(tok.Status.Verbs) < len(assertion.DirectVerbs) {
 		warnings = append(warnings, fmt.Sprintf("the direct token carries only the verbs %v (those you hold on clusters/proxy of Cluster %s)", tok.Status.Verbs, ref))
 	}
+	switch tok.Status.LimitedBy {
+	case direct.LimitedByCredential:
+		warnings = append(warnings, "the direct token expires with the credential you asked with (a direct token never outlives it)")
+	case direct.LimitedByUnverifiedCredential:
+		warnings = append(warnings, "fleet-proxy could not learn when your credential expires (a client certificate from an exec plugin, a token without an expiry, kubectl --as), so the direct token lives only as long as it allows for such credentials")
+	}
 	warnings = append(warnings, fmt.Sprintf("context %s reaches Cluster %s directly until %s (its token is a credential: keep the kubeconfig secret; run this again for a new one)",
 		name, ref, tok.Status.ExpirationTimestamp.Local().Format(time.RFC3339)))
 	return warnings, nil

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
@@ -67,10 +68,12 @@ var (
 )
 
 // proxyIdentity is a ServiceAccount fleet-proxy with the rules the chart
-// gives fleet-proxy for the Connected condition and the events
+// gives fleet-proxy for the Connected condition and the events, and for
+// direct tokens (the SubjectAccessReviews and TokenReviews, the records,
+// the ServiceAccounts and pods tokens are bound to)
 // (charts/fleet/templates/proxy.yaml; the chart test pins them) and
 // clients acting as it.
-func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, error) {
+func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, metadata.Interface, error) {
 	c := env.Upstream.Client
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"}}
 	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: proxyNamespace, Name: sa.Name}}
@@ -80,36 +83,52 @@ func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, er
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status"}, Verbs: []string{"patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-status"},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy-status"}, Subjects: subjects},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy:auth-delegator"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"}, Subjects: subjects},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "fleet-proxy:extension-apiserver-authentication-reader"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"}, Subjects: subjects},
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"}, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-proxy-pods"}, Subjects: subjects},
 	}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	tok, err := env.Upstream.ServiceAccountToken(ctx, sa.Namespace, sa.Name, 2*time.Hour)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cfg := env.Upstream.ConfigForToken(tok)
 	pc, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
-	return pc, cs, err
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	return pc, cs, md, err
 }
 
 func TestMain(m *testing.M) {
+	webhookFlags, err := startTokenWebhook()
+	if err != nil {
+		panic(err)
+	}
 	testenv.Main(m, testenv.Options{
-		ControlPlanes: &controlplane.Options{Downstreams: 1, NoControllerManager: true},
+		ControlPlanes: &controlplane.Options{Downstreams: 1, NoControllerManager: true, DownstreamAPIServerFlags: webhookFlags},
 		CaptureLogs:   true,
 	}, setup)
 }
@@ -157,7 +176,8 @@ func setup(s *testenv.Suite) error {
 	// The Connected condition and the tunnel events, as `fleet proxy`
 	// writes them (a short sweep interval: the tests wait for it), as a
 	// ServiceAccount with only the chart's rights for them.
-	if proxyClient, proxyClientset, err = proxyIdentity(ctx); err != nil {
+	var proxyMetadata metadata.Interface
+	if proxyClient, proxyClientset, proxyMetadata, err = proxyIdentity(ctx); err != nil {
 		return err
 	}
 	eb := events.NewBroadcaster(&events.EventSinkImpl{Interface: proxyClientset.EventsV1()})
@@ -177,12 +197,16 @@ func setup(s *testenv.Suite) error {
 	ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
 	s.Go("connected", status.Run)
 	// Direct tokens as `fleet proxy` keeps them (recheck every 500 ms: the
-	// tests wait for revocations).
-	registry = proxy.NewRegistry(up.Clientset, proxyNamespace)
+	// tests wait for revocations), as fleet-proxy's identity with the
+	// chart's rights: the SubjectAccessReviews and TokenReviews, the
+	// records, the objects tokens are bound to.
+	if registry, err = proxy.NewRegistry(proxy.RegistryOptions{Client: proxyClientset, Metadata: proxyMetadata, Namespace: proxyNamespace}); err != nil {
+		return err
+	}
 	if err := registry.Start(ctx); err != nil {
 		return err
 	}
-	srv, err = proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Attacher: tunnels,
+	srv, err = proxy.New(proxy.Options{Client: proxyClientset, Tunnels: tunnels, Attacher: tunnels,
 		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry(),
 		DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEndpoint: tunnels.DirectEndpoint})
 	if err != nil {

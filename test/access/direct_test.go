@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -43,6 +45,13 @@ type directAgent struct {
 
 func startDirectAgent(t *testing.T, cluster, agentToken string) *directAgent {
 	t.Helper()
+	return startDirectAgentWith(t, cluster, agentToken, nil)
+}
+
+// startDirectAgentWith starts the endpoint whose token webhook answers for
+// apiAudiences.
+func startDirectAgentWith(t *testing.T, cluster, agentToken string, apiAudiences []string) *directAgent {
+	t.Helper()
 	up := &rest.Config{Host: env.Upstream.Config.Host, BearerToken: agentToken,
 		TLSClientConfig: rest.TLSClientConfig{CAData: env.Upstream.Config.CAData}}
 	keysFn, err := access.UpstreamKeys(up)
@@ -55,7 +64,7 @@ func startDirectAgent(t *testing.T, cluster, agentToken string) *directAgent {
 		return err
 	})
 	h, err := access.New(access.Options{Audience: workspace + "/" + cluster, Verifier: assertion.NewVerifier(ks),
-		RefreshKeys: keysFn, Local: rest.CopyConfig(env.Downstreams[0].Config), Direct: true})
+		RefreshKeys: keysFn, Local: rest.CopyConfig(env.Downstreams[0].Config), Direct: true, APIAudiences: apiAudiences})
 	must(t, err)
 	rev := access.NewRevocations()
 	mux := http.NewServeMux()
@@ -372,37 +381,81 @@ func tokenID(t *testing.T, tok string) string {
 	return c.ID
 }
 
-// TestDirectRegistryPruned: the registry of a Cluster drops expired tokens
-// and goes once none is left (a deleted Cluster's too), checked against
-// the real API server.
-func TestDirectRegistryPruned(t *testing.T) {
+// TestDirectRegistry_PrunedAndEarlierReleaseRevoked: the record of a token
+// is deleted once it expired and the rate window passed (kept until then);
+// the registry of an earlier release (one ConfigMap per Cluster) goes, its
+// live tokens recorded revoked, so the Cluster's agent refuses them; all
+// checked against the real API server, the list read as the agent.
+func TestDirectRegistry_PrunedAndEarlierReleaseRevoked(t *testing.T) {
 	ctx := t.Context()
+	const cluster = "direct-pruned"
+	key := workspace + "/" + cluster
+	agent := agentIdentity(t, cluster, "reg-direct-pruned", cluster)
 	now := time.Now()
-	record := func(id string, exp time.Time) string {
-		return fmt.Sprintf(`{"id":%q,"user":"gone","verbs":["get"],"expiry":%q}`, id, exp.UTC().Format(time.RFC3339))
+	labels := func(user string) map[string]string {
+		return map[string]string{"fleet.cattle.io/direct-token": "true", "fleet.cattle.io/direct-cluster": shortHash(key),
+			"fleet.cattle.io/direct-user": shortHash(user)}
 	}
-	mk := func(key, tokens string) *corev1.ConfigMap {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: proxy.RegistryName(key),
-			Labels:      map[string]string{"fleet.cattle.io/direct-tokens": "true"},
-			Annotations: map[string]string{"fleet.cattle.io/cluster": key}},
-			Data: map[string]string{"tokens.json": tokens}}
+	record := func(id string, issued, exp time.Time) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: proxy.TokenRecordName(id), Labels: labels("gone")},
+			Data: map[string]string{"token.json": fmt.Sprintf(`{"id":%q,"cluster":%q,"user":"gone","verbs":["get"],"issuedAt":%q,"expiry":%q}`,
+				id, key, issued.UTC().Format(time.RFC3339), exp.UTC().Format(time.RFC3339))}}
 		must(t, env.Upstream.Client.Create(ctx, cm))
 		return cm
 	}
-	gone := mk(workspace+"/deleted-cluster", "["+record("old", now.Add(-time.Hour))+"]")
-	mixed := mk(workspace+"/pruned-cluster", "["+record("old", now.Add(-time.Hour))+","+record("new", now.Add(time.Hour))+"]")
-	testenv.Eventually(t, 30*time.Second, "the expired registry deleted, the expired token pruned", func() error {
-		if _, err := registry.Recheck(ctx, srv.Authorizer(), time.Now()); err != nil {
-			return err
+	old := record("old", now.Add(-3*time.Hour), now.Add(-2*time.Hour))
+	recent := record("recent", now.Add(-30*time.Minute), now.Add(-10*time.Minute))
+	live := record("live", now, now.Add(time.Hour))
+	legacy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: proxy.LegacyRegistryName(key),
+		Labels:      map[string]string{"fleet.cattle.io/direct-tokens": "true"},
+		Annotations: map[string]string{"fleet.cattle.io/cluster": key}},
+		Data: map[string]string{"tokens.json": fmt.Sprintf(`[{"id":"legacy-live","user":"carol","verbs":["get"],"expiry":%q},{"id":"legacy-old","user":"carol","verbs":["get"],"expiry":%q}]`,
+			now.Add(2*time.Hour).UTC().Format(time.RFC3339), now.Add(-time.Hour).UTC().Format(time.RFC3339))}}
+	must(t, env.Upstream.Client.Create(ctx, legacy))
+
+	exists := func(cm *corev1.ConfigMap) bool {
+		err := env.Upstream.Client.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
 		}
-		if err := env.Upstream.Client.Get(ctx, client.ObjectKeyFromObject(gone), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("registry with only expired tokens: %v", err)
-		}
-		got := &corev1.ConfigMap{}
-		must(t, env.Upstream.Client.Get(ctx, client.ObjectKeyFromObject(mixed), got))
-		if s := got.Data["tokens.json"]; strings.Contains(s, `"old"`) || !strings.Contains(s, `"new"`) {
-			return fmt.Errorf("registry %s", s)
+		return err == nil
+	}
+	testenv.Eventually(t, 30*time.Second, "the expired record deleted, the earlier release's registry revoked", func() error {
+		if exists(old) || exists(legacy) {
+			return fmt.Errorf("old record %v, earlier registry %v", exists(old), exists(legacy))
 		}
 		return nil
 	})
+	if !exists(recent) || !exists(live) {
+		t.Errorf("a record deleted too early: recent (expired, within the rate window) %v, live %v", exists(recent), exists(live))
+	}
+	got := &corev1.ConfigMap{}
+	must(t, env.Upstream.Client.Get(ctx, client.ObjectKey{Namespace: proxyNamespace, Name: proxy.TokenRecordName("legacy-live")}, got))
+	if !strings.Contains(got.Data["token.json"], `"revokedAt"`) {
+		t.Errorf("the earlier release's live token is not recorded revoked: %s", got.Data["token.json"])
+	}
+	if err := env.Upstream.Client.Get(ctx, client.ObjectKey{Namespace: proxyNamespace, Name: proxy.TokenRecordName("legacy-old")}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the earlier release's expired token was recorded: %v", err)
+	}
+	// The agent's list names it.
+	list, err := access.UpstreamRevocations(&rest.Config{Host: env.Upstream.Config.Host, BearerToken: agent,
+		TLSClientConfig: rest.TLSClientConfig{CAData: env.Upstream.Config.CAData}}, workspace, cluster)
+	must(t, err)
+	testenv.Eventually(t, 10*time.Second, "the agent's revocation list names the earlier release's token", func() error {
+		revoked, _, err := list(ctx, "")
+		if err != nil {
+			return err
+		}
+		for _, r := range revoked {
+			if r.ID == "legacy-live" {
+				return nil
+			}
+		}
+		return fmt.Errorf("list %+v", revoked)
+	})
+}
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:16]
 }

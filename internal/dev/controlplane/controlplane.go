@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,8 @@ type Options struct {
 	NoControllerManager bool
 	// APIServerFlags are extra kube-apiserver flags, "name=value".
 	APIServerFlags []string
+	// DownstreamAPIServerFlags are more, for the downstreams only.
+	DownstreamAPIServerFlags []string
 }
 
 // Env is a running upstream and its downstreams.
@@ -190,7 +193,11 @@ func startOne(ctx context.Context, name string, opts Options, manifestDirs []str
 	for _, f := range cp.frontProxy.flags() {
 		api.Configure().Set(f[0], f[1])
 	}
-	for _, f := range opts.APIServerFlags {
+	flags := opts.APIServerFlags
+	if name != "upstream" {
+		flags = append(slices.Clone(flags), opts.DownstreamAPIServerFlags...)
+	}
+	for _, f := range flags {
 		k, v, _ := strings.Cut(f, "=")
 		api.Configure().Append(k, v)
 	}
