@@ -119,6 +119,13 @@ func (r *Reconciler) checkAndFindCluster(ctx context.Context, g *grant) error {
 	}
 
 	cluster, clusterName, err := r.findCluster(ctx, reg)
+	var wait *reconciler.Waiting
+	if errors.As(err, &wait) && wait.Reason == ClusterDeletingReason && reg.Labels[fleet.RecoveryNamespaceLabel] != "" {
+		// Deleting the Cluster revokes its agent: its recovery identity
+		// does not wait to register a new one.
+		return r.refuse(ctx, reg, stall(fleet.RecoveryRefusedReason, "%s; the recovery identity of %s never registers a new Cluster: register this cluster with a ClusterRegistrationToken",
+			wait.Message, reg.Labels[fleet.RecoveryNamespaceLabel]))
+	}
 	if err != nil {
 		return err
 	}
