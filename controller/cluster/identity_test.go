@@ -35,8 +35,8 @@ func TestIdentityKeyToRecord(t *testing.T) {
 		"grant's key lost (crash, restore): recorded again":   {recorded: old, reported: cur, newest: signedBy(cur), want: cur},
 		"key removed by hand while the grant stands":          {recorded: "", reported: cur, newest: signedBy(cur), want: cur},
 		"unsigned re-registration: the live agent's report":   {recorded: old, reported: cur, newest: unsigned, want: cur},
-		"malformed report":                                    {recorded: "", reported: "bm90IGEga2V5", newest: unsigned, want: ""},
-		"malformed key in the newest registration":            {recorded: old, reported: cur, newest: signedBy("???"), want: ""},
+		"malformed report":                         {recorded: "", reported: "bm90IGEga2V5", newest: unsigned, want: ""},
+		"malformed key in the newest registration": {recorded: old, reported: cur, newest: signedBy("???"), want: ""},
 	} {
 		if got := identityKeyToRecord(tc.recorded, tc.reported, tc.newest); got != tc.want {
 			t.Errorf("%s: got %q, want %q", name, got, tc.want)

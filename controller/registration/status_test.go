@@ -328,24 +328,28 @@ func TestCheckReregistration(t *testing.T) {
 		cluster *fleet.Cluster
 		want    string // "" allowed, else a part of the refusal's message
 	}{
-		"new cluster, generic token":                      {reg: byOther, token: generic, cluster: nil},
-		"new cluster, unsigned (older agent)":             {reg: unsigned, token: generic, cluster: nil},
-		"admin registration (no token)":                   {reg: unsigned, token: nil, cluster: cluster(owner.PublicKey(), online)},
-		"token bound to the clientID":                     {reg: unsigned, token: bound, cluster: cluster(owner.PublicKey(), online)},
-		"signed by the recorded key, online":              {reg: byOwner, token: generic, cluster: cluster(owner.PublicKey(), online)},
-		"signed by the recorded key, offline":             {reg: byOwner, token: generic, cluster: cluster(owner.PublicKey(), offline)},
-		"manual token (approval waited for later)":        {reg: byOther, token: manual, cluster: cluster(owner.PublicKey(), offline)},
-		"legacy once: no key, registered, offline":        {reg: byOther, token: generic, cluster: cluster("", offline)},
-		"legacy once, unsigned":                           {reg: unsigned, token: generic, cluster: cluster("", offline)},
-		"offline takeover: another key":                   {reg: byOther, token: generic, cluster: cluster(owner.PublicKey(), offline), want: "is signed by another key, " + registration.IdentityFingerprint(other.PublicKey())},
-		"offline takeover: unsigned":                      {reg: unsigned, token: generic, cluster: cluster(owner.PublicKey(), offline), want: "this registration is not signed"},
-		"live takeover: another key":                      {reg: byOther, token: generic, cluster: cluster(owner.PublicKey(), online), want: "holding identity key " + registration.IdentityFingerprint(owner.PublicKey())},
-		"never registered (pre-created by an admin)":      {reg: byOther, token: generic, cluster: cluster("", time.Time{}), want: "no agent ever registered it"},
-		"legacy, online":                                  {reg: byOther, token: generic, cluster: cluster("", online), want: "checked in 1m0s ago"},
-		"legacy, at the edge of the window":               {reg: byOther, token: generic, cluster: cluster("", now.Add(-window)), want: "earlier release"},
-		"legacy, clock ahead: check-in in the future":     {reg: byOther, token: generic, cluster: cluster("", now.Add(time.Minute)), want: "earlier release"},
-		"recorded key malformed: nothing matches it":      {reg: byOwner, token: generic, cluster: cluster("not-a-key", offline), want: "is signed by another key"},
-		"claimed key equals the recorded, unsigned field": {reg: func() *fleet.ClusterRegistration { r := unsigned.DeepCopy(); r.Spec.IdentityPublicKey = owner.PublicKey(); return r }(), token: generic, cluster: cluster(owner.PublicKey(), offline)},
+		"new cluster, generic token":                  {reg: byOther, token: generic, cluster: nil},
+		"new cluster, unsigned (older agent)":         {reg: unsigned, token: generic, cluster: nil},
+		"admin registration (no token)":               {reg: unsigned, token: nil, cluster: cluster(owner.PublicKey(), online)},
+		"token bound to the clientID":                 {reg: unsigned, token: bound, cluster: cluster(owner.PublicKey(), online)},
+		"signed by the recorded key, online":          {reg: byOwner, token: generic, cluster: cluster(owner.PublicKey(), online)},
+		"signed by the recorded key, offline":         {reg: byOwner, token: generic, cluster: cluster(owner.PublicKey(), offline)},
+		"manual token (approval waited for later)":    {reg: byOther, token: manual, cluster: cluster(owner.PublicKey(), offline)},
+		"legacy once: no key, registered, offline":    {reg: byOther, token: generic, cluster: cluster("", offline)},
+		"legacy once, unsigned":                       {reg: unsigned, token: generic, cluster: cluster("", offline)},
+		"offline takeover: another key":               {reg: byOther, token: generic, cluster: cluster(owner.PublicKey(), offline), want: "is signed by another key, " + registration.IdentityFingerprint(other.PublicKey())},
+		"offline takeover: unsigned":                  {reg: unsigned, token: generic, cluster: cluster(owner.PublicKey(), offline), want: "this registration is not signed"},
+		"live takeover: another key":                  {reg: byOther, token: generic, cluster: cluster(owner.PublicKey(), online), want: "holding identity key " + registration.IdentityFingerprint(owner.PublicKey())},
+		"never registered (pre-created by an admin)":  {reg: byOther, token: generic, cluster: cluster("", time.Time{}), want: "no agent ever registered it"},
+		"legacy, online":                              {reg: byOther, token: generic, cluster: cluster("", online), want: "checked in 1m0s ago"},
+		"legacy, at the edge of the window":           {reg: byOther, token: generic, cluster: cluster("", now.Add(-window)), want: "earlier release"},
+		"legacy, clock ahead: check-in in the future": {reg: byOther, token: generic, cluster: cluster("", now.Add(time.Minute)), want: "earlier release"},
+		"recorded key malformed: nothing matches it":  {reg: byOwner, token: generic, cluster: cluster("not-a-key", offline), want: "is signed by another key"},
+		"claimed key equals the recorded, unsigned field": {reg: func() *fleet.ClusterRegistration {
+			r := unsigned.DeepCopy()
+			r.Spec.IdentityPublicKey = owner.PublicKey()
+			return r
+		}(), token: generic, cluster: cluster(owner.PublicKey(), offline)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ref := checkReregistration(tc.reg, tc.token, tc.cluster, window, now)

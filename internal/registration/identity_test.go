@@ -38,25 +38,33 @@ func TestVerifyRegistration(t *testing.T) {
 		change func(r *fleet.ClusterRegistration)
 		want   string // "" verifies
 	}{
-		"as signed":                   {change: func(*fleet.ClusterRegistration) {}},
-		"labels are not signed":       {change: func(r *fleet.ClusterRegistration) { r.Spec.ClusterLabels = map[string]string{"env": "x"} }},
-		"request time 9m after":       {change: func(r *fleet.ClusterRegistration) { r.CreationTimestamp = metav1.NewTime(created.Add(-9 * time.Minute)) }},
-		"request time 9m before":      {change: func(r *fleet.ClusterRegistration) { r.CreationTimestamp = metav1.NewTime(created.Add(9 * time.Minute)) }},
-		"another namespace":           {change: func(r *fleet.ClusterRegistration) { r.Namespace = "fleet-other" }, want: "does not verify"},
-		"another name":                {change: func(r *fleet.ClusterRegistration) { r.Name = "request-0124" }, want: "does not verify"},
-		"another clientID":            {change: func(r *fleet.ClusterRegistration) { r.Spec.ClientID = "edge-2" }, want: "does not verify"},
-		"another clientRandom":        {change: func(r *fleet.ClusterRegistration) { r.Spec.ClientRandom += "0" }, want: "does not verify"},
-		"another credential key":      {change: func(r *fleet.ClusterRegistration) { r.Spec.CredentialPublicKey = "b3RoZXI=" }, want: "does not verify"},
-		"credential key dropped":      {change: func(r *fleet.ClusterRegistration) { r.Spec.CredentialPublicKey = "" }, want: "does not verify"},
-		"another request time":        {change: func(r *fleet.ClusterRegistration) { r.Annotations[RequestedAtAnnotation] = created.Format(time.RFC3339Nano) }, want: "does not verify"},
-		"request time missing":        {change: func(r *fleet.ClusterRegistration) { delete(r.Annotations, RequestedAtAnnotation) }, want: "annotation fleet.cattle.io/requested-at"},
-		"another key claimed":         {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentityPublicKey = other.PublicKey() }, want: "does not verify"},
-		"key not base64":              {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentityPublicKey = "not base64!" }, want: "32-byte Ed25519 public key"},
-		"key too short":               {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentityPublicKey = "AAAA" }, want: "32-byte Ed25519 public key"},
-		"no signature":                {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentitySignature = "" }, want: "64-byte Ed25519 signature"},
-		"signature truncated":         {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentitySignature = r.Spec.IdentitySignature[:40] }, want: "64-byte Ed25519 signature"},
-		"replayed: created 11m later": {change: func(r *fleet.ClusterRegistration) { r.CreationTimestamp = metav1.NewTime(created.Add(11 * time.Minute)) }, want: "at most 10m0s"},
-		"request time 11m ahead":      {change: func(r *fleet.ClusterRegistration) { r.CreationTimestamp = metav1.NewTime(created.Add(-11 * time.Minute)) }, want: "check the clocks"},
+		"as signed":             {change: func(*fleet.ClusterRegistration) {}},
+		"labels are not signed": {change: func(r *fleet.ClusterRegistration) { r.Spec.ClusterLabels = map[string]string{"env": "x"} }},
+		"request time 9m after": {change: func(r *fleet.ClusterRegistration) {
+			r.CreationTimestamp = metav1.NewTime(created.Add(-9 * time.Minute))
+		}},
+		"request time 9m before": {change: func(r *fleet.ClusterRegistration) { r.CreationTimestamp = metav1.NewTime(created.Add(9 * time.Minute)) }},
+		"another namespace":      {change: func(r *fleet.ClusterRegistration) { r.Namespace = "fleet-other" }, want: "does not verify"},
+		"another name":           {change: func(r *fleet.ClusterRegistration) { r.Name = "request-0124" }, want: "does not verify"},
+		"another clientID":       {change: func(r *fleet.ClusterRegistration) { r.Spec.ClientID = "edge-2" }, want: "does not verify"},
+		"another clientRandom":   {change: func(r *fleet.ClusterRegistration) { r.Spec.ClientRandom += "0" }, want: "does not verify"},
+		"another credential key": {change: func(r *fleet.ClusterRegistration) { r.Spec.CredentialPublicKey = "b3RoZXI=" }, want: "does not verify"},
+		"credential key dropped": {change: func(r *fleet.ClusterRegistration) { r.Spec.CredentialPublicKey = "" }, want: "does not verify"},
+		"another request time": {change: func(r *fleet.ClusterRegistration) {
+			r.Annotations[RequestedAtAnnotation] = created.Format(time.RFC3339Nano)
+		}, want: "does not verify"},
+		"request time missing": {change: func(r *fleet.ClusterRegistration) { delete(r.Annotations, RequestedAtAnnotation) }, want: "annotation fleet.cattle.io/requested-at"},
+		"another key claimed":  {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentityPublicKey = other.PublicKey() }, want: "does not verify"},
+		"key not base64":       {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentityPublicKey = "not base64!" }, want: "32-byte Ed25519 public key"},
+		"key too short":        {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentityPublicKey = "AAAA" }, want: "32-byte Ed25519 public key"},
+		"no signature":         {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentitySignature = "" }, want: "64-byte Ed25519 signature"},
+		"signature truncated":  {change: func(r *fleet.ClusterRegistration) { r.Spec.IdentitySignature = r.Spec.IdentitySignature[:40] }, want: "64-byte Ed25519 signature"},
+		"replayed: created 11m later": {change: func(r *fleet.ClusterRegistration) {
+			r.CreationTimestamp = metav1.NewTime(created.Add(11 * time.Minute))
+		}, want: "at most 10m0s"},
+		"request time 11m ahead": {change: func(r *fleet.ClusterRegistration) {
+			r.CreationTimestamp = metav1.NewTime(created.Add(-11 * time.Minute))
+		}, want: "check the clocks"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			reg := signedReg(t, k)
