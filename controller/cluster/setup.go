@@ -64,9 +64,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Owns(&fleet.ClusterRegistrationToken{}).
 		// The recovery identity: its RoleBinding (controlled by the
 		// Cluster) and its ServiceAccount (labelled with it), made again
-		// when deleted.
-		Owns(&rbacv1.RoleBinding{}).
-		Watches(&corev1.ServiceAccount{}, handler.EnqueueRequestsFromMapFunc(clusterOfRecoveryIdentity)).
+		// when deleted or changed. Their creation (this reconciler's own)
+		// brings nothing back: a pass right after, on a cache that may not
+		// show its status write yet, would only fail its status patch.
+		Owns(&rbacv1.RoleBinding{}, builder.WithPredicates(notCreated)).
+		Watches(&corev1.ServiceAccount{}, handler.EnqueueRequestsFromMapFunc(clusterOfRecoveryIdentity), builder.WithPredicates(notCreated)).
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(clusterOfDeployment)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret), builder.OnlyMetadata).
 		Watches(&fleet.AgentRollout{}, rollout.ClustersToReconcile()).
@@ -141,6 +143,9 @@ func agentStatusChanged() predicate.Predicate {
 		},
 	}
 }
+
+// notCreated passes every event of an object but its creation.
+var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 
 // clusterOfRecoveryIdentity maps a recovery ServiceAccount to its Cluster.
 func clusterOfRecoveryIdentity(_ context.Context, o client.Object) []reconcile.Request {
