@@ -40,6 +40,11 @@ type Agent struct {
 	stuck     *reconciler.Stalled
 	lastStuck string
 	session   *session
+	// identityKey is the agent's identity key (its heartbeat reports the
+	// public key); recovery the token of its cluster's recovery identity
+	// it holds, nil if none. Both are kept in the identity Secret.
+	identityKey *registration.IdentityKey
+	recovery    *recoveryCredential
 
 	// workers run beside the heartbeat once the agent is registered (the
 	// BundleDeployment deployer is one); each returns when its context ends
@@ -199,9 +204,16 @@ func (a *Agent) run(ctx context.Context) error {
 }
 
 // connect returns a working credential: the stored one if the upstream
-// still accepts it, otherwise a new one from registering with the
-// bootstrap Secret.
+// still accepts it, otherwise a new one from registering (register).
 func (a *Agent) connect(ctx context.Context) (*credential, error) {
+	// The identity key exists before anything is registered or reported.
+	id, err := a.ensureIdentity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.identityKey, a.recovery = id.key, id.recovery
+	a.mu.Unlock()
 	cred, err := readCredential(ctx, a.local, a.opts.Namespace)
 	if err != nil {
 		a.log.Info("stored credential unusable; registering again", "error", err.Error())
@@ -227,7 +239,7 @@ func (a *Agent) connect(ctx context.Context) (*credential, error) {
 			return nil, fmt.Errorf("reaching the upstream: %w", err)
 		}
 	}
-	return a.register(ctx)
+	return a.register(ctx, id)
 }
 
 func isRejected(err error) bool { return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) }

@@ -261,7 +261,9 @@ func TestAgentInitiated_PredefinedClusterIsMatchedByClientID(t *testing.T) {
 	if err := up.Create(t.Context(), pre); err != nil {
 		t.Fatal(err)
 	}
-	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
+	// A Cluster no agent registered yet takes a token bound to its
+	// clientID (a generic token only creates new Clusters).
+	values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{ClientID: "predefined-" + ws})
 	agentNS := "agent-" + ws
 	helmInstall(t, ds, agentNS, values, map[string]any{"clientID": "predefined-" + ws, "labels": map[string]any{"other": "x"}})
 	a := startAgent(t, ds, agentNS, nil)

@@ -16,29 +16,88 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
-// register runs the handshake with the import identity of the bootstrap
-// Secret: create a ClusterRegistration, wait (watching) for the credential
-// Secret, keep the credential locally, forget the import token.
-func (a *Agent) register(ctx context.Context) (*credential, error) {
-	log := a.log
+// registrar is the identity a registration is made with: the import
+// identity of the bootstrap Secret, or the cluster's recovery identity.
+type registrar struct {
+	// what names it in messages.
+	what string
+	// url, ca, tlsMode and token reach the upstream as it.
+	url, tlsMode, token string
+	ca                  []byte
+	// workspace is where the registration is made; labels say with what
+	// (admission policy fleet-clusterregistration-token).
+	workspace string
+	labels    map[string]string
+	// clearNamespace is where an upstream of an earlier release writes the
+	// credential in the clear.
+	clearNamespace string
+	// bootstrap is set for the import identity: its Secret is deleted once
+	// the credential is stored.
+	bootstrap bool
+	// recovery is set for the recovery identity: a refusal makes the agent
+	// forget it.
+	recovery bool
+}
+
+// register gets a new credential: with the import identity of the
+// bootstrap Secret when there is one, else with the cluster's recovery
+// identity when the agent holds a token of it that has not expired, else
+// it is stuck and says what to do. Either way the registration is signed
+// with the agent's identity key.
+func (a *Agent) register(ctx context.Context, id *identity) (*credential, error) {
 	b, err := readBootstrap(ctx, a.local, a.opts.Namespace)
 	if err != nil {
 		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason, "%v", err)
-	}
-	if b == nil {
-		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason,
-			"no working credential and no %s Secret in namespace %s: reinstall the agent with a ClusterRegistrationToken's values "+
-				"(helm upgrade --install fleet-agent charts/fleet-agent -n %s -f values.yaml) or, for a manager-initiated cluster, "+
-				"bump spec.redeployAgentGeneration of its Cluster upstream", registration.BootstrapSecretName, a.opts.Namespace, a.opts.Namespace)
 	}
 	cfg, err := a.readConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var via registrar
+	switch rec := id.recovery; {
+	case b != nil:
+		via = registrar{
+			what: fmt.Sprintf("the import token of ClusterRegistrationToken %s/%s", b.ClusterNamespace, b.TokenName),
+			url:  b.APIServerURL, ca: b.APIServerCA, tlsMode: cfg.AgentTLSMode, token: b.Token,
+			workspace: b.ClusterNamespace, labels: map[string]string{fleet.RegistrationTokenLabel: b.TokenName},
+			clearNamespace: b.SystemRegistrationNamespace, bootstrap: true,
+		}
+	case rec.usable(time.Now()):
+		a.log.Info("no working credential and no bootstrap Secret: registering again with the cluster's recovery identity",
+			"cluster", rec.ClusterNamespace+"/"+rec.ClusterName, "recoveryTokenExpires", rec.Expires.UTC().Format(time.RFC3339))
+		mode := config.TLSModeStrict
+		if len(rec.APIServerCA) == 0 {
+			mode = config.TLSModeSystemStore
+		}
+		via = registrar{
+			what: fmt.Sprintf("the recovery identity of Cluster %s/%s", rec.ClusterNamespace, rec.ClusterName),
+			url:  rec.APIServerURL, ca: rec.APIServerCA, tlsMode: mode, token: rec.Token,
+			workspace: rec.ClusterNamespace, labels: map[string]string{fleet.RecoveryNamespaceLabel: rec.DeploymentNamespace},
+			clearNamespace: config.DefaultSystemRegistrationNS, recovery: true,
+		}
+	default:
+		expired := ""
+		if rec != nil {
+			expired = fmt.Sprintf(" (its recovery token for Cluster %s/%s expired at %s)", rec.ClusterNamespace, rec.ClusterName, rec.Expires.UTC().Format(time.RFC3339))
+		}
+		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason,
+			"no working credential, no %s Secret in namespace %s and no usable recovery token%s: reinstall the agent with a ClusterRegistrationToken's values "+
+				"(helm upgrade --install fleet-agent charts/fleet-agent -n %s -f values.yaml; a token with spec.clientID set to this cluster's clientID re-registers its Cluster) or, for a manager-initiated cluster, "+
+				"bump spec.redeployAgentGeneration of its Cluster upstream", registration.BootstrapSecretName, a.opts.Namespace, expired, a.opts.Namespace)
+	}
+	return a.registerWith(ctx, id.key, cfg, via)
+}
+
+// registerWith runs the handshake as via: create a ClusterRegistration
+// signed with the identity key, wait for the controller's answer, keep the
+// credential locally, and forget the import token.
+func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey, cfg *registration.AgentConfig, via registrar) (*credential, error) {
+	log := a.log
 	clientID := cfg.ClientID
 	if clientID == "" {
 		ks := &corev1.Namespace{}
@@ -47,12 +106,12 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 		}
 		clientID = string(ks.UID)
 	}
-	tokens := newTokenSource(b.Token)
-	importCfg, err := upstreamConfig(ctx, b.APIServerURL, b.APIServerCA, cfg.AgentTLSMode, tokens, a.opts.SystemCAs)
+	tokens := newTokenSource(via.token)
+	upCfg, err := upstreamConfig(ctx, via.url, via.ca, via.tlsMode, tokens, a.opts.SystemCAs)
 	if err != nil {
 		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason, "%v", err)
 	}
-	importClient, err := newUpstreamClient(importCfg)
+	upClient, err := newUpstreamClient(upCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +123,7 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	clientRandom := hex.EncodeToString(random)
 	// The credential comes back sealed to this key, which never leaves
 	// this process: a restart registers again with a new one.
-	key, err := registration.NewCredentialKey()
+	credKey, err := registration.NewCredentialKey()
 	if err != nil {
 		return nil, err
 	}
@@ -82,41 +141,60 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	}
 	reg := &fleet.ClusterRegistration{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   b.ClusterNamespace,
+			Namespace:   via.workspace,
 			Name:        "request-" + hex.EncodeToString(nameRandom),
-			Labels:      map[string]string{fleet.RegistrationTokenLabel: b.TokenName},
+			Labels:      via.labels,
 			Annotations: map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
 			// The controller's finalizer, set now: it spares the grant a
 			// write (it removes what it made for the registration when the
 			// registration goes).
 			Finalizers: []string{registration.RegistrationFinalizer},
 		},
-		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: clientRandom, ClusterLabels: labels, CredentialPublicKey: key.PublicKey()},
+		Spec: fleet.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: clientRandom, ClusterLabels: labels, CredentialPublicKey: credKey.PublicKey()},
 	}
-	if err := importClient.Create(ctx, reg); err != nil {
-		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+	if err := key.Sign(reg); err != nil {
+		return nil, err
+	}
+	if err := upClient.Create(ctx, reg); err != nil {
+		switch {
+		case via.recovery && (apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)):
+			if apierrors.IsUnauthorized(err) {
+				// The recovery ServiceAccount is gone (its Cluster was
+				// deleted, or its namespace): this token never works
+				// again. Forbidden is kept: the controller makes a
+				// deleted RoleBinding again.
+				a.forgetRecovery(ctx, "the upstream does not know the recovery identity")
+			}
+			return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason,
+				"no working credential and no %s Secret in namespace %s, and the upstream refused %s (%v): the Cluster was deleted, or its recovery identity removed; "+
+					"reinstall the agent with a ClusterRegistrationToken's values (helm upgrade --install fleet-agent charts/fleet-agent -n %s -f values.yaml)",
+				registration.BootstrapSecretName, a.opts.Namespace, via.what, apierrors.ReasonForError(err), a.opts.Namespace)
+		case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
 			return nil, reconciler.Stall(fleet.CredentialRejectedReason,
-				"the upstream refused the import token of ClusterRegistrationToken %s/%s (%v): it has expired or was deleted; "+
-					"create a new token and reinstall the agent with its values", b.ClusterNamespace, b.TokenName, apierrors.ReasonForError(err))
+				"the upstream refused %s (%v): it has expired or was deleted; create a new token and reinstall the agent with its values", via.what, apierrors.ReasonForError(err))
 		}
 		return nil, fmt.Errorf("creating a ClusterRegistration upstream: %w", err)
 	}
-	log.Info("registration requested", "registration", reg.Namespace+"/"+reg.Name, "clientID", clientID)
+	log.Info("registration requested", "registration", reg.Namespace+"/"+reg.Name, "clientID", clientID, "with", via.what)
 	if err := a.step(ctx, "registration-created"); err != nil {
 		return nil, err
 	}
 
-	clear := client.ObjectKey{Namespace: b.SystemRegistrationNamespace, Name: registration.CredentialSecretName(clientID, clientRandom)}
-	granted, clearSecret, err := a.waitForGrant(ctx, importClient, client.ObjectKeyFromObject(reg), clear)
+	clear := client.ObjectKey{Namespace: via.clearNamespace, Name: registration.CredentialSecretName(clientID, clientRandom)}
+	granted, clearSecret, err := a.waitForGrant(ctx, upClient, client.ObjectKeyFromObject(reg), clear)
 	if err != nil {
+		var refused *reconciler.Stalled
+		if via.recovery && errors.As(err, &refused) {
+			a.forgetRecovery(ctx, "the upstream refused a registration made with it: "+refused.Reason)
+		}
 		return nil, fmt.Errorf("waiting for the upstream to grant registration %s/%s: %w (check its status: kubectl get clusterregistration -n %s %s -o yaml)",
 			reg.Namespace, reg.Name, err, reg.Namespace, reg.Name)
 	}
-	cred, err := openCredential(granted, clearSecret, key)
+	cred, err := openCredential(granted, clearSecret, credKey)
 	if err != nil {
 		return nil, fmt.Errorf("the credential in the status of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
 	}
-	cred.APIServerURL, cred.APIServerCA, cred.TLSMode, cred.Issued = importCfg.Host, importCfg.CAData, cfg.AgentTLSMode, time.Now()
+	cred.APIServerURL, cred.APIServerCA, cred.TLSMode, cred.Issued = upCfg.Host, upCfg.CAData, via.tlsMode, time.Now()
 	if err := a.step(ctx, "credential-received"); err != nil {
 		return nil, err
 	}
@@ -130,16 +208,18 @@ func (a *Agent) register(ctx context.Context) (*credential, error) {
 	// to anyone else and goes with the registration, one in the clear is
 	// deleted now. Forget the import token.
 	if clearSecret != nil {
-		if err := importClient.Delete(ctx, clearSecret); err != nil && !apierrors.IsNotFound(err) {
+		if err := upClient.Delete(ctx, clearSecret); err != nil && !apierrors.IsNotFound(err) {
 			log.Info("could not delete the credential Secret upstream; the controller expires it", "error", err.Error())
 		}
 	}
-	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
-	if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("deleting the bootstrap Secret: %w", err)
-	}
-	if err := a.step(ctx, "bootstrap-deleted"); err != nil {
-		return nil, err
+	if via.bootstrap {
+		boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
+		if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("deleting the bootstrap Secret: %w", err)
+		}
+		if err := a.step(ctx, "bootstrap-deleted"); err != nil {
+			return nil, err
+		}
 	}
 	log.Info("registered", "cluster", cred.ClusterNamespace+"/"+cred.ClusterName, "clusterNamespace", cred.DeploymentNamespace)
 	return cred, nil

@@ -112,7 +112,8 @@ func (a *Agent) work(ctx context.Context, cred *credential) error {
 }
 
 // heartbeatLoop reports status.agent of the Cluster now and every
-// CheckinInterval: one write per interval, no read.
+// CheckinInterval: one write per interval, no read. After a heartbeat
+// (from the second on) it mints the recovery token when one is due.
 func (s *session) heartbeatLoop(ctx context.Context) error {
 	kubeVersion := ""
 	if v, err := s.agent.kube.Discovery().ServerVersion(); err == nil {
@@ -120,9 +121,13 @@ func (s *session) heartbeatLoop(ctx context.Context) error {
 	}
 	t := time.NewTicker(s.agent.opts.CheckinInterval)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		err := s.heartbeat(ctx, kubeVersion)
 		switch {
+		case err == nil && !first:
+			// Not at the first heartbeat: the controller makes the
+			// recovery identity of a new cluster when it sees that one.
+			s.ensureRecoveryToken(ctx)
 		case err == nil:
 		case isRejected(err):
 			return fmt.Errorf("%w: %v", errCredentialRejected, err)
@@ -176,6 +181,13 @@ func (s *session) heartbeat(ctx context.Context, kubeVersion string) error {
 		Generation:               a.opts.Generation,
 		HeartbeatIntervalSeconds: int32(a.opts.CheckinInterval / time.Second),
 	}
+	a.mu.Lock()
+	if a.identityKey != nil {
+		// Recorded on the Cluster when it records none (registered
+		// before agents had a key).
+		status.IdentityPublicKey = a.identityKey.PublicKey()
+	}
+	a.mu.Unlock()
 	patch, err := HeartbeatPatch(status)
 	if err != nil {
 		return err

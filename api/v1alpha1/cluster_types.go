@@ -352,6 +352,13 @@ type AgentStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=16384
 	DirectEndpointCA string `json:"directEndpointCA,omitempty"`
+	// identityPublicKey is the agent's identity key (Ed25519, base64), as
+	// the agent reports it. For a Cluster without annotation
+	// fleet.cattle.io/agent-identity-key (registered before agents had
+	// one) the controller records it there.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	IdentityPublicKey string `json:"identityPublicKey,omitempty"`
 }
 
 // ClusterDisplay holds short strings for kubectl columns.

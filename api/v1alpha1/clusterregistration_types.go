@@ -40,6 +40,8 @@ type ClusterRegistrationList struct {
 }
 
 // ClusterRegistrationSpec is what the agent asserts about itself.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.identitySignature) == has(self.identityPublicKey)",message="identityPublicKey and identitySignature go together: set both (a signed registration) or neither"
 type ClusterRegistrationSpec struct {
 	// clientID identifies the cluster: the configured client ID or the UID of
 	// the downstream kube-system namespace.
@@ -67,6 +69,24 @@ type ClusterRegistrationSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	CredentialPublicKey string `json:"credentialPublicKey,omitempty"`
+	// identityPublicKey is the agent's long-lived identity key (Ed25519,
+	// base64 of the 32-byte public key), kept downstream in the agent's
+	// Secret fleet-agent-identity. The first grant records it on the
+	// Cluster (annotation fleet.cattle.io/agent-identity-key); a
+	// registration of an existing Cluster through a token not bound to its
+	// clientID is granted only when it is signed by the recorded key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	IdentityPublicKey string `json:"identityPublicKey,omitempty"`
+	// identitySignature is the Ed25519 signature (base64) by identityPublicKey
+	// of this registration's namespace, name, clientID, clientRandom,
+	// credentialPublicKey and request time (annotation
+	// fleet.cattle.io/requested-at, which must be within 10 minutes of the
+	// registration's creation). A registration with a signature that does
+	// not verify is refused.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	IdentitySignature string `json:"identitySignature,omitempty"`
 }
 
 // ClusterRegistrationStatus is the controller's answer.

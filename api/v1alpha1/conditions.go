@@ -90,8 +90,19 @@ const (
 	// ClusterRegistration reasons of the trust boundary between a token
 	// holder and the clusters of a workspace.
 	// ClusterAlreadyRegisteredReason: a token not bound to the clientID may
-	// not take over a Cluster whose agent checks in.
+	// not take over a Cluster whose agent checks in. Set by earlier
+	// releases (ReregistrationRefusedReason replaces it); registrations
+	// refused so stay refused.
 	ClusterAlreadyRegisteredReason = "ClusterAlreadyRegistered"
+	// ReregistrationRefusedReason: the registration would register an
+	// existing Cluster again, and none of what allows that holds (a token
+	// bound to its clientID, a signature by the key recorded on the
+	// Cluster, an approval). Final.
+	ReregistrationRefusedReason = "ReregistrationRefused"
+	// RecoveryRefusedReason: a registration made with a cluster's recovery
+	// identity does not match that cluster (its namespace, clientID or
+	// recorded key). Final.
+	RecoveryRefusedReason = "RecoveryRefused"
 	// PendingApprovalReason: the token asks for manual approval and the
 	// registration has none yet.
 	PendingApprovalReason = "PendingApproval"

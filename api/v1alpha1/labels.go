@@ -32,6 +32,21 @@ const (
 	// set or change it.
 	ApprovedAnnotation = "fleet.cattle.io/approved"
 
+	// RecoveryNamespaceLabel is set on a ClusterRegistration made with a
+	// cluster's recovery identity (ServiceAccount fleet-agent-recovery in
+	// the cluster namespace): that cluster namespace. An admission policy
+	// lets only that identity set it, requires it from that identity, and
+	// keeps it from changing.
+	RecoveryNamespaceLabel = "fleet.cattle.io/recovery-namespace"
+
+	// AgentIdentityKeyAnnotation on a Cluster records the identity public
+	// key (Ed25519, base64) of the agent the Cluster was granted to: set by
+	// the grant, or, for a Cluster registered before agents had a key, from
+	// the agent's heartbeat (status.agent.identityPublicKey). A
+	// re-registration through a token not bound to the Cluster's clientID,
+	// or through the recovery identity, must be signed with it.
+	AgentIdentityKeyAnnotation = "fleet.cattle.io/agent-identity-key"
+
 	// CreatedByAgentPodLabel is the only fleet.cattle.io/ label an agent may
 	// assert on its Cluster.
 	CreatedByAgentPodLabel = "fleet.cattle.io/created-by-agent-pod"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
+	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -89,6 +91,9 @@ type pass struct {
 func (r *Reconciler) phases() reconciler.Phases[*pass] {
 	return reconciler.Phases[*pass]{
 		{Name: "namespace", Run: r.ensureNamespace},
+		{Name: "recovery-identity", Run: r.ensureRecoveryIdentity, Skip: func(p *pass) bool {
+			return p.cluster.Annotations[fleet.AgentIdentityKeyAnnotation] == ""
+		}},
 		{Name: "agent-bundle", Run: r.reconcileAgentBundle},
 		{Name: "bundle-summary", Run: r.summarizeBundles},
 		{Name: "import", Run: r.reconcileImport, Skip: func(p *pass) bool { return p.cluster.Spec.KubeConfigSecret == "" }},
@@ -107,13 +112,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !cluster.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, cluster)
 	}
-	// The finalizer and a generated clientID go in one write.
+	// The finalizer, a generated clientID and the agent's identity key
+	// reported by an agent registered before keys existed go in one write.
 	addedFinalizer := controllerutil.AddFinalizer(cluster, fleet.ClusterFinalizer)
 	generatedID, err := ensureClientID(cluster)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if addedFinalizer || generatedID {
+	recordedKey, err := r.recordReportedKey(ctx, cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if addedFinalizer || generatedID || recordedKey {
 		if err := r.Client.Update(ctx, cluster, client.FieldOwner(reconciler.FieldManager)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("updating cluster %s: %w", req.NamespacedName, err)
 		}
@@ -257,6 +267,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster
 	}
 	del(&fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: names.AgentBundle(cluster.Name)}})
 	del(&fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: names.ImportToken(cluster.Name)}})
+	// The recovery identity's binding (its ServiceAccount goes with the
+	// cluster namespace).
+	del(&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: registration.RecoveryBindingName(cluster.Name)}})
 	regs := &fleet.ClusterRegistrationList{}
 	if err := r.Client.List(ctx, regs, client.InNamespace(cluster.Namespace)); err != nil {
 		errs = append(errs, err)
@@ -275,6 +288,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster
 	if err := r.Client.Update(ctx, cluster, client.FieldOwner(reconciler.FieldManager)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("removing the finalizer of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	log.Info("cluster deleted; its namespace, agent Bundle, import token and registrations were removed")
+	log.Info("cluster deleted; its namespace, agent Bundle, import token, recovery identity and registrations were removed")
 	return nil
 }

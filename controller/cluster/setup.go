@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 // kubeconfigSecretIndex indexes Clusters by "<namespace>/<name>" of their
@@ -60,6 +62,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 			agentStatusChanged()))).
 		Owns(&fleet.ClusterRegistrationToken{}).
+		// The recovery identity: its RoleBinding (controlled by the
+		// Cluster) and its ServiceAccount (labelled with it), made again
+		// when deleted or changed. Their creation (this reconciler's own)
+		// brings nothing back: a pass right after, on a cache that may not
+		// show its status write yet, would only fail its status patch.
+		Owns(&rbacv1.RoleBinding{}, builder.WithPredicates(notCreated)).
+		Watches(&corev1.ServiceAccount{}, handler.EnqueueRequestsFromMapFunc(clusterOfRecoveryIdentity), builder.WithPredicates(notCreated)).
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(clusterOfDeployment)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret), builder.OnlyMetadata).
 		Watches(&fleet.AgentRollout{}, rollout.ClustersToReconcile()).
@@ -114,7 +123,15 @@ func agentStatusChanged() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*fleet.Cluster)
 			n, ok2 := e.ObjectNew.(*fleet.Cluster)
-			if !ok1 || !ok2 || o.Status.Agent.LastSeen.Equal(&n.Status.Agent.LastSeen) {
+			if !ok1 || !ok2 {
+				return false
+			}
+			if o.Status.Agent.IdentityPublicKey != n.Status.Agent.IdentityPublicKey {
+				// May need recording (a key reported for the first time),
+				// whatever lastSeen says (second precision).
+				return true
+			}
+			if o.Status.Agent.LastSeen.Equal(&n.Status.Agent.LastSeen) {
 				return false
 			}
 			if !meta.IsStatusConditionTrue(n.Status.Conditions, fleet.ReadyCondition) {
@@ -125,6 +142,18 @@ func agentStatusChanged() predicate.Predicate {
 			return !equality.Semantic.DeepEqual(oa, na)
 		},
 	}
+}
+
+// notCreated passes every event of an object but its creation.
+var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
+
+// clusterOfRecoveryIdentity maps a recovery ServiceAccount to its Cluster.
+func clusterOfRecoveryIdentity(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if o.GetName() != registration.RecoveryServiceAccountName || l[fleet.ClusterLabel] == "" || l[fleet.ClusterNamespaceLabel] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[fleet.ClusterNamespaceLabel], Name: l[fleet.ClusterLabel]}}}
 }
 
 // clusterOfDeployment maps a BundleDeployment to its Cluster.

@@ -217,6 +217,11 @@ func TestAgentStatusChanged_OnlyHeartbeatsThatMatter(t *testing.T) {
 		{"heartbeat of a cluster that is not Ready", ready(1, 3, false), ready(2, 3, false), true},
 		{"heartbeat that reports new nodes", ready(1, 3, true), ready(2, 4, true), true},
 		{"no heartbeat", ready(1, 3, true), ready(1, 3, true), false},
+		{"identity key reported within the same second", ready(1, 3, true), func() *fleet.Cluster {
+			c := ready(1, 3, true)
+			c.Status.Agent.IdentityPublicKey = "key"
+			return c
+		}(), true},
 	}
 	for _, tc := range cases {
 		if got := p.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {

@@ -55,8 +55,8 @@ type grant struct {
 	// labels it refused (an event on the Cluster reports them).
 	createdCluster *fleet.Cluster
 	refusedLabels  []registration.RefusedLabel
-	// takenCluster is the live Cluster a refused takeover aimed at (an
-	// event on it reports the attempt).
+	// takenCluster is the existing Cluster a refused re-registration aimed
+	// at (an event on it reports the attempt).
 	takenCluster *fleet.Cluster
 }
 
@@ -98,10 +98,8 @@ func (r *Reconciler) checkAndFindCluster(ctx context.Context, g *grant) error {
 		return reconciler.Wait(fleet.AdmissionPoliciesMissingReason, 0,
 			"the controller grants no registration while %s", problem).WithEvent(corev1.EventTypeWarning)
 	}
-	// A refused takeover is final: waiting for the Cluster to go offline
-	// must not turn an attacker's pending request into a grant. The agent
-	// registers again with a new registration.
-	if c := meta.FindStatusCondition(reg.Status.Conditions, fleet.GrantedCondition); c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleet.ClusterAlreadyRegisteredReason {
+	// A refused re-registration is final (finalRefusals).
+	if c := meta.FindStatusCondition(reg.Status.Conditions, fleet.GrantedCondition); c != nil && c.Status == metav1.ConditionFalse && slices.Contains(finalRefusals, c.Reason) {
 		return reconciler.Stall(c.Reason, "%s", c.Message)
 	}
 	token, err := r.check(ctx, reg, g.now)
@@ -121,11 +119,25 @@ func (r *Reconciler) checkAndFindCluster(ctx context.Context, g *grant) error {
 	}
 
 	cluster, clusterName, err := r.findCluster(ctx, reg)
+	var wait *reconciler.Waiting
+	if errors.As(err, &wait) && wait.Reason == ClusterDeletingReason && reg.Labels[fleet.RecoveryNamespaceLabel] != "" {
+		// Deleting the Cluster revokes its agent: its recovery identity
+		// does not wait to register a new one.
+		return r.refuse(ctx, reg, stall(fleet.RecoveryRefusedReason, "%s; the recovery identity of %s never registers a new Cluster: register this cluster with a ClusterRegistrationToken",
+			wait.Message, reg.Labels[fleet.RecoveryNamespaceLabel]))
+	}
 	if err != nil {
 		return err
 	}
-	if token != nil {
-		if err := checkTakeover(reg, token, cluster, g.cfg.OfflineAfter(), g.now); err != nil {
+	if reg.Labels[fleet.RecoveryNamespaceLabel] != "" {
+		// Made with a cluster's recovery identity: no token, no limit;
+		// that cluster or nothing.
+		if err := checkRecovery(reg, cluster); err != nil {
+			g.takenCluster = cluster
+			return r.refuse(ctx, reg, err)
+		}
+	} else if token != nil {
+		if err := checkReregistration(reg, token, cluster, g.cfg.OfflineAfter(), g.now); err != nil {
 			g.takenCluster = cluster
 			return r.refuse(ctx, reg, err)
 		}
@@ -145,6 +157,8 @@ func (r *Reconciler) checkAndFindCluster(ctx context.Context, g *grant) error {
 		}
 		g.createdCluster = cluster
 		_, g.refusedLabels = registration.ClusterLabels(reg.Spec.ClusterLabels, g.cfg.AgentLabelKeyAllowed, g.cfg.IgnoreClusterRegistrationLabels)
+	} else if err := r.recordIdentityKey(ctx, reg, cluster); err != nil {
+		return err
 	}
 	g.cluster, g.clusterName = cluster, cluster.Name
 	g.labelsNote = labelsNote(reg, cluster, g.cfg)
@@ -272,11 +286,43 @@ func (r *Reconciler) createCluster(ctx context.Context, reg *fleet.ClusterRegist
 		},
 		Spec: fleet.ClusterSpec{ClientID: reg.Spec.ClientID},
 	}
+	if registration.Signed(reg) {
+		// The key the Cluster is granted to, recorded with it: no write
+		// of its own.
+		cluster.Annotations = map[string]string{fleet.AgentIdentityKeyAnnotation: reg.Spec.IdentityPublicKey}
+	}
 	if err := r.Client.Create(ctx, cluster, client.FieldOwner(reconciler.FieldManager)); err != nil {
 		return nil, fmt.Errorf("creating Cluster %s/%s: %w", reg.Namespace, name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("created Cluster for a new agent", "cluster", reg.Namespace+"/"+name)
 	return cluster, nil
+}
+
+// recordIdentityKey records the identity key of a signed registration that
+// is about to be granted on its existing Cluster, when the Cluster records
+// another key or none (one write): from now on re-registrations through a
+// token not bound to the Cluster, and its recovery identity, must be signed
+// with it. The registration passed every check, so it is the Cluster's to
+// take. Written before the request identity is made, so a retried pass finds
+// its own key recorded.
+func (r *Reconciler) recordIdentityKey(ctx context.Context, reg *fleet.ClusterRegistration, cluster *fleet.Cluster) error {
+	key := reg.Spec.IdentityPublicKey
+	if !registration.Signed(reg) || registration.SameIdentityKey(cluster.Annotations[fleet.AgentIdentityKeyAnnotation], key) {
+		return nil
+	}
+	before := cluster.Annotations[fleet.AgentIdentityKeyAnnotation]
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, fleet.AgentIdentityKeyAnnotation, key))
+	if err := r.Client.Patch(ctx, cluster, patch, client.FieldOwner(reconciler.FieldManager)); err != nil {
+		return fmt.Errorf("recording the agent's identity key on Cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if before == "" {
+		log.Info("recorded the agent's identity key on the Cluster", "cluster", cluster.Namespace+"/"+cluster.Name, "key", registration.IdentityFingerprint(key))
+	} else {
+		log.Info("the Cluster is registered to another identity key now", "cluster", cluster.Namespace+"/"+cluster.Name,
+			"key", registration.IdentityFingerprint(key), "previousKey", registration.IdentityFingerprint(before))
+	}
+	return nil
 }
 
 func usableCluster(c *fleet.Cluster) (*fleet.Cluster, error) {

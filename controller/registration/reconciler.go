@@ -365,14 +365,25 @@ func (r *Reconciler) recordOutcome(reg *fleet.ClusterRegistration, g *grant, out
 		if g.takenCluster != nil {
 			// Whoever looks after the Cluster learns that someone tried.
 			reconciler.Eventf(r.Recorder, g.takenCluster, reg, corev1.EventTypeWarning, s.Reason, "Refuse",
-				"ClusterRegistration %s/%s (token %s) tried to register this cluster's clientID while its agent is online and was refused: %s",
-				reg.Namespace, reg.Name, reg.Labels[fleet.RegistrationTokenLabel], s.Message)
+				"ClusterRegistration %s/%s (%s) tried to register this cluster again and was refused: %s",
+				reg.Namespace, reg.Name, madeWith(reg), s.Message)
 		}
 	case reconciler.KindWaiting:
 		if w := out.Waiting(); w.Event != "" {
 			reconciler.Eventf(r.Recorder, reg, nil, w.Event, w.Reason, "Grant", "%s", w.Message)
 		}
 	}
+}
+
+// madeWith names the identity a registration was made with, for events.
+func madeWith(reg *fleet.ClusterRegistration) string {
+	if t := reg.Labels[fleet.RegistrationTokenLabel]; t != "" {
+		return "token " + t
+	}
+	if ns := reg.Labels[fleet.RecoveryNamespaceLabel]; ns != "" {
+		return "recovery identity of " + ns
+	}
+	return "no token: made by an admin"
 }
 
 // recordCreatedCluster reports on a Cluster the grant made which of the

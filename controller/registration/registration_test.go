@@ -124,7 +124,9 @@ func TestGrant_MatchesPredefinedClusterByClientID(t *testing.T) {
 	if err := up.Create(t.Context(), pre); err != nil {
 		t.Fatal(err)
 	}
-	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
+	// A Cluster no agent registered yet is registered through a token bound
+	// to its clientID (a generic one only creates new Clusters).
+	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", clientID))
 	reg, secret := a.register(t, clientID, map[string]string{"env": "agent-says"})
 	if got := string(secret.Data[registration.KeyClusterName]); got != "edge-1" {
 		t.Fatalf("clusterName %q, want the predefined edge-1", got)
@@ -674,7 +676,12 @@ func TestGrant_GrantedRegistrationIsNeverGrantedAgain(t *testing.T) {
 				t.Error("the sealed credential of a granted registration was written again")
 			}
 
-			// The agent registers again and gets a working credential.
+			// The agent registers again and gets a working credential. An
+			// older agent signs nothing, so only once its Cluster is
+			// offline (rereg_test.go).
+			if unsealed {
+				heartbeat(t, up, ws, string(secret.Data[registration.KeyClusterName]), time.Now().Add(-time.Hour))
+			}
 			again, secret2 := a.register(t, reg.Spec.ClientID, nil)
 			waitCondition(t, ws, again.Name, metav1.ConditionTrue, fleet.GrantedReason)
 			if err := as(t, string(secret2.Data[registration.KeyToken])).List(t.Context(), &fleet.BundleDeploymentList{}, client.InNamespace(sa.Namespace)); err != nil {

@@ -26,12 +26,27 @@ const InvalidNameReason = "InvalidName"
 // credential can be sealed to.
 const InvalidCredentialKeyReason = "InvalidCredentialKey"
 
+// InvalidIdentitySignatureReason: the registration claims an identity key
+// but its signature does not verify, or its signed request time is too far
+// from its creation (a replay).
+const InvalidIdentitySignatureReason = "InvalidIdentitySignature"
+
 // reinstall tells a person how to recover from a refused token.
 const reinstall = "create a new ClusterRegistrationToken and reinstall the agent with its values (helm upgrade --install fleet-agent charts/fleet-agent -f values.yaml)"
 
-// checkRegistration refuses a registration whose name is not a valid label
-// value: every object made for it is labelled with its name.
+// checkRegistration refuses a registration whose identity signature does
+// not verify (checked first: nothing else is trusted of a registration that
+// claims a key it does not hold), whose name is not a valid label value
+// (every object made for it is labelled with its name), whose credential
+// key is malformed, or, made with a recovery identity, that is not signed or
+// not sealed.
 func checkRegistration(reg *fleet.ClusterRegistration) *reconciler.Stalled {
+	if registration.Signed(reg) {
+		if err := registration.VerifyRegistration(reg); err != nil {
+			return stall(InvalidIdentitySignatureReason,
+				"%v; a registration with an identity signature that does not verify is never granted: the agent registers again with a new, signed registration", err)
+		}
+	}
 	if errs := validation.IsValidLabelValue(reg.Name); len(errs) > 0 {
 		return stall(InvalidNameReason,
 			"the name %q cannot label the objects made for this registration (%s): create it with a name of at most 63 characters, or with generateName: request-", reg.Name, strings.Join(errs, "; "))
@@ -39,6 +54,15 @@ func checkRegistration(reg *fleet.ClusterRegistration) *reconciler.Stalled {
 	if k := reg.Spec.CredentialPublicKey; k != "" {
 		if _, err := registration.ParseCredentialPublicKey(k); err != nil {
 			return stall(InvalidCredentialKeyReason, "%v: the agent must send the base64 of a 32-byte X25519 public key; register again with an agent of this version", err)
+		}
+	}
+	if ns := reg.Labels[fleet.RecoveryNamespaceLabel]; ns != "" {
+		switch {
+		case reg.Labels[fleet.RegistrationTokenLabel] != "":
+			return stall(fleet.RecoveryRefusedReason, "a registration made with the recovery identity of %s carries no label %s: it is checked against its cluster, not a token", ns, fleet.RegistrationTokenLabel)
+		case !registration.Signed(reg) || !sealed(reg):
+			return stall(fleet.RecoveryRefusedReason,
+				"a registration made with the recovery identity of %s must be signed with the cluster's identity key (spec.identityPublicKey, spec.identitySignature) and carry spec.credentialPublicKey, as agents of this version make it", ns)
 		}
 	}
 	return nil
@@ -86,26 +110,97 @@ func tokenExpires(token *fleet.ClusterRegistrationToken) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// checkTakeover refuses a registration through a token that is not bound
-// to a clientID when the Cluster it would get is live: its agent checked in
-// within the offline window (offlineAfterMissedHeartbeats x
-// agentCheckinInterval, as the Cluster reconciler counts it). A token
-// bound to the clientID (every import-token-<cluster> is; checkToken
-// refused any other clientID) may re-register the cluster at any time.
-func checkTakeover(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken, cluster *fleet.Cluster, offlineAfter time.Duration, now time.Time) *reconciler.Stalled {
-	if cluster == nil || token.Spec.ClientID != "" {
+// finalRefusals are the refusals a later pass never turns into a grant:
+// waiting for the Cluster to go offline, or for its recorded key to change,
+// must not turn an attacker's pending request into a grant. The agent
+// registers again with a new registration.
+var finalRefusals = []string{fleet.ReregistrationRefusedReason, fleet.RecoveryRefusedReason, fleet.ClusterAlreadyRegisteredReason}
+
+// recoverWith tells a person how to register a cluster whose agent cannot
+// prove the key recorded for it.
+func recoverWith(ws, clientID string) string {
+	return fmt.Sprintf("register it again with a token bound to it: create a ClusterRegistrationToken with spec.clientID: %q in %s and reinstall the agent with its values, "+
+		"or use a token with spec.approval: Manual and approve the registration (docs/operations.md \"Recovering a cluster\")", clientID, ws)
+}
+
+// checkReregistration decides whether a registration through token may
+// register cluster, which exists: only through a token bound to its
+// clientID (checkToken refused a token bound to another one), with a
+// signature by the identity key recorded on the Cluster (checkRegistration
+// verified it), through a token asking for approval (the approval is
+// waited for later), or, once, for a Cluster registered by an agent before
+// agents had a key: no key recorded, and its agent offline for longer than
+// offlineAfter (the rule of earlier releases). A generic token creates new
+// Clusters only. A nil result means allowed.
+func checkReregistration(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistrationToken, cluster *fleet.Cluster, offlineAfter time.Duration, now time.Time) *reconciler.Stalled {
+	if cluster == nil || token == nil || token.Spec.ClientID != "" {
+		return nil
+	}
+	recorded := cluster.Annotations[fleet.AgentIdentityKeyAnnotation]
+	if recorded != "" && registration.Signed(reg) && registration.SameIdentityKey(reg.Spec.IdentityPublicKey, recorded) {
+		return nil
+	}
+	if token.Spec.GetApproval() == fleet.ApprovalManual {
 		return nil
 	}
 	last := cluster.Status.Agent.LastSeen
-	if last.IsZero() || now.Sub(last.Time) > offlineAfter {
+	offline := !last.IsZero() && now.Sub(last.Time) > offlineAfter
+	if recorded == "" && offline {
 		return nil
 	}
-	return stall(fleet.ClusterAlreadyRegisteredReason,
-		"Cluster %s/%s (clientID %q) is registered and its agent checked in %s ago; ClusterRegistrationToken %s/%s is not bound to that clientID, so it may not take the cluster over. "+
-			"To re-register this cluster, use a token with spec.clientID %q (as the import-token-<cluster> of a manager-initiated cluster is), "+
-			"or let the agent register again once the Cluster is offline (no check-in for %s), or delete the Cluster first",
-		cluster.Namespace, cluster.Name, reg.Spec.ClientID, now.Sub(last.Time).Round(time.Second), token.Namespace, token.Name,
-		reg.Spec.ClientID, offlineAfter)
+	ref := fmt.Sprintf("Cluster %s/%s (clientID %q)", cluster.Namespace, cluster.Name, reg.Spec.ClientID)
+	tok := fmt.Sprintf("ClusterRegistrationToken %s/%s is not bound to its clientID", token.Namespace, token.Name)
+	switch {
+	case recorded != "":
+		signed := "is not signed"
+		if registration.Signed(reg) {
+			signed = "is signed by another key, " + registration.IdentityFingerprint(reg.Spec.IdentityPublicKey)
+		}
+		return stall(fleet.ReregistrationRefusedReason,
+			"%s is registered to an agent holding identity key %s; this registration %s, and %s. If this cluster's agent lost its key (its Secret %s was deleted), %s",
+			ref, registration.IdentityFingerprint(recorded), signed, tok, registration.IdentitySecretName, recoverWith(reg.Namespace, reg.Spec.ClientID))
+	case last.IsZero():
+		return stall(fleet.ReregistrationRefusedReason,
+			"%s exists and no agent ever registered it (it was made by an admin), and %s: a token not bound to a Cluster's clientID only creates new Clusters. To register this cluster, %s",
+			ref, tok, recoverWith(reg.Namespace, reg.Spec.ClientID))
+	default:
+		return stall(fleet.ReregistrationRefusedReason,
+			"%s was registered by an agent of an earlier release, which checked in %s ago, and records no identity key; %s, so it may not take the cluster over while that agent is online. "+
+				"To re-register it now, %s; an agent of this release records its key with its first heartbeat, and until then may register again once the Cluster is offline (no check-in for %s)",
+			ref, now.Sub(last.Time).Round(time.Second), tok, recoverWith(reg.Namespace, reg.Spec.ClientID), offlineAfter)
+	}
+}
+
+// checkRecovery decides whether a registration made with the recovery
+// identity of a cluster namespace may register cluster (nil: none has its
+// clientID): only the Cluster of that namespace, of the registration's
+// clientID, with a key recorded that signed it. A recovery identity never
+// creates a Cluster. A nil result means allowed.
+func checkRecovery(reg *fleet.ClusterRegistration, cluster *fleet.Cluster) *reconciler.Stalled {
+	ns := reg.Labels[fleet.RecoveryNamespaceLabel]
+	who := "the recovery identity of cluster namespace " + ns
+	if cluster == nil {
+		return stall(fleet.RecoveryRefusedReason,
+			"no Cluster in %s has clientID %q, and %s registers only the existing cluster it was made for: it never creates one. Register a new cluster with a ClusterRegistrationToken",
+			reg.Namespace, reg.Spec.ClientID, who)
+	}
+	if own := names.ClusterNamespace(cluster.Namespace, cluster.Name); own != ns {
+		return stall(fleet.RecoveryRefusedReason,
+			"Cluster %s/%s of clientID %q has cluster namespace %s, and %s registers only the Cluster of its own namespace",
+			cluster.Namespace, cluster.Name, reg.Spec.ClientID, own, who)
+	}
+	recorded := cluster.Annotations[fleet.AgentIdentityKeyAnnotation]
+	if recorded == "" || !registration.SameIdentityKey(reg.Spec.IdentityPublicKey, recorded) {
+		have := "no identity key is recorded for it"
+		if recorded != "" {
+			have = "it is registered to an agent holding identity key " + registration.IdentityFingerprint(recorded)
+		}
+		return stall(fleet.RecoveryRefusedReason,
+			"this registration of Cluster %s/%s is signed by identity key %s, but %s. If this cluster's agent lost its key (its Secret %s was deleted), %s",
+			cluster.Namespace, cluster.Name, registration.IdentityFingerprint(reg.Spec.IdentityPublicKey), have, registration.IdentitySecretName,
+			recoverWith(reg.Namespace, reg.Spec.ClientID))
+	}
+	return nil
 }
 
 // checkLimit refuses a registration that would register one cluster more

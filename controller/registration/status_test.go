@@ -277,40 +277,175 @@ func TestReusable(t *testing.T) {
 	}
 }
 
-func TestCheckTakeover(t *testing.T) {
-	r := reg("request-abc", "cid")
-	unbound := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "open"}}
-	bound := unbound.DeepCopy()
+// signed signs r with k (request time: its creation).
+func signed(t *testing.T, r *fleet.ClusterRegistration, k *registration.IdentityKey) *fleet.ClusterRegistration {
+	t.Helper()
+	r = r.DeepCopy()
+	r.CreationTimestamp = metav1.NewTime(now)
+	if r.Annotations == nil {
+		r.Annotations = map[string]string{}
+	}
+	r.Annotations[registration.RequestedAtAnnotation] = now.Format(time.RFC3339Nano)
+	if err := k.Sign(r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func identityKey(t *testing.T) *registration.IdentityKey {
+	t.Helper()
+	k, err := registration.NewIdentityKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestCheckReregistration(t *testing.T) {
+	owner, other := identityKey(t), identityKey(t)
+	unsigned := reg("request-abc", "cid")
+	byOwner, byOther := signed(t, unsigned, owner), signed(t, unsigned, other)
+	generic := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "open"}}
+	bound := generic.DeepCopy()
 	bound.Spec.ClientID = "cid"
-	cluster := func(lastSeen time.Time) *fleet.Cluster {
+	manual := generic.DeepCopy()
+	manual.Spec.Approval = fleet.ApprovalManual
+	window := 3 * time.Minute
+	cluster := func(key string, lastSeen time.Time) *fleet.Cluster {
 		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "edge-1"}, Spec: fleet.ClusterSpec{ClientID: "cid"}}
+		if key != "" {
+			c.Annotations = map[string]string{fleet.AgentIdentityKeyAnnotation: key}
+		}
 		if !lastSeen.IsZero() {
 			c.Status.Agent.LastSeen = metav1.NewTime(lastSeen)
 		}
 		return c
 	}
-	window := 3 * time.Minute
+	online, offline := now.Add(-time.Minute), now.Add(-window-time.Second)
 	for name, tc := range map[string]struct {
+		reg     *fleet.ClusterRegistration
 		token   *fleet.ClusterRegistrationToken
 		cluster *fleet.Cluster
-		refused bool
+		want    string // "" allowed, else a part of the refusal's message
 	}{
-		"new cluster":                         {token: unbound, cluster: nil},
-		"cluster never checked in":            {token: unbound, cluster: cluster(time.Time{})},
-		"live cluster, unbound token":         {token: unbound, cluster: cluster(now.Add(-time.Minute)), refused: true},
-		"at the edge of the window":           {token: unbound, cluster: cluster(now.Add(-window)), refused: true},
-		"offline cluster, unbound token":      {token: unbound, cluster: cluster(now.Add(-window - time.Second))},
-		"live cluster, token bound to it":     {token: bound, cluster: cluster(now.Add(-time.Minute))},
-		"clock ahead: check-in in the future": {token: unbound, cluster: cluster(now.Add(time.Minute)), refused: true},
+		"new cluster, generic token":                  {reg: byOther, token: generic, cluster: nil},
+		"new cluster, unsigned (older agent)":         {reg: unsigned, token: generic, cluster: nil},
+		"admin registration (no token)":               {reg: unsigned, token: nil, cluster: cluster(owner.PublicKey(), online)},
+		"token bound to the clientID":                 {reg: unsigned, token: bound, cluster: cluster(owner.PublicKey(), online)},
+		"signed by the recorded key, online":          {reg: byOwner, token: generic, cluster: cluster(owner.PublicKey(), online)},
+		"signed by the recorded key, offline":         {reg: byOwner, token: generic, cluster: cluster(owner.PublicKey(), offline)},
+		"manual token (approval waited for later)":    {reg: byOther, token: manual, cluster: cluster(owner.PublicKey(), offline)},
+		"legacy once: no key, registered, offline":    {reg: byOther, token: generic, cluster: cluster("", offline)},
+		"legacy once, unsigned":                       {reg: unsigned, token: generic, cluster: cluster("", offline)},
+		"offline takeover: another key":               {reg: byOther, token: generic, cluster: cluster(owner.PublicKey(), offline), want: "is signed by another key, " + registration.IdentityFingerprint(other.PublicKey())},
+		"offline takeover: unsigned":                  {reg: unsigned, token: generic, cluster: cluster(owner.PublicKey(), offline), want: "this registration is not signed"},
+		"live takeover: another key":                  {reg: byOther, token: generic, cluster: cluster(owner.PublicKey(), online), want: "holding identity key " + registration.IdentityFingerprint(owner.PublicKey())},
+		"never registered (pre-created by an admin)":  {reg: byOther, token: generic, cluster: cluster("", time.Time{}), want: "no agent ever registered it"},
+		"legacy, online":                              {reg: byOther, token: generic, cluster: cluster("", online), want: "checked in 1m0s ago"},
+		"legacy, at the edge of the window":           {reg: byOther, token: generic, cluster: cluster("", now.Add(-window)), want: "earlier release"},
+		"legacy, clock ahead: check-in in the future": {reg: byOther, token: generic, cluster: cluster("", now.Add(time.Minute)), want: "earlier release"},
+		"recorded key malformed: nothing matches it":  {reg: byOwner, token: generic, cluster: cluster("not-a-key", offline), want: "is signed by another key"},
+		"claimed key equals the recorded, unsigned field": {reg: func() *fleet.ClusterRegistration {
+			r := unsigned.DeepCopy()
+			r.Spec.IdentityPublicKey = owner.PublicKey()
+			return r
+		}(), token: generic, cluster: cluster(owner.PublicKey(), offline)},
 	} {
-		ref := checkTakeover(r, tc.token, tc.cluster, window, now)
-		if (ref != nil) != tc.refused {
-			t.Errorf("%s: refusal %+v, want refused=%v", name, ref, tc.refused)
-			continue
-		}
-		if ref != nil && (ref.Reason != fleet.ClusterAlreadyRegisteredReason || !strings.Contains(ref.Message, `spec.clientID "cid"`) || !strings.Contains(ref.Message, "edge-1")) {
+		t.Run(name, func(t *testing.T) {
+			ref := checkReregistration(tc.reg, tc.token, tc.cluster, window, now)
+			switch {
+			case tc.want == "" && ref != nil:
+				t.Fatalf("refused: %+v", ref)
+			case tc.want == "":
+				return
+			case ref == nil:
+				t.Fatal("allowed")
+			}
+			if ref.Reason != fleet.ReregistrationRefusedReason {
+				t.Errorf("reason %s", ref.Reason)
+			}
+			for _, w := range []string{tc.want, "edge-1", `spec.clientID: "cid" in fleet-default`, "spec.approval: Manual", `"Recovering a cluster"`} {
+				if !strings.Contains(ref.Message, w) {
+					t.Errorf("message %q lacks %q", ref.Message, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckRecovery(t *testing.T) {
+	owner, other := identityKey(t), identityKey(t)
+	ws, name := "fleet-default", "edge-1"
+	own := names.ClusterNamespace(ws, name)
+	recovery := func(ns string, k *registration.IdentityKey) *fleet.ClusterRegistration {
+		r := reg("request-abc", "cid")
+		r.Labels = map[string]string{fleet.RecoveryNamespaceLabel: ns}
+		r.Spec.CredentialPublicKey = "c2VhbGVk"
+		return signed(t, r, k)
+	}
+	cluster := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name, Annotations: map[string]string{fleet.AgentIdentityKeyAnnotation: owner.PublicKey()}},
+		Spec: fleet.ClusterSpec{ClientID: "cid"}}
+	noKey := cluster.DeepCopy()
+	noKey.Annotations = nil
+	for label, tc := range map[string]struct {
+		reg     *fleet.ClusterRegistration
+		cluster *fleet.Cluster
+		want    string
+	}{
+		"its own cluster, signed by the recorded key": {reg: recovery(own, owner), cluster: cluster},
+		"no Cluster of that clientID":                 {reg: recovery(own, owner), cluster: nil, want: "never creates one"},
+		"another cluster's namespace":                 {reg: recovery("cluster-fleet-default-other-0123456789ab", owner), cluster: cluster, want: "has cluster namespace " + own},
+		"signed by another key":                       {reg: recovery(own, other), cluster: cluster, want: "holding identity key " + registration.IdentityFingerprint(owner.PublicKey())},
+		"no key recorded":                             {reg: recovery(own, owner), cluster: noKey, want: "no identity key is recorded"},
+	} {
+		t.Run(label, func(t *testing.T) {
+			ref := checkRecovery(tc.reg, tc.cluster)
+			if (ref == nil) != (tc.want == "") {
+				t.Fatalf("refusal %+v, want %q", ref, tc.want)
+			}
+			if ref != nil && (ref.Reason != fleet.RecoveryRefusedReason || !strings.Contains(ref.Message, tc.want)) {
+				t.Errorf("%+v lacks %q", ref, tc.want)
+			}
+		})
+	}
+}
+
+func TestCheckRegistration_SignatureFirst(t *testing.T) {
+	k := identityKey(t)
+	good := signed(t, reg("request-abc", "cid"), k)
+	if ref := checkRegistration(good); ref != nil {
+		t.Fatalf("a good signature refused: %+v", ref)
+	}
+	if ref := checkRegistration(reg("request-abc", "cid")); ref != nil {
+		t.Fatalf("an unsigned registration (older agent, admin) refused: %+v", ref)
+	}
+	for name, change := range map[string]func(r *fleet.ClusterRegistration){
+		"tampered clientID": func(r *fleet.ClusterRegistration) { r.Spec.ClientID = "victim" },
+		"replayed later":    func(r *fleet.ClusterRegistration) { r.CreationTimestamp = metav1.NewTime(now.Add(time.Hour)) },
+		"bad name too: signature first": func(r *fleet.ClusterRegistration) {
+			r.Name = strings.Repeat("x", 70)
+		},
+	} {
+		r := good.DeepCopy()
+		change(r)
+		if ref := checkRegistration(r); ref == nil || ref.Reason != InvalidIdentitySignatureReason {
 			t.Errorf("%s: %+v", name, ref)
 		}
+	}
+	rec := good.DeepCopy()
+	rec.Labels = map[string]string{fleet.RecoveryNamespaceLabel: "cluster-x"}
+	if ref := checkRegistration(rec); ref == nil || ref.Reason != fleet.RecoveryRefusedReason || !strings.Contains(ref.Message, "spec.credentialPublicKey") {
+		t.Errorf("a recovery registration without a credential key: %+v", ref)
+	}
+	unsignedRec := reg("request-abc", "cid")
+	unsignedRec.Labels = rec.Labels
+	ck, err := registration.NewCredentialKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsignedRec.Spec.CredentialPublicKey = ck.PublicKey()
+	if ref := checkRegistration(unsignedRec); ref == nil || ref.Reason != fleet.RecoveryRefusedReason {
+		t.Errorf("an unsigned recovery registration: %+v", ref)
 	}
 }
 

@@ -196,15 +196,26 @@ func as(t *testing.T, bearer string) identity {
 type agent struct {
 	ws, tokenName string
 	importer      identity
+	// recoveryNS, when set, registers as the recovery identity of that
+	// cluster namespace does: its label instead of a token's.
+	recoveryNS string
 	// unsealed: register as an agent of an earlier version did, without a
-	// key (the credential comes back in the clear).
+	// key (the credential comes back in the clear) and unsigned.
 	unsealed bool
+	// identity signs its registrations, as the real agent's identity key
+	// does (kept across registrations; nil: unsigned).
+	identity *registration.IdentityKey
 	mu       sync.Mutex
 	keys     map[string]*registration.CredentialKey // by registration name
 }
 
 func newAgent(t *testing.T, ws, tokenName, bearer string) *agent {
-	return &agent{ws: ws, tokenName: tokenName, importer: as(t, bearer)}
+	t.Helper()
+	k, err := registration.NewIdentityKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agent{ws: ws, tokenName: tokenName, importer: as(t, bearer), identity: k}
 }
 
 // register creates a ClusterRegistration as the import identity and waits
@@ -228,7 +239,7 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 			Namespace: a.ws,
 			// As the real agent does: a random name only it knows.
 			Name:   randomName(),
-			Labels: map[string]string{fleet.RegistrationTokenLabel: a.tokenName},
+			Labels: a.labels(),
 			// As the real agent does: its request time orders requests made
 			// within one second.
 			Annotations: map[string]string{registration.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
@@ -239,6 +250,12 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 		// As the real agent does: a key of its own, and the finalizer.
 		reg.Spec.CredentialPublicKey = key.PublicKey()
 		reg.Finalizers = []string{registration.RegistrationFinalizer}
+		if a.identity != nil {
+			// ... and signed with its identity key.
+			if err := a.identity.Sign(reg); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if err := a.importer.Create(t.Context(), reg); err != nil {
 		t.Fatalf("creating ClusterRegistration as the import identity: %v", err)
@@ -250,6 +267,15 @@ func (a *agent) create(t *testing.T, clientID string, labels map[string]string) 
 	a.keys[reg.Name] = key
 	a.mu.Unlock()
 	return reg
+}
+
+// labels are the labels of the agent's registrations: its token's, or its
+// recovery namespace's.
+func (a *agent) labels() map[string]string {
+	if a.recoveryNS != "" {
+		return map[string]string{fleet.RecoveryNamespaceLabel: a.recoveryNS}
+	}
+	return map[string]string{fleet.RegistrationTokenLabel: a.tokenName}
 }
 
 // waitCredential waits for the credential as the import identity.

@@ -1,8 +1,8 @@
 package registration_test
 
 // The trust boundary of a token holder (shared/SPEC.md §6): it may create
-// ClusterRegistrations for its token's workspace, and must never take over a
-// Cluster that has a live registration, pre-approve its own registration,
+// ClusterRegistrations for its token's workspace, and must never take over an
+// existing Cluster (rereg_test.go), pre-approve its own registration,
 // register without a token, or get anything for a refused registration. Every
 // refusal here is the real request, made as that identity against the real
 // API server (admission policies installed) and the real controller.
@@ -389,68 +389,6 @@ func TestApproval_ManualRegistrationWaitsForAnApprover(t *testing.T) {
 	if string(secret.Data[registration.KeyClusterName]) != names.AutoClusterName(reg.Spec.ClientID) {
 		t.Errorf("granted as %q", secret.Data[registration.KeyClusterName])
 	}
-}
-
-func TestTakeover_UnboundTokenCannotTakeOverALiveCluster(t *testing.T) {
-	ws := testenv.Namespace(t, up, "fleet-ws-")
-	ctx := t.Context()
-	clientID := randomID("victim-")
-	owner := newAgent(t, ws, "open", tokenWith(t, ws, "open", fleet.ClusterRegistrationTokenSpec{}))
-	reg1, secret1 := owner.register(t, clientID, nil)
-	clusterName := string(secret1.Data[registration.KeyClusterName])
-	agentClient := as(t, string(secret1.Data[registration.KeyToken]))
-	heartbeat(t, agentClient, ws, clusterName, time.Now())
-
-	// Another token not bound to a clientID asks for the same clientID
-	// while the agent checks in.
-	other := newAgent(t, ws, "other", tokenWith(t, ws, "other", fleet.ClusterRegistrationTokenSpec{}))
-	reg2 := other.create(t, clientID, map[string]string{"env": "mine-now"})
-	got := waitCondition(t, ws, reg2.Name, metav1.ConditionFalse, fleet.ClusterAlreadyRegisteredReason)
-	msg := meta.FindStatusCondition(got.Status.Conditions, fleet.GrantedCondition).Message
-	for _, want := range []string{clusterName, "spec.clientID " + fmt.Sprintf("%q", clientID), "offline", "delete the Cluster"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("message %q lacks %q", msg, want)
-		}
-	}
-	waitEvent(t, ws, reg2.Name, fleet.ClusterAlreadyRegisteredReason, clusterName)
-	waitObjectEvent(t, ws, "Cluster", clusterName, fleet.ClusterAlreadyRegisteredReason, reg2.Name)
-	nothingMadeFor(t, other, reg2)
-	// The live registration is untouched.
-	if getReg(t, ws, reg1.Name).DeletionTimestamp != nil {
-		t.Error("the live registration is being removed")
-	}
-	if err := agentClient.List(ctx, &fleet.BundleDeploymentList{}, client.InNamespace(string(secret1.Data[registration.KeyDeploymentNamespace]))); err != nil {
-		t.Errorf("the live agent's credential stopped working: %v", err)
-	}
-	c := &fleet.Cluster{}
-	if err := up.Get(ctx, client.ObjectKey{Namespace: ws, Name: clusterName}, c); err != nil || c.Labels["env"] != "" {
-		t.Errorf("Cluster %v labels %v", err, c.Labels)
-	}
-
-	// A token bound to the clientID may re-register the live cluster.
-	bound := newAgent(t, ws, "bound", tokenWith(t, ws, "bound", fleet.ClusterRegistrationTokenSpec{ClientID: clientID}))
-	reg3, secret3 := bound.register(t, clientID, nil)
-	waitCondition(t, ws, reg3.Name, metav1.ConditionTrue, fleet.GrantedReason)
-	if string(secret3.Data[registration.KeyClusterName]) != clusterName {
-		t.Errorf("re-registered as %q, want %s", secret3.Data[registration.KeyClusterName], clusterName)
-	}
-	agentClient = as(t, string(secret3.Data[registration.KeyToken]))
-	heartbeat(t, agentClient, ws, clusterName, time.Now())
-
-	// A refusal is final: it is not granted once the cluster goes offline.
-	reg4 := other.create(t, clientID, nil)
-	waitCondition(t, ws, reg4.Name, metav1.ConditionFalse, fleet.ClusterAlreadyRegisteredReason)
-	heartbeat(t, up, ws, clusterName, time.Now().Add(-10*time.Minute)) // default offline window: 3m
-	if err := up.Patch(ctx, reg4, annotate(reg4, "test/poke", "1")); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(3 * time.Second)
-	waitCondition(t, ws, reg4.Name, metav1.ConditionFalse, fleet.ClusterAlreadyRegisteredReason)
-	nothingMadeFor(t, other, reg4)
-
-	// A new registration while the cluster is offline is granted.
-	reg5, _ := other.register(t, clientID, nil)
-	waitCondition(t, ws, reg5.Name, metav1.ConditionTrue, fleet.GrantedReason)
 }
 
 func TestLabels_AgentLabelKeysRestrictWhatAgentsSet(t *testing.T) {

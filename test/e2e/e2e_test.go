@@ -409,6 +409,20 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
+	t.Run("recovery: an agent whose credential died while it was stopped comes back by itself", func(t *testing.T) {
+		if dev2Name == "" {
+			t.Skip("dev-2 did not register")
+		}
+		testRecovery(t, dev2Name)
+	})
+
+	t.Run("reinstall: helm uninstall and install with a generic token's values while the Cluster is online", func(t *testing.T) {
+		if dev2Name == "" {
+			t.Skip("dev-2 did not register")
+		}
+		testReinstall(t, dev2Name)
+	})
+
 	t.Run("an agent update whose pod never becomes ready keeps the old agent running", func(t *testing.T) {
 		if dev2Name == "" {
 			t.Skip("dev-2 did not register")

@@ -226,6 +226,12 @@ func (e *Env) InstallAgent(ctx context.Context, ds *devcluster.Cluster, ns strin
 	return e.helm(ds, args...)
 }
 
+// UninstallAgent runs `helm uninstall fleet-agent -n <ns> --wait` in the
+// downstream cluster ds.
+func (e *Env) UninstallAgent(ctx context.Context, ds *devcluster.Cluster, ns string) error {
+	return e.helm(ds, "uninstall", "fleet-agent", "-n", ns, "--wait", "--timeout", "2m")
+}
+
 // ClusterReady waits for the fleet Cluster to be Ready and returns it.
 func ClusterReady(ctx context.Context, c client.Client, ns, name string, timeout time.Duration) (*fleet.Cluster, error) {
 	cl := &fleet.Cluster{}
