@@ -46,8 +46,8 @@ dev-deps: ## Install containerd, runc, CNI plugins and iptables from Debian when
 .PHONY: images
 images: build ## Build the fleet and pause images (static binaries, no registry) into bin/images/images.tar.
 	mkdir -p $(BIN)/images
-	go build -ldflags '-s -w' -o $(BIN)/images/fleet ./cmd/fleet
-	go build -ldflags '-s -w' -o $(BIN)/images/pause ./cmd/pause
+	CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/images/fleet ./cmd/fleet
+	CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/images/pause ./cmd/pause
 	$(BIN)/fleet dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause --out $(BIN)/images/images.tar
 
 $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum

@@ -6,6 +6,8 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -40,6 +42,9 @@ var epoch = time.Unix(0, 0)
 
 // Build returns the image for spec.
 func Build(spec Spec) (v1.Image, error) {
+	if err := checkStatic(spec.Binary); err != nil {
+		return nil, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	add := func(path string, mode int64, src string) error {
@@ -101,6 +106,27 @@ func Build(spec Spec) (v1.Image, error) {
 	cf.Config.User = spec.User
 	cf.Config.Env = []string{"PATH=/"}
 	return mutate.ConfigFile(img, cf)
+}
+
+// checkStatic refuses a dynamically linked binary: the images hold no
+// dynamic loader, so its container would exit at once (runc then fails
+// to join the sandbox's namespaces, far from the cause). CGO_ENABLED=1 in
+// the environment of `go build` makes one.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return fmt.Errorf("%s is not an ELF executable: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked, and the image has no dynamic loader: build it with CGO_ENABLED=0", path)
+		}
+	}
+	return nil
 }
 
 // WriteArchive writes the images into one docker archive at path.

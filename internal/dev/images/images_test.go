@@ -3,6 +3,8 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,7 +20,7 @@ import (
 func TestWriteArchive_RoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "hello")
-	if err := os.WriteFile(bin, []byte("#!binary"), 0o700); err != nil {
+	if err := os.WriteFile(bin, minimalELF(elf.PT_LOAD), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "images.tar")
@@ -64,7 +66,7 @@ func TestWriteArchive_RoundTrip(t *testing.T) {
 		files[h.Name] = h
 		if h.Name == "hello" {
 			b, _ := io.ReadAll(tr)
-			if !bytes.Equal(b, []byte("#!binary")) {
+			if !bytes.Equal(b, minimalELF(elf.PT_LOAD)) {
 				t.Errorf("binary content %q", b)
 			}
 		}
@@ -99,4 +101,38 @@ func TestWriteArchive_BadInput(t *testing.T) {
 	if err := WriteArchive(filepath.Join(dir, "x.tar"), Spec{Ref: "example/x:1", Binary: filepath.Join(dir, "nope"), Entrypoint: "t"}); err == nil {
 		t.Error("a missing binary was accepted")
 	}
+}
+
+// A dynamically linked binary would exit at once in the image (it has no
+// loader): Build refuses it and says how to build it instead.
+func TestBuild_RefusesADynamicallyLinkedBinary(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string][]byte{"dynamic": minimalELF(elf.PT_INTERP), "script": []byte("#!/bin/sh\n")} {
+		bin := filepath.Join(dir, name)
+		if err := os.WriteFile(bin, content, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Build(Spec{Ref: "docker.io/example/" + name + ":dev", Binary: bin, Entrypoint: name})
+		if err == nil {
+			t.Fatalf("%s: built an image of a binary that cannot run in it", name)
+		}
+		if name == "dynamic" && !bytes.Contains([]byte(err.Error()), []byte("CGO_ENABLED=0")) {
+			t.Errorf("the error does not say how to build a static binary: %v", err)
+		}
+	}
+}
+
+// minimalELF is an x86-64 ELF executable header with one program header
+// of type prog: enough for debug/elf, not to run.
+func minimalELF(prog elf.ProgType) []byte {
+	var b bytes.Buffer
+	hdr := elf.Header64{
+		Type: uint16(elf.ET_EXEC), Machine: uint16(elf.EM_X86_64), Version: uint32(elf.EV_CURRENT),
+		Phoff: 64, Ehsize: 64, Phentsize: 56, Phnum: 1,
+	}
+	copy(hdr.Ident[:], elf.ELFMAG)
+	hdr.Ident[elf.EI_CLASS], hdr.Ident[elf.EI_DATA], hdr.Ident[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	_ = binary.Write(&b, binary.LittleEndian, hdr)
+	_ = binary.Write(&b, binary.LittleEndian, elf.Prog64{Type: uint32(prog)})
+	return b.Bytes()
 }
