@@ -265,13 +265,8 @@ func FromConfigMap(cm *corev1.ConfigMap) (*Config, error) {
 // Validate reports every invalid field at once.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.APIServerURL != "" {
-		u, err := url.Parse(c.APIServerURL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("apiServerURL %q must be an absolute http(s) URL such as https://rancher.example.com:6443", c.APIServerURL))
-		} else if err := c.CheckAPIServerURLScheme(c.APIServerURL); err != nil {
-			errs = append(errs, err)
-		}
+	if err := c.CheckAPIServerURLScheme(c.APIServerURL); err != nil {
+		errs = append(errs, err)
 	}
 	for ws, nss := range c.KubeConfigSecretNamespaces {
 		if ws != AllWorkspaces {
@@ -477,14 +472,23 @@ func (c *Config) KubeConfigSecretNamespaceAllowed(workspace, secretNamespace str
 		slices.Contains(c.KubeConfigSecretNamespaces[AllWorkspaces], secretNamespace)
 }
 
-// CheckAPIServerURLScheme refuses an http:// URL for agents unless the
-// configuration allows it, with an *InsecureAPIServerURLError.
+// CheckAPIServerURLScheme checks an upstream URL for agents (empty: none
+// given): it must be an absolute https:// URL with a host, or http:// when
+// the configuration allows it (else an *InsecureAPIServerURLError). A URL
+// without a scheme ("upstream:6443") is refused whatever the switch: a
+// client-go client dials it as plain http, and agents refuse it.
 func (c *Config) CheckAPIServerURLScheme(apiServerURL string) error {
-	u, err := url.Parse(apiServerURL)
-	if err != nil || !strings.EqualFold(u.Scheme, "http") || c.AllowInsecureAPIServerURL {
+	if apiServerURL == "" {
 		return nil
 	}
-	return &InsecureAPIServerURLError{URL: apiServerURL}
+	u, err := url.Parse(apiServerURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("apiServerURL %q must be an absolute http(s) URL such as https://rancher.example.com:6443 (without a scheme, clients dial plain http)", apiServerURL)
+	}
+	if u.Scheme == "http" && !c.AllowInsecureAPIServerURL {
+		return &InsecureAPIServerURLError{URL: apiServerURL}
+	}
+	return nil
 }
 
 // InsecureAPIServerURLError is a plain http upstream URL for agents that the

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,53 @@ func TestValidate_HTTPAPIServerURLNeedsTheOptIn(t *testing.T) {
 	}
 	if _, err := Parse([]byte(`{"kubeConfigSecretNamespaces": {"team-a": ["Not_A_Namespace"]}}`)); err == nil {
 		t.Error("an invalid namespace in kubeConfigSecretNamespaces was accepted")
+	}
+}
+
+// TestCheckAPIServerURLScheme_OnlyAbsoluteHTTPS: an upstream URL for
+// agents (the configuration's, or a kubeconfig Secret's apiServerURL key)
+// is an absolute https:// URL, or http:// with allowInsecureAPIServerURL;
+// a URL without a scheme is refused whatever the switch (clients dial it as
+// plain http), with a message that says what to write.
+func TestCheckAPIServerURLScheme_OnlyAbsoluteHTTPS(t *testing.T) {
+	cases := []struct {
+		url string
+		// want: "ok", "http" (an InsecureAPIServerURLError, accepted
+		// with the switch), "invalid" (refused either way)
+		want string
+	}{
+		{"", "ok"},
+		{"https://up.example.com:6443", "ok"},
+		{"https://[fd00::1]:6443", "ok"},
+		{"http://up.example.com", "http"},
+		{"HTTP://up.example.com", "http"},
+		{"10.0.0.5:8080", "invalid"},
+		{"up.example.com", "invalid"},
+		{"up.example.com:6443", "invalid"},
+		{"//up.example.com", "invalid"},
+		{"[fd00::1]:6443", "invalid"},
+		{"unix:///var/run/kubernetes.sock", "invalid"},
+		{"https://", "invalid"},
+	}
+	for _, tc := range cases {
+		for _, allow := range []bool{false, true} {
+			err := (&Config{AllowInsecureAPIServerURL: allow}).CheckAPIServerURLScheme(tc.url)
+			var insecure *InsecureAPIServerURLError
+			switch {
+			case tc.want == "ok" || (tc.want == "http" && allow):
+				if err != nil {
+					t.Errorf("%q (allow %v): %v", tc.url, allow, err)
+				}
+			case tc.want == "http":
+				if !errors.As(err, &insecure) || !strings.Contains(err.Error(), "allowInsecureAPIServerURL") {
+					t.Errorf("%q: %v, want an InsecureAPIServerURLError naming the switch", tc.url, err)
+				}
+			default:
+				if err == nil || errors.As(err, &insecure) || !strings.Contains(err.Error(), "https://") {
+					t.Errorf("%q (allow %v): %v, want a refusal saying to write https://", tc.url, allow, err)
+				}
+			}
+		}
 	}
 }
 
