@@ -2,9 +2,13 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 func TestParse_Defaults(t *testing.T) {
@@ -282,6 +286,74 @@ func TestBootstrap_BadNamespacesAreRejected(t *testing.T) {
 		_, err := Parse([]byte(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+// TestValidate_CanarySelectorOnKeysAgentsMaySetIsRefused: a registration
+// token's holder picks the labels of the Cluster its agent registers
+// (within agentLabelKeys), so a canary selected on such a key would let it
+// put its cluster into the canary, or keep it out, and stall or falsely
+// pass every agent rollout. Every key of the selector counts, whatever the
+// operator; the message names the key and the fix.
+func TestValidate_CanarySelectorOnKeysAgentsMaySetIsRefused(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		refused   string // the key named in the error; "": accepted
+	}{
+		{"matchLabels, any key allowed", `{"agentRollout": {"canary": {"selector": {"matchLabels": {"canary": "true"}}}}}`, "canary"},
+		{"matchExpressions In", `{"agentRollout": {"canary": {"selector": {"matchExpressions": [{"key": "env", "operator": "In", "values": ["canary"]}]}}}}`, "env"},
+		{"DoesNotExist steers as well", `{"agentRollout": {"canary": {"selector": {"matchExpressions": [{"key": "stable", "operator": "DoesNotExist"}]}}}}`, "stable"},
+		{"a key agentLabelKeys lists", `{"agentLabelKeys": ["env", "example.com/*"], "agentRollout": {"canary": {"selector": {"matchLabels": {"env": "canary"}}}}}`, "env"},
+		{"a key under a listed prefix", `{"agentLabelKeys": ["env", "example.com/*"], "agentRollout": {"canary": {"selector": {"matchLabels": {"example.com/ring": "0"}}}}}`, "example.com/ring"},
+		{"the label agents set themselves", `{"agentLabelKeys": ["env"], "agentRollout": {"canary": {"selector": {"matchLabels": {"fleet.cattle.io/created-by-agent-pod": "x"}}}}}`, "fleet.cattle.io/created-by-agent-pod"},
+		{"one of two keys", `{"agentLabelKeys": ["env"], "agentRollout": {"canary": {"selector": {"matchLabels": {"tier": "canary", "env": "dev"}}}}}`, "env"},
+		{"a key outside agentLabelKeys", `{"agentLabelKeys": ["env", "example.com/*"], "agentRollout": {"canary": {"selector": {"matchLabels": {"tier": "canary"}, "matchExpressions": [{"key": "ring", "operator": "Exists"}]}}}}`, ""},
+		{"a reserved key", `{"agentRollout": {"canary": {"selector": {"matchLabels": {"management.cattle.io/canary": "true"}}}}}`, ""},
+		{"agent labels ignored", `{"ignoreClusterRegistrationLabels": true, "agentRollout": {"canary": {"selector": {"matchLabels": {"canary": "true"}}}}}`, ""},
+		{"by count", `{"agentRollout": {"canary": {"count": 2}}}`, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, want := range []string{"agentRollout.canary.selector", fmt.Sprintf("%q", tc.refused), "agentLabelKeys", "canary.count"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not say %s: %v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// TestAgentMaySetLabel_IsTheRegistrationRule: the configuration's rule for
+// one key is exactly what registration.ClusterLabels keeps (the labels a
+// registration gives a new Cluster), for every kind of key and setting.
+func TestAgentMaySetLabel_IsTheRegistrationRule(t *testing.T) {
+	keys := []string{"env", "region", "tier", "example.com/ring", "example.org/x", "team-a", "fleet.cattle.io/canary",
+		"management.cattle.io/x", fleet.CreatedByAgentPodLabel, "kubernetes.io/hostname"}
+	for _, cfg := range []*Config{
+		{},
+		{AgentLabelKeys: []string{"env", "example.com/*", "team-*"}},
+		{AgentLabelKeys: []string{"tier"}},
+		{IgnoreClusterRegistrationLabels: true},
+		{AgentLabelKeys: []string{"env"}, IgnoreClusterRegistrationLabels: true},
+	} {
+		for _, k := range keys {
+			kept, _ := registration.ClusterLabels(map[string]string{k: "v"}, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
+			_, registered := kept[k]
+			if got := cfg.AgentMaySetLabel(k); got != registered {
+				t.Errorf("agentLabelKeys %q, ignore %v, key %q: AgentMaySetLabel %v, but registration keeps it: %v",
+					cfg.AgentLabelKeys, cfg.IgnoreClusterRegistrationLabels, k, got, registered)
+			}
 		}
 	}
 }
