@@ -66,6 +66,7 @@ type replica struct {
 	name    string
 	addr    proxyenv.Replica
 	tunnels *proxy.TunnelServer
+	keys    *proxy.SigningKeys
 	reg     *prometheus.Registry
 	ln      *trackingListener
 	stop    func()
@@ -93,15 +94,11 @@ func setup(s *testenv.Suite) error {
 	if cert, servingCA, err = proxy.EnsureServingCertificate(ctx, up.Clientset, proxyNamespace, "fleet-proxy"); err != nil {
 		return err
 	}
-	keys, err := proxy.EnsureSigningKeys(ctx, up.Clientset, proxyNamespace)
-	if err != nil {
-		return err
-	}
 	replicas = make([]*replica, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, name := range []string{"a", "b"} {
-		wg.Go(func() { replicas[i], errs[i] = startReplica(ctx, name, cert, keys) })
+		wg.Go(func() { replicas[i], errs[i] = startReplica(ctx, name, cert) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -112,8 +109,9 @@ func setup(s *testenv.Suite) error {
 	return proxyenv.RegisterReplicas(ctx, up.Client, up.Clientset, proxyNamespace, servingCA, replicas[0].addr)
 }
 
-// startReplica wires a replica as cmd/fleet's proxy command does.
-func startReplica(ctx context.Context, name string, cert tls.Certificate, keys *proxy.SigningKeys) (*replica, error) {
+// startReplica wires a replica as cmd/fleet's proxy command does, with a
+// signing key of its own.
+func startReplica(ctx context.Context, name string, cert tls.Certificate) (*replica, error) {
 	up := env.Upstream
 	ctx, cancel := context.WithCancel(ctx)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
@@ -121,7 +119,13 @@ func startReplica(ctx context.Context, name string, cert tls.Certificate, keys *
 		cancel()
 		return nil, err
 	}
-	r := &replica{name: name, addr: proxyenv.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port},
+	keys, err := proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: name,
+		Log: ctrl.Log.WithName("signing-keys-" + name)})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	r := &replica{name: name, addr: proxyenv.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port}, keys: keys,
 		reg: prometheus.NewRegistry(), ln: &trackingListener{Listener: l}, stopped: make(chan struct{})}
 	identities, err := proxy.IdentityCache(ctx, up.Config)
 	if err != nil {
