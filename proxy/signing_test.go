@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
@@ -390,6 +391,54 @@ func TestSigningKeys_RestartKeepsTheOldKeyUntilItsTokensExpire(t *testing.T) {
 	if _, _, err := short.IssueDirect(alice, "fleet-default/c1", assertion.DirectVerbs, 5*time.Second); err != nil {
 		t.Errorf("a token within the publication: %v", err)
 	}
+}
+
+// TestSigningKeys_NeedOnlyTheirOwnRules: the chart's rules for the keys
+// alone (no other right on ConfigMaps or Secrets) let a replica publish,
+// read through its informer and delete the Secret of earlier releases.
+func TestSigningKeys_NeedOnlyTheirOwnRules(t *testing.T) {
+	ctx := t.Context()
+	up := env.Upstream
+	ns := testenv.Namespace(t, up.Client, "keys-rules-")
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "fleet-proxy"}}
+	for _, o := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-proxy"}},
+		// The rules of charts/fleet/templates/proxy.yaml for the keys.
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "signing-keys"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{proxy.LegacySigningSecret}, Verbs: []string{"delete"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{proxy.SigningKeysConfigMap}, Verbs: []string{"get", "list", "watch", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "signing-keys"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "signing-keys"}, Subjects: subject},
+		legacySigningSecret(t, ns),
+	} {
+		if err := up.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := up.ServiceAccountToken(ctx, ns, "fleet-proxy", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remember(tok)
+	cs := clientset(t, up.ConfigForToken(tok))
+	var keys *proxy.SigningKeys
+	// RBAC bindings take a moment to be seen by the authorizer.
+	testenv.Eventually(t, 30*time.Second, "the signing keys with only their rules", func() error {
+		keys, err = proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: cs, Namespace: ns, Replica: "minimal"})
+		return err
+	})
+	if _, err := keys.Assert(&authuser.DefaultInfo{Name: "alice"}, "fleet-default/c1"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the Secret of earlier releases deleted", func() error {
+		err := up.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: proxy.LegacySigningSecret}, &corev1.Secret{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
 }
 
 // startKeys starts a replica's signing keys in ns until ctx ends (now: its
