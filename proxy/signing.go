@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -99,6 +100,12 @@ type SigningKeys struct {
 	// republish asks the refresh loop to write the entry again now (it
 	// went missing from the ConfigMap).
 	republish chan struct{}
+
+	// parsed are the entries of the ConfigMap at resourceVersion (every
+	// signature checks its own entry: parse once per change).
+	mu       sync.Mutex
+	parsedRV string
+	parsed   map[string]publishedKey
 }
 
 var (
@@ -232,8 +239,13 @@ func (k *SigningKeys) published() map[string]publishedKey {
 	if !ok {
 		return nil
 	}
-	entries, _ := parseEntries(cm.Data)
-	return entries
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.parsed == nil || cm.ResourceVersion != k.parsedRV {
+		k.parsed, _ = parseEntries(cm.Data)
+		k.parsedRV = cm.ResourceVersion
+	}
+	return k.parsed
 }
 
 // publishedUntil is when this replica's key stops being published, as the
