@@ -38,7 +38,8 @@ import (
 // this is), the signing keys and the revocation list it last read (Secret
 // fleet-agent-direct-tls holds the serving certificate, ConfigMap
 // fleet-agent-direct-state the rest). While the upstream is reachable it
-// reads the revocation list every DirectSyncInterval and the keys hourly.
+// reads the revocation list every DirectSyncInterval and the keys every
+// access.DefaultKeysInterval.
 
 // DirectModeAgent and DirectModeWebhook are the modes of the endpoint.
 const (
@@ -158,7 +159,7 @@ func (a *Agent) serveDirect(ctx context.Context, cred *credential) error {
 		_ = srv.Shutdown(shutdown)
 		return nil
 	})
-	g.Go(func() error { return h.Run(gctx) }) // the keys: at start and hourly
+	g.Go(func() error { return h.Run(gctx) }) // the keys: at start and every access.DefaultKeysInterval
 	g.Go(func() error {
 		return a.syncDirect(gctx, cred, up, tokens, rev, caPEM, changed, persist, h)
 	})

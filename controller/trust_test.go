@@ -94,6 +94,11 @@ func TestImport_KubeconfigMayNotMakeTheControllerUseItsOwnCredentials(t *testing
 			cl.InsecureSkipTLSVerify, cl.CertificateAuthorityData = true, nil
 		}},
 		{"proxy", "proxy-url", func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { cl.ProxyURL = "http://127.0.0.1:1" }},
+		// No scheme: client-go dials it as plain http (finding 5 of
+		// issue 27), whatever the kubeconfig's CA says.
+		{"server without a scheme", "server", func(cl *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+			cl.Server = strings.TrimPrefix(cl.Server, "https://")
+		}},
 	}
 	var stalledClusters []*fleet.Cluster
 	for _, tc := range cases {
@@ -111,8 +116,8 @@ func TestImport_KubeconfigMayNotMakeTheControllerUseItsOwnCredentials(t *testing
 			}
 			got := waitCondition(t, c, fleet.StalledCondition, metav1.ConditionTrue, fleet.KubeConfigUnsafeReason)
 			msg := findCondition(got, fleet.ReadyCondition).Message
-			if !strings.Contains(msg, tc.field) || !strings.Contains(msg, "insecureKubeconfig.") {
-				t.Errorf("the message must name the field %s and the opt-in: %s", tc.field, msg)
+			if !strings.Contains(msg, tc.field) || !strings.Contains(msg, "insecureKubeconfig.") || !strings.Contains(msg, `key "value"`) {
+				t.Errorf("the message must name the Secret's key, the field %s and the opt-in: %s", tc.field, msg)
 			}
 			stalledClusters = append(stalledClusters, c)
 		})

@@ -35,10 +35,14 @@ type DirectIssuer interface {
 	IssueDirect(u user.Info, audience string, verbs []string, lifetime time.Duration) (string, assertion.DirectToken, error)
 }
 
-// IssueDirect signs a direct token with the current key.
+// IssueDirect signs a direct token with this replica's key, which stays
+// published for at least as long as the token lives.
 func (k *SigningKeys) IssueDirect(u user.Info, audience string, verbs []string, lifetime time.Duration) (string, assertion.DirectToken, error) {
-	return k.signer.SignDirect(assertion.Identity{User: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: u.GetExtra()},
-		audience, verbs, time.Now(), lifetime)
+	now := k.opts.Now()
+	if err := k.checkSignable(now, lifetime); err != nil {
+		return "", assertion.DirectToken{}, err
+	}
+	return k.signer.SignDirect(identityOf(u), audience, verbs, now, lifetime)
 }
 
 // ErrNoDirectEndpoint: the Cluster has no spec.agentDirectEndpoint.

@@ -164,7 +164,7 @@ func setup(s *testenv.Suite) error {
 	if err := up.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyNamespace}}); err != nil {
 		return err
 	}
-	if keys, err = proxy.EnsureSigningKeys(ctx, up.Clientset, proxyNamespace); err != nil {
+	if keys, err = proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: "test"}); err != nil {
 		return err
 	}
 	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Asserter: keys, Keys: keys,

@@ -63,7 +63,8 @@ type Options struct {
 	UnusedAfter time.Duration
 	// GCInterval is how often Run collects (default 1 h).
 	GCInterval time.Duration
-	// KeysInterval is how often Run reads the signing keys (default 1 h).
+	// KeysInterval is how often Run reads the signing keys (default
+	// DefaultKeysInterval).
 	KeysInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -85,6 +86,13 @@ type Options struct {
 // RefreshMinInterval bounds how often RefreshKeys is called.
 const RefreshMinInterval = 10 * time.Second
 
+// DefaultKeysInterval is how often the signing keys are read besides on an
+// unknown kid. Every fleet-proxy replica publishes a key of its own when it
+// starts, so this bounds how long a key is unknown to an agent that sees
+// none of its assertions, which matters for the direct endpoint: a direct
+// token of that key is refused while the upstream is unreachable.
+const DefaultKeysInterval = 10 * time.Minute
+
 // Handler is the agent's access handler.
 type Handler struct {
 	opts  Options
@@ -93,6 +101,9 @@ type Handler struct {
 
 	refreshMu   sync.Mutex
 	lastRefresh time.Time
+	// refreshes counts the reads of the keys, so that requests that waited
+	// for one share it.
+	refreshes uint64
 }
 
 // New returns a Handler.
@@ -113,7 +124,7 @@ func New(opts Options) (*Handler, error) {
 		opts.GCInterval = time.Hour
 	}
 	if opts.KeysInterval <= 0 {
-		opts.KeysInterval = time.Hour
+		opts.KeysInterval = DefaultKeysInterval
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -216,9 +227,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // verify checks an assertion, refreshing the keys once on an unknown kid.
+// Only fleet-proxy sends assertions (through the tunnel), and each of its
+// replicas signs with a key it made at start and published just before: a
+// read of the keys too soon after the last one waits for the interval to
+// pass rather than refuse the request, so the assertions of a replica that
+// started moments after that read verify.
 func (h *Handler) verify(ctx context.Context, token string) (assertion.Identity, error) {
 	id, err := h.opts.Verifier.Verify(token, h.opts.Audience, h.opts.Now())
-	if !errors.Is(err, assertion.ErrUnknownKey) || !h.refreshOnUnknownKey(ctx) {
+	if !errors.Is(err, assertion.ErrUnknownKey) || !h.refreshUnknownKey(ctx, true) {
 		return id, err
 	}
 	return h.opts.Verifier.Verify(token, h.opts.Audience, h.opts.Now())
@@ -227,20 +243,46 @@ func (h *Handler) verify(ctx context.Context, token string) (assertion.Identity,
 // refreshOnUnknownKey reads the signing keys again (at most every
 // RefreshMinInterval) and reports whether it did.
 func (h *Handler) refreshOnUnknownKey(ctx context.Context) bool {
+	return h.refreshUnknownKey(ctx, false)
+}
+
+// refreshUnknownKey reads the signing keys again for an unknown kid and
+// reports whether they were read since the caller asked. Reads are at least
+// RefreshMinInterval apart: one asked too soon is skipped or, with wait,
+// made once the interval has passed (bounded by ctx); callers that waited
+// together share one read.
+func (h *Handler) refreshUnknownKey(ctx context.Context, wait bool) bool {
 	if h.opts.RefreshKeys == nil {
 		return false
 	}
 	h.refreshMu.Lock()
-	defer h.refreshMu.Unlock()
-	if h.opts.Now().Sub(h.lastRefresh) < RefreshMinInterval {
-		return false
+	seen := h.refreshes
+	if early := RefreshMinInterval - h.opts.Now().Sub(h.lastRefresh); early > 0 {
+		h.refreshMu.Unlock()
+		if !wait {
+			return false
+		}
+		t := time.NewTimer(early)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		h.refreshMu.Lock()
+		if h.refreshes != seen {
+			h.refreshMu.Unlock()
+			return true
+		}
 	}
+	defer h.refreshMu.Unlock()
 	h.lastRefresh = h.opts.Now()
 	keys, err := h.opts.RefreshKeys(ctx)
 	if err != nil {
 		h.opts.Log.Error(err, "refreshing the signing keys")
 		return false
 	}
+	h.refreshes++
 	h.opts.Verifier.SetKeys(keys)
 	if h.opts.KeysChanged != nil {
 		h.opts.KeysChanged(keys)
@@ -290,6 +332,7 @@ func (h *Handler) refreshKeys(ctx context.Context) {
 		return
 	}
 	h.lastRefresh = h.opts.Now()
+	h.refreshes++
 	h.opts.Verifier.SetKeys(keys)
 	if h.opts.KeysChanged != nil {
 		h.opts.KeysChanged(keys)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +18,11 @@ import (
 
 // TestUnknownKeyRefreshes rotates the signing key: an assertion by the new
 // key is refused until the keys are read again from upstream, which the
-// handler does on an unknown kid, at most every RefreshMinInterval.
+// handler does on an unknown kid, at most every RefreshMinInterval; an
+// assertion that comes too soon after a read waits for the next one
+// instead of being refused (a fleet-proxy replica publishes its key at its
+// start, possibly just after an agent read the keys), and requests that
+// wait together share one read. The direct endpoint's check does not wait.
 func TestUnknownKeyRefreshes(t *testing.T) {
 	f := newFixture(t)
 	old := f.signer
@@ -46,19 +51,51 @@ func TestUnknownKeyRefreshes(t *testing.T) {
 	if code, _ := f.raw(alice, http.MethodGet, "/api", "", nil); code != http.StatusUnauthorized {
 		t.Errorf("before the rotation upstream: %d", code)
 	}
-	// Now upstream serves both; within RefreshMinInterval no new GET.
-	served.Store(assertion.NewKeySet(old.PublicKey(), rotated.PublicKey()))
-	if code, _ := f.raw(alice, http.MethodGet, "/api", "", nil); code != http.StatusUnauthorized {
-		t.Errorf("refresh rate-limited: %d", code)
-	}
 	if n := gets.Load(); n != 1 {
 		t.Errorf("%d GETs, want 1", n)
 	}
+	// Now upstream serves both. Within RefreshMinInterval of the last read
+	// (moved back so that 300 ms are left) the request waits, then one
+	// read, and it verifies; a check that may not wait reads nothing.
+	served.Store(assertion.NewKeySet(old.PublicKey(), rotated.PublicKey()))
+	const left = 300 * time.Millisecond
 	f.h.refreshMu.Lock()
-	f.h.lastRefresh = f.clock().Add(-RefreshMinInterval)
+	f.h.lastRefresh = f.clock().Add(-RefreshMinInterval + left)
 	f.h.refreshMu.Unlock()
+	if f.h.refreshOnUnknownKey(t.Context()) || gets.Load() != 1 {
+		t.Errorf("the direct endpoint's check read the keys within RefreshMinInterval (%d GETs)", gets.Load())
+	}
+	start := time.Now()
 	if code, body := f.raw(alice, http.MethodGet, "/api", "", nil); code != http.StatusOK {
-		t.Errorf("after the refresh: %d %s", code, body)
+		t.Errorf("an assertion of a key published just after the last read: %d %s", code, body)
+	}
+	if took := time.Since(start); took < left-50*time.Millisecond {
+		t.Errorf("answered after %v: the read did not wait for the interval", took)
+	}
+	if n := gets.Load(); n != 2 {
+		t.Errorf("%d GETs, want 2", n)
+	}
+	// Another rotation, four requests at once: they wait together and
+	// share one read.
+	third := newSigner(t)
+	served.Store(assertion.NewKeySet(old.PublicKey(), rotated.PublicKey(), third.PublicKey()))
+	f.h.refreshMu.Lock()
+	f.h.lastRefresh = f.clock().Add(-RefreshMinInterval + left)
+	f.h.refreshMu.Unlock()
+	f.signer = third
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	for i := range codes {
+		wg.Go(func() { codes[i], _ = f.raw(alice, http.MethodGet, "/api", "", nil) })
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != http.StatusOK {
+			t.Errorf("request %d: %d", i, code)
+		}
+	}
+	if n := gets.Load(); n != 3 {
+		t.Errorf("%d GETs, want 3 (one for the four requests)", n)
 	}
 	// Both keys are trusted during the rotation.
 	f.signer = old

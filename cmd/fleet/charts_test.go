@@ -237,8 +237,13 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		},
 		"Role/fleet-proxy": {
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing", "fleet-proxy-tls", "fleet-proxy-peer"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-tls", "fleet-proxy-peer"}, Verbs: []string{"get"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			// The signing key Secret of earlier releases, deleted at start.
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing"}, Verbs: []string{"delete"}},
+			// The replicas' public signing keys (one ConfigMap).
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"fleet-proxy-signing-keys"}, Verbs: []string{"get", "list", "watch", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
 			// Peer discovery: the endpoints of Service fleet-proxy.
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 			// The records of issued direct tokens (and the registries of

@@ -83,7 +83,16 @@ func newProxyCommand() *cobra.Command {
 					}
 				}
 			}
-			keys, err := proxy.EnsureSigningKeys(ctx, cs, namespace)
+			if replica == "" {
+				if replica, err = connected.ReplicaName(); err != nil {
+					return fmt.Errorf("naming this replica: %w", err)
+				}
+			}
+			// This replica's signing key, in memory only; its public key
+			// is published (and the Secret of earlier releases deleted)
+			// before anything is signed with it.
+			keys, err := proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: cs, Namespace: namespace, Replica: replica,
+				Log: ctrl.Log.WithName("signing-keys")})
 			if err != nil {
 				return err
 			}
@@ -104,11 +113,6 @@ func newProxyCommand() *cobra.Command {
 			// The Connected condition and the tunnel events, written as
 			// fleet-proxy (reads of Clusters go to the API server: a
 			// write is decided on the version it is made against).
-			if replica == "" {
-				if replica, err = connected.ReplicaName(); err != nil {
-					return fmt.Errorf("naming this replica: %w", err)
-				}
-			}
 			writer, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 			if err != nil {
 				return err
@@ -186,7 +190,7 @@ func newProxyCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the upstream cluster (default: in-cluster, or $KUBECONFIG)")
-	f.StringVar(&namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "system namespace (Secrets fleet-proxy-signing, fleet-proxy-tls and fleet-proxy-peer)")
+	f.StringVar(&namespace, "namespace", envOr("NAMESPACE", config.DefaultSystemNamespace), "system namespace (Secrets fleet-proxy-tls and fleet-proxy-peer, the public signing keys in ConfigMap "+proxy.SigningKeysConfigMap+")")
 	f.StringVar(&service, "service", "fleet-proxy", "name of fleet-proxy's Service (the serving certificate's name is <service>.<namespace>.svc)")
 	f.StringVar(&listen, "listen", ":8443", "address of the HTTPS server")
 	f.StringVar(&certFile, "tls-cert-file", "", "serving certificate (default: Secret fleet-proxy-tls, made when missing)")

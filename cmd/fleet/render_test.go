@@ -113,6 +113,9 @@ func TestRenderAgent_ClearErrors(t *testing.T) {
 	typo := write("typo.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: Cluster\nmetadata: {name: x}\nspec: {kubeconfigSecret: x}\n")
 	good := write("good.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: Cluster\nmetadata: {name: x}\nspec: {kubeConfigSecret: x}\n")
 	badCfg := write("cfg.yaml", "agentTLSMode: lax\n")
+	// A canary selected on a key agents may set (agentLabelKeys empty:
+	// any key outside the reserved prefixes).
+	agentCanary := write("canary.yaml", "agentRollout: {canary: {selector: {matchLabels: {canary: \"true\"}}}}\n")
 	cases := []struct {
 		args []string
 		want string
@@ -121,6 +124,7 @@ func TestRenderAgent_ClearErrors(t *testing.T) {
 		{[]string{"render", "agent", "--cluster", typo}, `unknown field "spec.kubeconfigSecret"`},
 		{[]string{"render", "agent", "--cluster", good}, "set apiServerURL in the fleet-controller config"},
 		{[]string{"render", "agent", "--cluster", good, "--config", badCfg}, `agentTLSMode "lax" must be`},
+		{[]string{"render", "agent", "--cluster", good, "--config", agentCanary}, `agentRollout.canary.selector uses label key "canary", which agents may set`},
 		{[]string{"render", "agent", "--cluster", good, "--output", "json"}, "--output must be values or manifests"},
 	}
 	for _, tc := range cases {

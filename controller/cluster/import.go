@@ -207,9 +207,11 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster,
 		}
 		return nil, fmt.Errorf("reading kubeconfig Secret %s: %w", key, err)
 	}
-	kc, ok := secret.Data[KubeconfigKey]
+	kcKey := KubeconfigKey
+	kc, ok := secret.Data[kcKey]
 	if !ok {
-		kc, ok = secret.Data[KubeconfigKeyYAML]
+		kcKey = KubeconfigKeyYAML
+		kc, ok = secret.Data[kcKey]
 	}
 	if !ok || len(kc) == 0 {
 		return nil, reconciler.Stall(fleet.KubeConfigKeyMissingReason,
@@ -222,7 +224,7 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster,
 		if errors.As(err, &inErr) {
 			reason = inErr.Reason
 		}
-		return nil, reconciler.Stall(reason, "kubeconfig Secret %s: %v", key, err)
+		return nil, reconciler.Stall(reason, "kubeconfig Secret %s, key %q: %v", key, kcKey, err)
 	}
 	apiServerURL := strings.TrimSpace(string(secret.Data[APIServerURLKey]))
 	if err := cfg.CheckAPIServerURLScheme(apiServerURL); err != nil {

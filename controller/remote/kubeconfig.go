@@ -34,12 +34,19 @@ type UnsafeError struct {
 	// OptIn is the controller configuration switch that allows it ("" if
 	// nothing does).
 	OptIn string
+	// Fix says what to write instead (default: put the credential itself
+	// in the kubeconfig).
+	Fix string
 }
 
 func (e *UnsafeError) Error() string {
 	msg := fmt.Sprintf("the kubeconfig sets %s, which %s", e.Field, e.Why)
 	if e.OptIn != "" {
-		return msg + fmt.Sprintf("; put the credential itself in the kubeconfig, or allow this with %s in the controller configuration", e.OptIn)
+		fix := e.Fix
+		if fix == "" {
+			fix = "put the credential itself in the kubeconfig"
+		}
+		return msg + fmt.Sprintf("; %s, or allow this with %s in the controller configuration", fix, e.OptIn)
 	}
 	return msg
 }
@@ -96,7 +103,8 @@ func checkCluster(name string, c *clientcmdapi.Cluster, allow config.InsecureKub
 		return &UnsafeError{Field: field("insecure-skip-tls-verify"), Why: "turns off the check that the server is the cluster, so anyone on the path gets the credentials; set certificate-authority-data", OptIn: "insecureKubeconfig.tls"}
 	}
 	if u, err := url.Parse(c.Server); err == nil && strings.EqualFold(u.Scheme, "http") && !allow.TLS {
-		return &UnsafeError{Field: field("server"), Why: fmt.Sprintf("is plain http (%s): the credentials would cross the network unencrypted; use https", c.Server), OptIn: "insecureKubeconfig.tls"}
+		return &UnsafeError{Field: field("server"), Why: fmt.Sprintf("is plain http (%s): the credentials would cross the network unencrypted", c.Server),
+			OptIn: "insecureKubeconfig.tls", Fix: "use https://" + u.Host}
 	}
 	return nil
 }
@@ -119,8 +127,42 @@ func RESTConfig(kubeconfig []byte, allow config.InsecureKubeconfig) (*rest.Confi
 	if cfg.Host == "" {
 		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: errors.New("the kubeconfig names no server")}
 	}
+	if err := checkEffectiveServer(currentCluster(raw), cfg, allow); err != nil {
+		return nil, err
+	}
 	cfg.Timeout = RequestTimeout
 	cfg.QPS, cfg.Burst = 50, 100
 	cfg.UserAgent = "fleet-controller"
 	return cfg, nil
+}
+
+// currentCluster is the name of the cluster entry the current context uses
+// (the one RESTConfig builds a client for).
+func currentCluster(raw *clientcmdapi.Config) string {
+	if c, ok := raw.Contexts[raw.CurrentContext]; ok && c != nil {
+		return c.Cluster
+	}
+	return ""
+}
+
+// checkEffectiveServer decides on the URL client-go will dial for cfg (the
+// configuration clientcmd built), not on how the kubeconfig writes its
+// server: clientcmd takes a server without a scheme ("10.0.0.5:8080",
+// "host") for plain http and then leaves the CA and the credentials out,
+// and rest.DefaultServerUrlFor says what is dialled. Only https is
+// accepted, http with insecureKubeconfig.tls; anything client-go cannot
+// dial as either is invalid.
+func checkEffectiveServer(name string, cfg *rest.Config, allow config.InsecureKubeconfig) error {
+	field := fmt.Sprintf("clusters[%q].server", name)
+	u, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return &InputError{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf(
+			"the kubeconfig's %s %q is not a server client-go can reach over https; write it as https://<host>:<port>", field, cfg.Host)}
+	}
+	if u.Scheme == "http" && !allow.TLS {
+		return &InputError{Reason: fleet.KubeConfigUnsafeReason, Err: &UnsafeError{Field: field, OptIn: "insecureKubeconfig.tls",
+			Why: fmt.Sprintf("is %q, which client-go dials as plain http (http://%s; a server without https:// is plain http, and gets none of the kubeconfig's TLS settings): the controller's requests would cross the network unencrypted", cfg.Host, u.Host),
+			Fix: "write it as https://" + u.Host}}
+	}
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,9 +92,11 @@ func FuzzRESTConfig(f *testing.F) {
 			return
 		}
 		if cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.BearerTokenFile != "" ||
-			cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" || cfg.Proxy != nil || cfg.Insecure ||
-			strings.HasPrefix(strings.ToLower(cfg.Host), "http://") {
+			cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" || cfg.Proxy != nil || cfg.Insecure {
 			t.Fatalf("an unsafe kubeconfig passed the default policy: %+v", cfg)
+		}
+		if u, _, err := rest.DefaultServerUrlFor(cfg); err != nil || u.Scheme != "https" || u.Host == "" {
+			t.Fatalf("a kubeconfig whose client would not dial https passed the default policy: server %q, dialled as %v (%v)", cfg.Host, u, err)
 		}
 	})
 }
@@ -141,6 +144,73 @@ func TestRESTConfig_RefusesWhatWouldUseMoreThanTheCredentials(t *testing.T) {
 			// files named here do not exist: that is another error).
 			if _, err := RESTConfig(kc, tc.allow); errors.As(err, &in) && in.Reason == fleet.KubeConfigUnsafeReason {
 				t.Errorf("with %+v: %v", tc.allow, err)
+			}
+		})
+	}
+}
+
+// TestRESTConfig_DecidesOnTheURLClientGoDials: the server is judged as
+// client-go will dial it, not as it is written. clientcmd takes a server
+// without a scheme for plain http, even with a CA (which it then leaves
+// out, with the credentials), so "10.0.0.5:8080" is refused like
+// "http://10.0.0.5:8080" and allowed by the same switch. What client-go
+// cannot dial as http(s) at all is invalid, with or without the switch.
+func TestRESTConfig_DecidesOnTheURLClientGoDials(t *testing.T) {
+	const field = `clusters["c"].server`
+	cases := []struct {
+		server string
+		ca     bool
+		// want: "https" (accepted, dialled over https), "http" (refused
+		// as unsafe; accepted with insecureKubeconfig.tls, dialled over
+		// http), "invalid" (refused either way).
+		want string
+	}{
+		{"10.0.0.5:8080", false, "http"},
+		{"10.0.0.5:8080", true, "http"},
+		{"host", false, "http"},
+		{"host", true, "http"},
+		{"HTTP://host", true, "http"},
+		{"http://host:6443", true, "http"},
+		{"https://host", false, "https"},
+		{"https://host:6443/prefix", true, "https"},
+		{"//host", false, "invalid"},
+		{"//host", true, "invalid"},
+		{"[fd00::1]:6443", false, "http"},
+		{"[fd00::1]:6443", true, "http"},
+		{"https://[fd00::1]:6443", true, "https"},
+		{"unix:///var/run/kubernetes.sock", true, "invalid"},
+		{"unix:///var/run/kubernetes.sock", false, "invalid"},
+		{"tcp://host:6443", true, "invalid"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s ca=%v", tc.server, tc.ca), func(t *testing.T) {
+			var ca []byte
+			if tc.ca {
+				ca = selfSignedCA(t)
+			}
+			kc := kubeconfigFor(t, tc.server, ca)
+			for _, allow := range []config.InsecureKubeconfig{{}, {TLS: true}} {
+				cfg, err := RESTConfig(kc, allow)
+				var in *InputError
+				switch {
+				case tc.want == "invalid":
+					if !errors.As(err, &in) || in.Reason != fleet.KubeConfigInvalidReason || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), "https://") {
+						t.Fatalf("allow %+v: want %s naming %s and the fix, got %v", allow, fleet.KubeConfigInvalidReason, field, err)
+					}
+				case tc.want == "http" && !allow.TLS:
+					if !errors.As(err, &in) || in.Reason != fleet.KubeConfigUnsafeReason || !strings.Contains(err.Error(), field) ||
+						!strings.Contains(err.Error(), "insecureKubeconfig.tls") || !strings.Contains(err.Error(), "https://") {
+						t.Fatalf("want %s naming %s, https:// and the switch, got %v", fleet.KubeConfigUnsafeReason, field, err)
+					}
+				default:
+					if err != nil {
+						t.Fatalf("allow %+v: %v", allow, err)
+					}
+					u, _, err := rest.DefaultServerUrlFor(cfg)
+					if err != nil || u.Scheme != tc.want {
+						t.Fatalf("allow %+v: client-go dials %v (%v), want %s", allow, u, err, tc.want)
+					}
+				}
 			}
 		})
 	}

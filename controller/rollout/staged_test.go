@@ -181,6 +181,8 @@ func TestStagedRollout_CanaryHaltsAndRollsBackThenWavesInOrder(t *testing.T) {
 	pct := intstr.FromString("25%")
 	cfg1 := baseConfig()
 	cfg1.AgentReplicas = ptr.To[int32](2)
+	// The canary is selected on env, which agents may therefore not set.
+	cfg1.AgentLabelKeys = []string{"region"}
 	cfg1.AgentRollout = &fleet.AgentRolloutStrategy{
 		Canary:           &fleet.AgentRolloutCanary{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "canary"}}},
 		MaxUnavailable:   &pct,
@@ -293,6 +295,7 @@ func TestStagedRollout_CanaryHaltsAndRollsBackThenWavesInOrder(t *testing.T) {
 	// aborted: the canary goes back to revision 1.
 	agentsRun.set(func(s *standIn) { s.hold[canary] = true })
 	cfg2 := baseConfig()
+	cfg2.AgentLabelKeys = cfg1.AgentLabelKeys
 	cfg2.AgentRollout = cfg1.AgentRollout.DeepCopy()
 	cfg2.AgentRollout.ProgressDeadline = &metav1.Duration{Duration: 5 * time.Minute}
 	cfg2.AgentReplicas = ptr.To[int32](3)

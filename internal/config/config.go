@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -265,13 +266,8 @@ func FromConfigMap(cm *corev1.ConfigMap) (*Config, error) {
 // Validate reports every invalid field at once.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.APIServerURL != "" {
-		u, err := url.Parse(c.APIServerURL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("apiServerURL %q must be an absolute http(s) URL such as https://rancher.example.com:6443", c.APIServerURL))
-		} else if err := c.CheckAPIServerURLScheme(c.APIServerURL); err != nil {
-			errs = append(errs, err)
-		}
+	if err := c.CheckAPIServerURLScheme(c.APIServerURL); err != nil {
+		errs = append(errs, err)
 	}
 	for ws, nss := range c.KubeConfigSecretNamespaces {
 		if ws != AllWorkspaces {
@@ -341,7 +337,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateBundleRendering()...)
-	errs = append(errs, validateAgentRollout(c.AgentRollout)...)
+	errs = append(errs, c.validateAgentRollout()...)
 	return errors.Join(errs...)
 }
 
@@ -477,14 +473,23 @@ func (c *Config) KubeConfigSecretNamespaceAllowed(workspace, secretNamespace str
 		slices.Contains(c.KubeConfigSecretNamespaces[AllWorkspaces], secretNamespace)
 }
 
-// CheckAPIServerURLScheme refuses an http:// URL for agents unless the
-// configuration allows it, with an *InsecureAPIServerURLError.
+// CheckAPIServerURLScheme checks an upstream URL for agents (empty: none
+// given): it must be an absolute https:// URL with a host, or http:// when
+// the configuration allows it (else an *InsecureAPIServerURLError). A URL
+// without a scheme ("upstream:6443") is refused whatever the switch: a
+// client-go client dials it as plain http, and agents refuse it.
 func (c *Config) CheckAPIServerURLScheme(apiServerURL string) error {
-	u, err := url.Parse(apiServerURL)
-	if err != nil || !strings.EqualFold(u.Scheme, "http") || c.AllowInsecureAPIServerURL {
+	if apiServerURL == "" {
 		return nil
 	}
-	return &InsecureAPIServerURLError{URL: apiServerURL}
+	u, err := url.Parse(apiServerURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("apiServerURL %q must be an absolute http(s) URL such as https://rancher.example.com:6443 (without a scheme, clients dial plain http)", apiServerURL)
+	}
+	if u.Scheme == "http" && !c.AllowInsecureAPIServerURL {
+		return &InsecureAPIServerURLError{URL: apiServerURL}
+	}
+	return nil
 }
 
 // InsecureAPIServerURLError is a plain http upstream URL for agents that the
@@ -667,8 +672,10 @@ func quantityOr(q *resource.Quantity, def int64) int64 {
 const DefaultRolloutProgressDeadline = 10 * time.Minute
 
 // validateAgentRollout checks agentRollout: a wave size that is a positive
-// count or a percentage in (0, 100], a valid canary selector.
-func validateAgentRollout(s *fleet.AgentRolloutStrategy) []error {
+// count or a percentage in (0, 100], a valid canary selector on label keys
+// agents cannot set.
+func (c *Config) validateAgentRollout() []error {
+	s := c.AgentRollout
 	if s == nil {
 		return nil
 	}
@@ -681,17 +688,74 @@ func validateAgentRollout(s *fleet.AgentRolloutStrategy) []error {
 	if s.ProgressDeadline != nil && s.ProgressDeadline.Duration < 0 {
 		errs = append(errs, errors.New("agentRollout.progressDeadline must not be negative"))
 	}
-	if c := s.Canary; c != nil {
-		if c.Count < 0 {
+	if canary := s.Canary; canary != nil {
+		if canary.Count < 0 {
 			errs = append(errs, errors.New("agentRollout.canary.count must not be negative"))
 		}
-		if c.Selector != nil {
-			if _, err := metav1.LabelSelectorAsSelector(c.Selector); err != nil {
+		if canary.Selector != nil {
+			if _, err := metav1.LabelSelectorAsSelector(canary.Selector); err != nil {
 				errs = append(errs, fmt.Errorf("agentRollout.canary.selector: %w", err))
 			}
-		} else if c.Count == 0 {
+			errs = append(errs, c.checkCanaryKeys(canary.Selector)...)
+		} else if canary.Count == 0 {
 			errs = append(errs, errors.New("agentRollout.canary picks no Cluster: give a count or a selector"))
 		}
+	}
+	return errs
+}
+
+// AgentMaySetLabel reports whether agents may give the Clusters their
+// registrations create the label key under this configuration: not with
+// ignoreClusterRegistrationLabels, never a key under a reserved prefix
+// (fleet.cattle.io/, management.cattle.io/) but the created-by-agent-pod
+// label the agent sets itself, and otherwise what agentLabelKeys allows.
+// It is registration.ClusterLabels' rule for one key (a test holds the two
+// together; that package cannot be imported here). Whatever selects
+// Clusters on such a key can be steered by a registration token's holder.
+func (c *Config) AgentMaySetLabel(key string) bool {
+	if c.IgnoreClusterRegistrationLabels {
+		return false
+	}
+	if key == fleet.CreatedByAgentPodLabel {
+		return true
+	}
+	for _, p := range fleet.ReservedLabelPrefixes {
+		if strings.HasPrefix(key, p) {
+			return false
+		}
+	}
+	return c.AgentLabelKeyAllowed(key)
+}
+
+// checkCanaryKeys refuses a canary selector on a label key agents may set
+// (AgentMaySetLabel): whoever holds a registration token
+// could put its cluster into the canary, or keep it out, and so stall or
+// falsely pass every agent rollout. Every key counts, in matchLabels and in
+// matchExpressions, whatever the operator (NotIn and DoesNotExist are
+// steered the same way).
+func (c *Config) checkCanaryKeys(sel *metav1.LabelSelector) []error {
+	keys := map[string]bool{}
+	for k := range sel.MatchLabels {
+		keys[k] = true
+	}
+	for _, e := range sel.MatchExpressions {
+		keys[e.Key] = true
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !c.AgentMaySetLabel(k) {
+			continue
+		}
+		who := fmt.Sprintf("agentLabelKeys %q lets them", c.AgentLabelKeys)
+		if len(c.AgentLabelKeys) == 0 {
+			who = "agentLabelKeys is empty, which lets them set any key outside fleet.cattle.io/ and management.cattle.io/"
+		}
+		if k == fleet.CreatedByAgentPodLabel {
+			who = "agents set it themselves"
+		}
+		errs = append(errs, fmt.Errorf("agentRollout.canary.selector uses label key %q, which agents may set on the Clusters they register (%s): "+
+			"a registration token holder could put its cluster into the canary or keep it out; select the canary on a key agents cannot set "+
+			"(set agentLabelKeys to the keys agents may set, without %q, or ignoreClusterRegistrationLabels: true), or give canary.count instead", k, who, k))
 	}
 	return errs
 }

@@ -1,9 +1,14 @@
 package config
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 func TestParse_Defaults(t *testing.T) {
@@ -131,6 +136,53 @@ func TestValidate_HTTPAPIServerURLNeedsTheOptIn(t *testing.T) {
 	}
 }
 
+// TestCheckAPIServerURLScheme_OnlyAbsoluteHTTPS: an upstream URL for
+// agents (the configuration's, or a kubeconfig Secret's apiServerURL key)
+// is an absolute https:// URL, or http:// with allowInsecureAPIServerURL;
+// a URL without a scheme is refused whatever the switch (clients dial it as
+// plain http), with a message that says what to write.
+func TestCheckAPIServerURLScheme_OnlyAbsoluteHTTPS(t *testing.T) {
+	cases := []struct {
+		url string
+		// want: "ok", "http" (an InsecureAPIServerURLError, accepted
+		// with the switch), "invalid" (refused either way)
+		want string
+	}{
+		{"", "ok"},
+		{"https://up.example.com:6443", "ok"},
+		{"https://[fd00::1]:6443", "ok"},
+		{"http://up.example.com", "http"},
+		{"HTTP://up.example.com", "http"},
+		{"10.0.0.5:8080", "invalid"},
+		{"up.example.com", "invalid"},
+		{"up.example.com:6443", "invalid"},
+		{"//up.example.com", "invalid"},
+		{"[fd00::1]:6443", "invalid"},
+		{"unix:///var/run/kubernetes.sock", "invalid"},
+		{"https://", "invalid"},
+	}
+	for _, tc := range cases {
+		for _, allow := range []bool{false, true} {
+			err := (&Config{AllowInsecureAPIServerURL: allow}).CheckAPIServerURLScheme(tc.url)
+			var insecure *InsecureAPIServerURLError
+			switch {
+			case tc.want == "ok" || (tc.want == "http" && allow):
+				if err != nil {
+					t.Errorf("%q (allow %v): %v", tc.url, allow, err)
+				}
+			case tc.want == "http":
+				if !errors.As(err, &insecure) || !strings.Contains(err.Error(), "allowInsecureAPIServerURL") {
+					t.Errorf("%q: %v, want an InsecureAPIServerURLError naming the switch", tc.url, err)
+				}
+			default:
+				if err == nil || errors.As(err, &insecure) || !strings.Contains(err.Error(), "https://") {
+					t.Errorf("%q (allow %v): %v, want a refusal saying to write https://", tc.url, allow, err)
+				}
+			}
+		}
+	}
+}
+
 func TestAgentLabelKeys(t *testing.T) {
 	cfg, err := Parse([]byte(`{"agentLabelKeys": ["env", "example.com/*", "team-*"]}`))
 	if err != nil {
@@ -234,6 +286,74 @@ func TestBootstrap_BadNamespacesAreRejected(t *testing.T) {
 		_, err := Parse([]byte(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+// TestValidate_CanarySelectorOnKeysAgentsMaySetIsRefused: a registration
+// token's holder picks the labels of the Cluster its agent registers
+// (within agentLabelKeys), so a canary selected on such a key would let it
+// put its cluster into the canary, or keep it out, and stall or falsely
+// pass every agent rollout. Every key of the selector counts, whatever the
+// operator; the message names the key and the fix.
+func TestValidate_CanarySelectorOnKeysAgentsMaySetIsRefused(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		refused   string // the key named in the error; "": accepted
+	}{
+		{"matchLabels, any key allowed", `{"agentRollout": {"canary": {"selector": {"matchLabels": {"canary": "true"}}}}}`, "canary"},
+		{"matchExpressions In", `{"agentRollout": {"canary": {"selector": {"matchExpressions": [{"key": "env", "operator": "In", "values": ["canary"]}]}}}}`, "env"},
+		{"DoesNotExist steers as well", `{"agentRollout": {"canary": {"selector": {"matchExpressions": [{"key": "stable", "operator": "DoesNotExist"}]}}}}`, "stable"},
+		{"a key agentLabelKeys lists", `{"agentLabelKeys": ["env", "example.com/*"], "agentRollout": {"canary": {"selector": {"matchLabels": {"env": "canary"}}}}}`, "env"},
+		{"a key under a listed prefix", `{"agentLabelKeys": ["env", "example.com/*"], "agentRollout": {"canary": {"selector": {"matchLabels": {"example.com/ring": "0"}}}}}`, "example.com/ring"},
+		{"the label agents set themselves", `{"agentLabelKeys": ["env"], "agentRollout": {"canary": {"selector": {"matchLabels": {"fleet.cattle.io/created-by-agent-pod": "x"}}}}}`, "fleet.cattle.io/created-by-agent-pod"},
+		{"one of two keys", `{"agentLabelKeys": ["env"], "agentRollout": {"canary": {"selector": {"matchLabels": {"tier": "canary", "env": "dev"}}}}}`, "env"},
+		{"a key outside agentLabelKeys", `{"agentLabelKeys": ["env", "example.com/*"], "agentRollout": {"canary": {"selector": {"matchLabels": {"tier": "canary"}, "matchExpressions": [{"key": "ring", "operator": "Exists"}]}}}}`, ""},
+		{"a reserved key", `{"agentRollout": {"canary": {"selector": {"matchLabels": {"management.cattle.io/canary": "true"}}}}}`, ""},
+		{"agent labels ignored", `{"ignoreClusterRegistrationLabels": true, "agentRollout": {"canary": {"selector": {"matchLabels": {"canary": "true"}}}}}`, ""},
+		{"by count", `{"agentRollout": {"canary": {"count": 2}}}`, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, want := range []string{"agentRollout.canary.selector", fmt.Sprintf("%q", tc.refused), "agentLabelKeys", "canary.count"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not say %s: %v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// TestAgentMaySetLabel_IsTheRegistrationRule: the configuration's rule for
+// one key is exactly what registration.ClusterLabels keeps (the labels a
+// registration gives a new Cluster), for every kind of key and setting.
+func TestAgentMaySetLabel_IsTheRegistrationRule(t *testing.T) {
+	keys := []string{"env", "region", "tier", "example.com/ring", "example.org/x", "team-a", "fleet.cattle.io/canary",
+		"management.cattle.io/x", fleet.CreatedByAgentPodLabel, "kubernetes.io/hostname"}
+	for _, cfg := range []*Config{
+		{},
+		{AgentLabelKeys: []string{"env", "example.com/*", "team-*"}},
+		{AgentLabelKeys: []string{"tier"}},
+		{IgnoreClusterRegistrationLabels: true},
+		{AgentLabelKeys: []string{"env"}, IgnoreClusterRegistrationLabels: true},
+	} {
+		for _, k := range keys {
+			kept, _ := registration.ClusterLabels(map[string]string{k: "v"}, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
+			_, registered := kept[k]
+			if got := cfg.AgentMaySetLabel(k); got != registered {
+				t.Errorf("agentLabelKeys %q, ignore %v, key %q: AgentMaySetLabel %v, but registration keeps it: %v",
+					cfg.AgentLabelKeys, cfg.IgnoreClusterRegistrationLabels, k, got, registered)
+			}
 		}
 	}
 }

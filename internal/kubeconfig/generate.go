@@ -153,6 +153,9 @@ func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, 
 	case err != nil:
 		return []string{fmt.Sprintf("no direct token for Cluster %s, so no context %s: %v", ref, name, err)}, nil
 	}
+	if err := CheckDirectServer(tok.Status.Endpoint.URL); err != nil {
+		return []string{fmt.Sprintf("no context %s for Cluster %s: %v", name, ref, err)}, nil
+	}
 	out.Clusters[name] = &clientcmdapi.Cluster{Server: tok.Status.Endpoint.URL, CertificateAuthorityData: []byte(tok.Status.Endpoint.CABundle)}
 	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
 	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -67,6 +68,20 @@ func ProxyURL(server string, ref ClusterRef) (string, error) {
 	u.Path = strings.TrimSuffix(u.Path, "/") + ProxyPath(ref)
 	u.RawPath = ""
 	return u.String(), nil
+}
+
+// CheckDirectServer refuses a direct endpoint's URL that kubectl would not
+// dial over https (the context carries a bearer token): decided on the URL
+// client-go dials (rest.DefaultServerUrlFor), so "host:8443" without a
+// scheme, which client-go dials as plain http, is refused like http://.
+// The Cluster API requires https:// already; this keeps a token out of a
+// plain http context whatever the API server let through.
+func CheckDirectServer(server string) error {
+	u, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: server})
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("the direct endpoint's url %q is not an https:// URL kubectl would dial over TLS: set spec.agentDirectEndpoint.url to https://<host>:<port>", server)
+	}
+	return nil
 }
 
 // Options say which upstream context to start from and how to name and

@@ -364,3 +364,29 @@ func TestWriteFile_ReplacesWithMode0600(t *testing.T) {
 		t.Errorf("temporary files left: %v", entries)
 	}
 }
+
+// TestCheckDirectServer_OnlyWhatKubectlDialsOverTLS: the direct context
+// carries a bearer token, so its server must be dialled over https as
+// client-go decides it, not as it is written.
+func TestCheckDirectServer_OnlyWhatKubectlDialsOverTLS(t *testing.T) {
+	for server, ok := range map[string]bool{
+		"https://dev-1.example.com:6443": true,
+		"https://[fd00::1]:8443":         true,
+		"dev-1.example.com:8443":         false,
+		"dev-1.example.com":              false,
+		"10.0.0.5:8080":                  false,
+		"HTTP://dev-1.example.com":       false,
+		"http://dev-1.example.com":       false,
+		"//dev-1.example.com":            false,
+		"unix:///var/run/agent.sock":     false,
+		"":                               false,
+	} {
+		err := CheckDirectServer(server)
+		if ok && err != nil {
+			t.Errorf("%q: %v", server, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "spec.agentDirectEndpoint.url")) {
+			t.Errorf("%q: %v, want a refusal naming spec.agentDirectEndpoint.url", server, err)
+		}
+	}
+}

@@ -10,6 +10,8 @@ package access_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -65,6 +67,8 @@ var (
 	// fleet-proxy's server and its registry of direct tokens.
 	srv      *proxy.Server
 	registry *proxy.Registry
+	// proxyKey is fleet-proxy's private signing key.
+	proxyKey ed25519.PrivateKey
 )
 
 // proxyIdentity is a ServiceAccount fleet-proxy with the rules the chart
@@ -163,7 +167,12 @@ func setup(s *testenv.Suite) error {
 			return err
 		}
 	}
-	keys, err := proxy.EnsureSigningKeys(ctx, up.Clientset, proxyNamespace)
+	// fleet-proxy's key, kept by the test to make tokens fleet-proxy
+	// would never issue (signingKey).
+	if _, proxyKey, err = ed25519.GenerateKey(rand.Reader); err != nil {
+		return err
+	}
+	keys, err := proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: replica, Key: proxyKey})
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -143,16 +142,12 @@ func certPEM(srv *httptest.Server) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 }
 
-// signingKey reads fleet-proxy's current private key (to make tokens
-// fleet-proxy would never issue: an expired one).
+// signingKey is fleet-proxy's private key, which the test gave it (to make
+// tokens fleet-proxy would never issue: an expired one). fleet-proxy keeps
+// it in memory only.
 func signingKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
-	s := &corev1.Secret{}
-	must(t, env.Upstream.Client.Get(t.Context(), client.ObjectKey{Namespace: proxyNamespace, Name: proxy.SigningSecret}, s))
-	blk, _ := pem.Decode(s.Data[proxy.SigningKeyCurrent])
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	must(t, err)
-	return k.(ed25519.PrivateKey)
+	return proxyKey
 }
 
 // TestDirectEndpoint: a user with clusters/proxy on a Cluster gets a direct

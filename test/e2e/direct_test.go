@@ -3,8 +3,6 @@ package e2e
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -136,25 +135,22 @@ func testDirect(t *testing.T, name, dev, mode string) {
 		}
 	})
 
-	t.Run("refused: an expired token, a token for another cluster, a forged token", func(t *testing.T) {
-		s := &corev1.Secret{}
-		must(t, up.Get(t.Context(), client.ObjectKey{Namespace: agentNS, Name: proxy.SigningSecret}, s))
-		blk, _ := pem.Decode(s.Data[proxy.SigningKeyCurrent])
-		key, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-		must(t, err)
-		real, err := assertion.NewSigner(key.(ed25519.PrivateKey), 0)
-		must(t, err)
+	// fleet-proxy's private keys are in its replicas' memory only, so
+	// tokens of its keys that it would not issue (expired, for another
+	// cluster) are made and refused in test/access (TestDirectEndpoint);
+	// here: no Secret holds a signing key, and a forged token is refused.
+	t.Run("refused: a forged token; no signing key at rest", func(t *testing.T) {
+		err := up.Get(t.Context(), client.ObjectKey{Namespace: agentNS, Name: proxy.LegacySigningSecret}, &corev1.Secret{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("Secret %s/%s: %v; want it gone", agentNS, proxy.LegacySigningSecret, err)
+		}
 		_, fk, _ := ed25519.GenerateKey(rand.Reader)
 		forger, err := assertion.NewSigner(fk, 0)
 		must(t, err)
 		id := assertion.Identity{User: user, Groups: []string{teamGroup}}
-		expired, _, err := real.SignDirect(id, ws+"/"+name, assertion.DirectVerbs, time.Now().Add(-3*time.Hour), time.Hour)
-		must(t, err)
-		otherCluster, _, err := real.SignDirect(id, ws+"/not-"+name, assertion.DirectVerbs, time.Now(), time.Hour)
-		must(t, err)
 		forged, _, err := forger.SignDirect(id, ws+"/"+name, assertion.DirectVerbs, time.Now(), time.Hour)
 		must(t, err)
-		for what, tok := range map[string]string{"an expired token": expired, "a token for another cluster": otherCluster, "a forged token": forged} {
+		for what, tok := range map[string]string{"a forged token": forged} {
 			cfg := &rest.Config{Host: url, BearerToken: tok, TLSClientConfig: rest.TLSClientConfig{CAData: []byte(ca)}}
 			_, err := kube(t, cfg).CoreV1().Pods(teamNS).List(t.Context(), metav1.ListOptions{})
 			if statusCode(err) != http.StatusUnauthorized {

@@ -85,6 +85,8 @@ func testStagedRollout(t *testing.T, dev2Name string) {
 	doc := map[string]any{}
 	must(t, json.Unmarshal([]byte(original), &doc))
 	doc["systemDefaultRegistry"] = "registry.invalid"
+	// The canary is selected on a key agents may not set.
+	doc["agentLabelKeys"] = []string{"env", "region"}
 	doc["agentRollout"] = map[string]any{
 		"canary":           map[string]any{"selector": map[string]any{"matchLabels": map[string]string{"rollout": "canary"}}},
 		"maxUnavailable":   1,

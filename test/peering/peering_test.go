@@ -27,10 +27,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authuser "k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/gitops-fleet/fleet/agent/access"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
@@ -48,7 +52,9 @@ var (
 	logs      *testenv.Logs
 	host      string
 	servingCA []byte
-	replicas  []*replica
+	// servingCert is the replicas' shared serving certificate.
+	servingCert tls.Certificate
+	replicas    []*replica
 	// tokens are every credential the tests made, to prove none is logged.
 	tokens   []string
 	tokensMu sync.Mutex
@@ -66,6 +72,7 @@ type replica struct {
 	name    string
 	addr    proxyenv.Replica
 	tunnels *proxy.TunnelServer
+	keys    *proxy.SigningKeys
 	reg     *prometheus.Registry
 	ln      *trackingListener
 	stop    func()
@@ -89,19 +96,15 @@ func setup(s *testenv.Suite) error {
 			return err
 		}
 	}
-	var cert tls.Certificate
-	if cert, servingCA, err = proxy.EnsureServingCertificate(ctx, up.Clientset, proxyNamespace, "fleet-proxy"); err != nil {
+	if servingCert, servingCA, err = proxy.EnsureServingCertificate(ctx, up.Clientset, proxyNamespace, "fleet-proxy"); err != nil {
 		return err
 	}
-	keys, err := proxy.EnsureSigningKeys(ctx, up.Clientset, proxyNamespace)
-	if err != nil {
-		return err
-	}
+	cert := servingCert
 	replicas = make([]*replica, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, name := range []string{"a", "b"} {
-		wg.Go(func() { replicas[i], errs[i] = startReplica(ctx, name, cert, keys) })
+		wg.Go(func() { replicas[i], errs[i] = startReplica(ctx, name, cert) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -112,8 +115,9 @@ func setup(s *testenv.Suite) error {
 	return proxyenv.RegisterReplicas(ctx, up.Client, up.Clientset, proxyNamespace, servingCA, replicas[0].addr)
 }
 
-// startReplica wires a replica as cmd/fleet's proxy command does.
-func startReplica(ctx context.Context, name string, cert tls.Certificate, keys *proxy.SigningKeys) (*replica, error) {
+// startReplica wires a replica as cmd/fleet's proxy command does, with a
+// signing key of its own.
+func startReplica(ctx context.Context, name string, cert tls.Certificate) (*replica, error) {
 	up := env.Upstream
 	ctx, cancel := context.WithCancel(ctx)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
@@ -121,7 +125,13 @@ func startReplica(ctx context.Context, name string, cert tls.Certificate, keys *
 		cancel()
 		return nil, err
 	}
-	r := &replica{name: name, addr: proxyenv.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port},
+	keys, err := proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: name,
+		Log: ctrl.Log.WithName("signing-keys-" + name)})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	r := &replica{name: name, addr: proxyenv.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port}, keys: keys,
 		reg: prometheus.NewRegistry(), ln: &trackingListener{Listener: l}, stopped: make(chan struct{})}
 	identities, err := proxy.IdentityCache(ctx, up.Config)
 	if err != nil {
@@ -503,6 +513,111 @@ func TestPeerToken_ConcurrentCreationConverges(t *testing.T) {
 			t.Errorf("replica %d: error %v, same token %v", i, errs[i], got[i] == want)
 		}
 	}
+}
+
+// TestSigningKeys_EveryReplicasAssertionsVerifyWithKeysReadThroughOne:
+// each replica signs with a key of its own, made at its start and kept in
+// memory. An agent that read the signing keys through the upstream while
+// B was the only replica serving verifies the assertions of a replica that
+// started after it (C, serving users' requests through its peer B), end to
+// end; and a replica that stops (A earlier, C here) leaves its key
+// published, so the direct tokens it signed keep verifying.
+func TestSigningKeys_EveryReplicasAssertionsVerifyWithKeysReadThroughOne(t *testing.T) {
+	ctx := t.Context()
+	const cluster = "cluster-k"
+	key := workspace + "/" + cluster
+	a, b := replicas[0], replicas[1]
+	// B alone serves: A stops (TestPeering stopped it already).
+	must(t, proxyenv.SetReady(ctx, env.Upstream.Client, proxyNamespace, a.addr, false))
+	a.stop()
+	must(t, proxyenv.SetReady(ctx, env.Upstream.Client, proxyNamespace, b.addr, true))
+	// C starts (as a restarted replica would, with a new key) and is not an
+	// endpoint yet.
+	c, err := startReplica(ctx, "c", servingCert)
+	must(t, err)
+	t.Cleanup(c.stop)
+	replicas = append(replicas, c)
+	alice := &authuser.DefaultInfo{Name: "alice"}
+	directByC, _, err := c.keys.IssueDirect(alice, key, assertion.DirectVerbs, time.Hour)
+	must(t, err)
+
+	// The agent reads the keys through the upstream: B answers (A is
+	// gone, C no endpoint).
+	agentTok := agentToken(t, cluster, "reg-k")
+	userTok := userToken(t, "user-k", cluster)
+	upstream := &rest.Config{Host: env.Upstream.Config.Host, BearerToken: agentTok, TLSClientConfig: rest.TLSClientConfig{CAData: env.Upstream.Config.CAData}}
+	fetch, err := access.UpstreamKeys(upstream)
+	must(t, err)
+	var keys *assertion.KeySet
+	testenv.Eventually(t, 30*time.Second, "the signing keys through B", func() error {
+		if keys, err = fetch(ctx); err != nil {
+			return err
+		}
+		for name, r := range map[string]*replica{"A (stopped)": a, "B": b, "C": c} {
+			if _, ok := keys.Key(r.keys.KeyID()); !ok {
+				return fmt.Errorf("%v lack %s's key %s", keys.KeyIDs(), name, r.keys.KeyID())
+			}
+		}
+		return nil
+	})
+
+	// An agent that verifies every assertion with those keys (no refresh).
+	verifier := assertion.NewVerifier(keys)
+	agent := &tunnel.Client{
+		URL:        mustAttachURL(t, cluster),
+		Token:      func(context.Context) (string, error) { return agentTok, nil },
+		TLS:        upstreamTLS(t),
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, err := verifier.Verify(r.Header.Get(assertion.HeaderName), key, time.Now())
+			if err != nil {
+				http.Error(w, "assertion refused: "+err.Error(), http.StatusUnauthorized)
+				return
+			}
+			fmt.Fprintf(w, "verified %s", id.User)
+		}),
+	}
+	testenv.Start(t, "agent "+cluster, agent.Run)
+	testenv.Eventually(t, 30*time.Second, "the agent's tunnel on B", func() error {
+		if b.tunnels.Server.Sessions(key) != 1 {
+			return fmt.Errorf("sessions on B %d", b.tunnels.Server.Sessions(key))
+		}
+		return nil
+	})
+
+	// C becomes an endpoint: users' requests land on B and on C, each
+	// signed by its own key, and all verify.
+	must(t, proxyenv.SetReady(ctx, env.Upstream.Client, proxyNamespace, c.addr, true))
+	testenv.Eventually(t, 30*time.Second, "C to hold the cluster through its peer B", func() (bool, error) {
+		return c.tunnels.Server.Held(key), nil
+	})
+	testenv.Eventually(t, 60*time.Second, "C to serve a request the agent verified", func() error {
+		code, body := get(t, userTok, cluster, "/hello")
+		if code != http.StatusOK || !strings.HasPrefix(body, "verified system:serviceaccount:"+workspace+":user-k") {
+			t.Fatalf("a request with B and C serving: %d %s", code, body)
+		}
+		if c.served(t, key) == 0 {
+			return fmt.Errorf("C served none yet (B served %v)", b.served(t, key))
+		}
+		return nil
+	})
+
+	// C stops: its key stays published, its direct token still verifies
+	// with the keys read again through B.
+	must(t, proxyenv.SetReady(ctx, env.Upstream.Client, proxyNamespace, c.addr, false))
+	c.stop()
+	keys, err = fetch(ctx)
+	must(t, err)
+	if _, err := assertion.NewVerifier(keys).VerifyDirect(directByC, key, time.Now()); err != nil {
+		t.Errorf("a direct token of the stopped replica C, with the keys read through B: %v", err)
+	}
+}
+
+func mustAttachURL(t *testing.T, cluster string) string {
+	t.Helper()
+	u, err := tunnel.AttachURL(env.Upstream.Config.Host, workspace, cluster)
+	must(t, err)
+	return u
 }
 
 // TestZZ_NoTokenInTheLogs runs last: no credential the tests made, nor the
