@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -167,6 +168,23 @@ func testReinstall(t *testing.T, name string) {
 	if _, err := devenv.ClusterReady(t.Context(), up, ws, name, 2*time.Minute); err != nil {
 		t.Error(err)
 	}
+	// The token's values know nothing of the Cluster's own agent settings
+	// (its redeployAgentGeneration among them): the agent's Bundle rolls
+	// the reinstalled agent once to them. The next tests count agent pods,
+	// so this one ends when that rollout has.
+	gen := strconv.FormatInt(getCluster(t, name).Spec.RedeployAgentGeneration, 10)
+	must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+		d, err := cs.AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "GENERATION" && e.Value != gen {
+				return fmt.Errorf("the agent Deployment has GENERATION %s, its Bundle %s: not adopted by its Bundle yet", e.Value, gen)
+			}
+		}
+		return rolledOut(d)
+	}))
 	runningAgent(t, cs, 2*time.Minute)
 	t.Logf("reinstalled agent registered again %.1fs after helm install, %s after the last heartbeat (%.1fs in all)",
 		time.Since(installed).Seconds(), granted.LastTransitionTime.Sub(lastSeen.Time).Round(time.Second), time.Since(start).Seconds())
