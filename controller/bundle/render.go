@@ -19,8 +19,11 @@ import (
 )
 
 // BundleRenderer renders a Bundle's resources with options already merged
-// with a target's. The controller's is a renderworker.Pool: the authors'
-// content never renders in the controller process.
+// with a target's. The controller's is a renderservice.Client (the
+// renderer, apart from the controller's pod) or a renderworker.Pool (child
+// processes in its pod): the authors' content never renders in the
+// controller process. A *renderworker.RenderError is the Bundle's failure;
+// any other error is the controller's own trouble, retried.
 type BundleRenderer interface {
 	Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error)
 	// Limits are the limits renders run under now.
