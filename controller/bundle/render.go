@@ -14,6 +14,8 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/metrics"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
+	"github.com/gitops-fleet/fleet/internal/renderservice"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -174,7 +176,11 @@ func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
 		rd.err, rd.manifests, rd.contentID = re, nil, ""
 	case err != nil:
 		metrics.BundleRenders.WithLabelValues("error").Inc()
-		return fmt.Errorf("rendering bundle %s: %w", rr.key, err)
+		err = fmt.Errorf("rendering bundle %s: %w", rr.key, err)
+		if errors.As(err, new(*renderservice.UnavailableError)) {
+			return reconciler.Retry(fleet.RendererUnavailableReason, err)
+		}
+		return err
 	default:
 		metrics.BundleRenders.WithLabelValues("success").Inc()
 		rd.err, rd.manifests, rd.contentID = nil, out.YAML, bundlecontent.ManifestID(out.YAML)
