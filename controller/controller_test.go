@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 		// Bundles render in the renderer, a process of its own, as the
 		// chart installs it: the controller makes its credentials' Secret,
 		// the renderer starts from its files.
-		if rendererAddr, err = renderenv.FreeAddress(); err != nil {
+		if rendererAddr, err = renderenv.FreeAddress("127.0.0.1"); err != nil {
 			return err
 		}
 		if rendererDir, err = os.MkdirTemp("", "fleet-controller-renderer-"); err != nil {

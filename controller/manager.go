@@ -28,7 +28,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/manageroptions"
 	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
-	"github.com/gitops-fleet/fleet/controller/renderersecret"
+	"github.com/gitops-fleet/fleet/controller/rendererconn"
 	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/token"
@@ -277,9 +277,9 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 
 // newBundleRenderer returns what renders the authors' Bundles, under the
 // limits of the configuration in force: the renderer service when
-// opts.RendererURL is set (its credentials kept by a renderersecret.Keeper
-// that runs on the leader), else render workers that are child processes
-// of this binary.
+// opts.RendererURL is set (its credentials kept by a rendererconn.Keeper
+// that runs on the leader, its pods found through its Service), else render
+// workers that are child processes of this binary.
 func newBundleRenderer(mgr manager.Manager, opts Options, limits func() renderworker.Limits) (bundle.BundleRenderer, error) {
 	if opts.RendererURL == "" {
 		return renderworker.NewPool(limits)
@@ -288,14 +288,20 @@ func newBundleRenderer(mgr manager.Manager, opts Options, limits func() renderwo
 	if err != nil {
 		return nil, err
 	}
-	keeper := &renderersecret.Keeper{
+	keeper := &rendererconn.Keeper{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 		Namespace: opts.Namespace, Name: opts.RendererSecret, Host: u.Hostname(),
 	}
 	if err := mgr.Add(keeper); err != nil {
 		return nil, err
 	}
-	return renderservice.NewClient(opts.RendererURL, keeper, limits)
+	// A Service name is reached through its EndpointSlices, whatever the
+	// cluster's DNS and service proxy.
+	var resolver renderservice.Resolver
+	if e := rendererconn.EndpointsOf(mgr.GetAPIReader(), u.Hostname()); e != nil {
+		resolver = e
+	}
+	return renderservice.NewClient(opts.RendererURL, keeper, resolver, limits)
 }
 
 // Start runs the controller until ctx ends.

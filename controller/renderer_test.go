@@ -2,22 +2,30 @@ package controller_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/controller/renderersecret"
+	"github.com/gitops-fleet/fleet/controller/rendererconn"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
@@ -110,7 +118,7 @@ func TestRendererSecret_TheControllerKeepsTheRenderersCredentials(t *testing.T) 
 		t.Fatal(err)
 	}
 	ns := testenv.Namespace(t, up, "fleet-renderer-secret-")
-	k := &renderersecret.Keeper{Client: asController, Reader: asController, Namespace: ns, Name: "renderer-creds", Host: "fleet-renderer." + ns + ".svc"}
+	k := &rendererconn.Keeper{Client: asController, Reader: asController, Namespace: ns, Name: "renderer-creds", Host: "fleet-renderer." + ns + ".svc"}
 	first, err := k.Credentials(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +142,7 @@ func TestRendererSecret_TheControllerKeepsTheRenderersCredentials(t *testing.T) 
 
 	// The renderer's address changes: a new certificate, the same token,
 	// the previous CA still trusted.
-	k2 := &renderersecret.Keeper{Client: asController, Reader: asController, Namespace: ns, Name: "renderer-creds", Host: "renderer.example.internal"}
+	k2 := &rendererconn.Keeper{Client: asController, Reader: asController, Namespace: ns, Name: "renderer-creds", Host: "renderer.example.internal"}
 	renewed, err := k2.Credentials(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -159,4 +167,103 @@ func TestRendererSecret_TheControllerKeepsTheRenderersCredentials(t *testing.T) 
 	if got := stored(); got.Token == first.Token {
 		t.Error("a broken Secret was repaired with the previous token")
 	}
+}
+
+// TestRenderer_ReachedThroughTheReadyEndpointsOfItsService: a renderer URL
+// naming a Service (fleet-renderer.<namespace>.svc) is reached through the
+// Service's ready EndpointSlice endpoints, listed with the controller's own
+// rights, without cluster DNS: renders spread over the replicas, a
+// not-ready endpoint is never dialled, and a replica that stops leaves the
+// others rendering.
+func TestRenderer_ReachedThroughTheReadyEndpointsOfItsService(t *testing.T) {
+	host, err := controlplane.AggregatedServerHost() // EndpointSlices refuse loopback
+	if err != nil {
+		t.Skip(err)
+	}
+	ns := config.DefaultSystemNamespace
+	service := "fleet-renderer"
+	name := service + "." + ns + ".svc"
+	creds, err := renderservice.NewCredentials(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replicas []*renderenv.Renderer
+	for i := range 2 {
+		addr, err := renderenv.FreeAddress(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := renderenv.Start(t.Context(), addr, creds, renderenv.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Stop() })
+		replicas = append(replicas, r)
+		_, port, _ := net.SplitHostPort(addr)
+		mkSlice(t, ns, fmt.Sprintf("%s-test-%d", service, i), service, host, port, true)
+	}
+	// Nobody listens behind the not-ready one.
+	unused, err := renderenv.FreeAddress(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, unusedPort, _ := net.SplitHostPort(unused)
+	mkSlice(t, ns, service+"-test-not-ready", service, host, unusedPort, false)
+
+	asController, err := client.New(controllerIdentity, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoints := rendererconn.EndpointsOf(asController, name)
+	if endpoints == nil {
+		t.Fatalf("%s names no Service", name)
+	}
+	limits := renderworker.LimitsOf(&config.Config{})
+	limits.Timeout, limits.Concurrency = 30*time.Second, 4
+	c, err := renderservice.NewClient("https://"+name+":8443", renderservice.StaticCredentials{C: creds}, endpoints, func() renderworker.Limits { return limits })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := webBundle("ws")
+	renderAll := func(n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				out, err := c.Render(t.Context(), b.Name, b.Spec.Resources, b.Spec.BundleDeploymentOptions)
+				if err != nil || !strings.Contains(string(out.YAML), "team: web") {
+					t.Errorf("render: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	renderAll(4)
+	for i, r := range replicas {
+		if !strings.Contains(r.LogTail(), "rendered") {
+			t.Errorf("replica %d rendered nothing: renders did not spread over the endpoints\n%s", i, r.LogTail())
+		}
+	}
+	if err := replicas[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	renderAll(4)
+}
+
+func mkSlice(t *testing.T, ns, name, service, host, port string, ready bool) {
+	t.Helper()
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(p))}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}},
+	}
+	if err := up.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = up.Delete(context.Background(), s) })
 }

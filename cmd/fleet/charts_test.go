@@ -182,6 +182,7 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 		"Role/fleet-controller": {
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list"}},
 		},
 	}
 	got := map[string][]rbacv1.PolicyRule{}

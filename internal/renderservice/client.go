@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -26,6 +28,15 @@ type CredentialSource interface {
 	// Refused says the renderer refused the token or its certificate did
 	// not verify: the next call to Credentials reads them again.
 	Refused()
+}
+
+// Resolver gives the addresses ("host:port") the Client dials instead of
+// its URL's host (the renderer's pods, say); the renderer's certificate is
+// still checked for that host.
+type Resolver interface {
+	Addresses(ctx context.Context) ([]string, error)
+	// Failed says no address could be dialled: read them again.
+	Failed()
 }
 
 // StaticCredentials is a CredentialSource that never changes.
@@ -48,7 +59,9 @@ const (
 type Client struct {
 	endpoint string
 	creds    CredentialSource
+	resolver Resolver // nil: the URL's host
 	limits   func() renderworker.Limits
+	next     atomic.Uint32 // the address the next connection tries first
 	// slots bound the renders in flight to the configured concurrency, as
 	// the in-pod pool does.
 	slots renderworker.Slots
@@ -59,14 +72,15 @@ type Client struct {
 }
 
 // NewClient returns a client of the renderer at rendererURL (https) that
-// authenticates with creds and renders within the limits limits returns
-// (read at every render).
-func NewClient(rendererURL string, creds CredentialSource, limits func() renderworker.Limits) (*Client, error) {
+// authenticates with creds, dials the addresses resolver gives (nil: the
+// URL's host) in turn, and renders within the limits limits returns (read
+// at every render).
+func NewClient(rendererURL string, creds CredentialSource, resolver Resolver, limits func() renderworker.Limits) (*Client, error) {
 	u, err := ParseURL(rendererURL)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{endpoint: u.JoinPath(RenderPath).String(), creds: creds, limits: limits}, nil
+	return &Client{endpoint: u.JoinPath(RenderPath).String(), creds: creds, resolver: resolver, limits: limits}, nil
 }
 
 // ParseURL checks a renderer URL: https, a host, no user, query or fragment.
@@ -205,6 +219,7 @@ func (c *Client) httpClient(ca []byte) (*http.Client, error) {
 	}
 	c.ca = ca
 	c.client = &http.Client{Transport: &http.Transport{
+		DialContext:         c.dial,
 		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13},
 		MaxIdleConnsPerHost: 64, // bundleRenderConcurrency's maximum
 		IdleConnTimeout:     90 * time.Second,
@@ -213,6 +228,32 @@ func (c *Client) httpClient(ca []byte) (*http.Client, error) {
 		Proxy: nil,
 	}}
 	return c.client, nil
+}
+
+var dialer = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+
+// dial connects to addr, or, with a resolver, to the first of its
+// addresses that answers, starting one further at every connection so
+// that connections spread over the renderer's replicas.
+func (c *Client) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if c.resolver == nil {
+		return dialer.DialContext(ctx, network, addr)
+	}
+	addrs, err := c.resolver.Addresses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	first := int(c.next.Add(1))
+	var errs []error
+	for i := range addrs {
+		conn, err := dialer.DialContext(ctx, network, addrs[(first+i)%len(addrs)])
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	c.resolver.Failed()
+	return nil, errors.Join(errs...)
 }
 
 // isCertificateError reports whether err is the renderer's certificate not

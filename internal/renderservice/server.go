@@ -221,7 +221,7 @@ func (s *server) render(w http.ResponseWriter, r *http.Request) {
 	default:
 		resp = response{Response: renderworker.Response{YAML: out.YAML}}
 	}
-	s.log.V(1).Info("rendered", "bundle", req.Name, "duration", time.Since(start).Round(time.Millisecond), "reason", resp.Reason)
+	s.log.Info("rendered", "bundle", req.Name, "duration", time.Since(start).Round(time.Millisecond), "reason", resp.Reason)
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(resp); err != nil {
 		s.log.V(1).Info("writing the answer failed", "bundle", req.Name, "error", err.Error())

@@ -42,7 +42,7 @@ func startRenderer(t testing.TB, opts renderenv.Options) (*renderenv.Renderer, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := renderenv.FreeAddress()
+	addr, err := renderenv.FreeAddress("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func newClient(t testing.TB, url string, creds *renderservice.Credentials, mutat
 	if mutate != nil {
 		mutate(&lim)
 	}
-	c, err := renderservice.NewClient(url, renderservice.StaticCredentials{C: creds}, func() renderworker.Limits { return lim })
+	c, err := renderservice.NewClient(url, renderservice.StaticCredentials{C: creds}, nil, func() renderworker.Limits { return lim })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestRenderer_RefusesToStartWithAKubernetesCredentialMounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := renderenv.FreeAddress()
+	addr, err := renderenv.FreeAddress("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestClient_RendererDownIsNotTheBundlesFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := renderenv.FreeAddress() // nobody listens there
+	addr, err := renderenv.FreeAddress("127.0.0.1") // nobody listens there
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func runFleetScale(ctx context.Context, opts Options, step func(string, ...any))
 		n = opts.Clusters
 	}
 	step("fleet-steady: starting an upstream control plane and the controller")
-	h, err := startHarness(ctx, 0, interval, opts.FleetBinary, opts.Shards)
+	h, err := startHarness(ctx, 0, interval, opts.FleetBinary, opts.Shards, opts.renderMode())
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +190,8 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	c.WallS = f(took.Seconds())
 	c.ThroughputPerS = f(float64(n) / took.Seconds())
 	c.ControllerPeakRSSMB, c.ControllerCPUS = f(rss), f(cpu1-cpu0)
-	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; the first deployment of the Bundle took %.1f s",
-		n, took.Seconds(), firstTook.Seconds())
+	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; the first deployment of the Bundle took %.1f s; %s",
+		n, took.Seconds(), firstTook.Seconds(), h.renderNote())
 	return append(results, c), nil
 }
 

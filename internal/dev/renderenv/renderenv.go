@@ -85,10 +85,10 @@ type Renderer struct {
 	err  error
 }
 
-// FreeAddress returns a free 127.0.0.1 address, to tell the controller
-// before the renderer starts.
-func FreeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// FreeAddress returns a free address on host (an IP of this machine), to
+// tell the controller before the renderer starts.
+func FreeAddress(host string) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return "", err
 	}

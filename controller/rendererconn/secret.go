@@ -1,10 +1,13 @@
-// Package renderersecret keeps Secret fleet-renderer-tls in the controller's
-// namespace: the renderer's serving certificate and the bearer token only
-// the controller sends it (internal/renderservice). The controller makes it
-// when missing and renews the certificate before it expires or when the
-// renderer's address changes; the renderer mounts the certificate, its key
-// and the token's hash as files and never reads the API.
-package renderersecret
+// Package rendererconn is how the controller reaches the renderer
+// (internal/renderservice): it keeps Secret fleet-renderer-tls in the
+// controller's namespace, the renderer's serving certificate and the bearer
+// token only the controller sends it (Keeper), and finds the renderer's
+// pods through its Service's EndpointSlices (Endpoints). The controller
+// makes the Secret when missing and renews the certificate before it
+// expires or when the renderer's address changes; the renderer mounts the
+// certificate, its key and the token's hash as files and never reads the
+// API.
+package rendererconn
 
 import (
 	"context"
