@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,13 +203,25 @@ func TestRenderer_ReachedThroughTheReadyEndpointsOfItsService(t *testing.T) {
 		_, port, _ := net.SplitHostPort(addr)
 		mkSlice(t, ns, fmt.Sprintf("%s-test-%d", service, i), service, host, port, true)
 	}
-	// Nobody listens behind the not-ready one.
-	unused, err := renderenv.FreeAddress(host)
+	// Behind the not-ready one, a listener that counts connections.
+	notReady, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, unusedPort, _ := net.SplitHostPort(unused)
-	mkSlice(t, ns, service+"-test-not-ready", service, host, unusedPort, false)
+	t.Cleanup(func() { _ = notReady.Close() })
+	var dialled atomic.Int32
+	go func() {
+		for {
+			conn, err := notReady.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			_ = conn.Close()
+		}
+	}()
+	_, notReadyPort, _ := net.SplitHostPort(notReady.Addr().String())
+	mkSlice(t, ns, service+"-test-not-ready", service, host, notReadyPort, false)
 
 	asController, err := client.New(controllerIdentity, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
@@ -248,6 +261,9 @@ func TestRenderer_ReachedThroughTheReadyEndpointsOfItsService(t *testing.T) {
 		t.Fatal(err)
 	}
 	renderAll(4)
+	if n := dialled.Load(); n != 0 {
+		t.Errorf("the not-ready endpoint was dialled %d times", n)
+	}
 }
 
 func mkSlice(t *testing.T, ns, name, service, host, port string, ready bool) {

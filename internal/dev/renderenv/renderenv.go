@@ -171,7 +171,13 @@ func StartFromSecret(ctx context.Context, c client.Reader, namespace, name, addr
 func (r *Renderer) waitReady(ctx context.Context, creds *renderservice.Credentials, timeout time.Duration) error {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(creds.CA)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13}}}
+	// The name the certificate is for, which need not be the address
+	// listened on (a Service name).
+	serverName := ""
+	if pair, err := tls.X509KeyPair(creds.Cert, creds.Key); err == nil && len(pair.Leaf.DNSNames) > 0 {
+		serverName = pair.Leaf.DNSNames[0]
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS13}}}
 	defer hc.CloseIdleConnections()
 	deadline := time.Now().Add(timeout)
 	var last error
