@@ -49,8 +49,10 @@ const (
 	// attempts is how often the Client tries a render before it reports
 	// the renderer unreachable (the reconcile then retries with backoff).
 	attempts = 3
-	// transferSlack is added to the render time limit for the request's
-	// deadline: starting a worker, moving the Bundle and the manifests.
+	// transferSlack is added to twice the render time limit for the
+	// request's deadline: waiting for one of the renderer's workers (when
+	// its --concurrency is below the controller's), starting one, moving
+	// the Bundle and the manifests.
 	transferSlack = 30 * time.Second
 )
 
@@ -157,7 +159,7 @@ func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte) 
 	if err != nil {
 		return nil, err, false
 	}
-	reqCtx, cancel := context.WithTimeout(ctx, lim.Timeout+transferSlack)
+	reqCtx, cancel := context.WithTimeout(ctx, 2*lim.Timeout+transferSlack)
 	defer cancel()
 	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {

@@ -90,7 +90,6 @@ func Serve(ctx context.Context, opts ServerOptions) error {
 			MinVersion:     tls.VersionTLS13,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.credentials().cert, nil },
 		},
-		ErrorLog: nil,
 		BaseContext: func(net.Listener) context.Context {
 			return logr.NewContext(context.Background(), log)
 		},
