@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/gitops-fleet/fleet/internal/dev/devenv"
 )
@@ -82,15 +85,23 @@ func testRenderer(t *testing.T) {
 	}))
 
 	// A caller without the controller's token: the API server's service
-	// proxy reaches the pod (it forwards no credential of its caller).
+	// proxy reaches the pod (it forwards no credential of its caller), and
+	// the renderer itself answers 401.
+	cfg, err := cluster("upstream").RESTConfig()
+	must(t, err)
+	hc, err := rest.HTTPClientFor(cfg)
+	must(t, err)
 	body := `{"name":"x","resources":[{"name":"cm.yaml","content":"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"}],"options":{}}`
-	res := cs.CoreV1().RESTClient().Post().AbsPath("/api/v1/namespaces", agentNS, "services", "https:fleet-renderer:8443", "proxy", "v1", "render").
-		Body([]byte(body)).SetHeader("Content-Type", "application/json").Do(t.Context())
-	var code int
-	res.StatusCode(&code)
-	raw, _ := res.Raw()
-	if code != 401 || strings.Contains(string(raw), "ConfigMap") {
-		t.Errorf("a request without the controller's token: %d %s (%v), want 401", code, raw, res.Error())
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost,
+		cfg.Host+"/api/v1/namespaces/"+agentNS+"/services/https:fleet-renderer:8443/proxy/v1/render", strings.NewReader(body))
+	must(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	must(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(raw), "only the fleet controller may call the renderer") {
+		t.Errorf("a request without the controller's token: %s %s, want 401 from the renderer", resp.Status, raw)
 	}
 
 	np, err := cs.NetworkingV1().NetworkPolicies(agentNS).Get(t.Context(), "fleet-renderer", metav1.GetOptions{})
