@@ -172,6 +172,11 @@ func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte) 
 		if ctx.Err() != nil {
 			return nil, ctx.Err(), false // the caller gave up
 		}
+		if reqCtx.Err() != nil {
+			// A renderer that holds a request this long holds the next
+			// one as long: the reconcile's backoff is the retry.
+			return nil, &UnavailableError{Endpoint: c.endpoint, Err: fmt.Errorf("no answer within %s", 2*lim.Timeout+transferSlack)}, false
+		}
 		if isCertificateError(err) {
 			c.creds.Refused()
 		}
