@@ -34,6 +34,7 @@ type harness struct {
 	dir         string
 	controllers []*exec.Cmd // one per shard
 	pprofAddrs  []string    // their pprof endpoints
+	metricAddrs []string    // their metrics endpoints
 	ctrlLog     string
 	heartbeat   time.Duration
 	renderer    *renderenv.Renderer // nil: in-pod render workers
@@ -86,8 +87,14 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 			return nil, err
 		}
 		h.pprofAddrs = append(h.pprofAddrs, pprof)
+		metrics, err := freeAddress()
+		if err != nil {
+			h.stop()
+			return nil, err
+		}
+		h.metricAddrs = append(h.metricAddrs, metrics)
 		args := []string{"controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
-			"--metrics-address", "0", "--probe-address", "0", "--leader-elect=false", "--workers", "20",
+			"--metrics-address", metrics, "--probe-address", "0", "--leader-elect=false", "--workers", "20",
 			"--pprof-address", pprof, fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", shards)}
 		cmd := exec.Command(fleetBin, append(args, rendererArgs...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -105,6 +112,37 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 		}
 	}
 	return h, nil
+}
+
+// renderStats sums the controllers' Bundle renders so far and the time
+// they took (fleet_bundle_render_duration_seconds: the round trip to the
+// renderer, or the in-pod worker, slot waits included).
+func (h *harness) renderStats(ctx context.Context) (count, seconds float64, err error) {
+	for _, addr := range h.metricAddrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading the controller's metrics: %w", err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			name, value, ok := strings.Cut(sc.Text(), " ")
+			v, _ := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			switch {
+			case !ok:
+			case name == "fleet_bundle_render_duration_seconds_count":
+				count += v
+			case name == "fleet_bundle_render_duration_seconds_sum":
+				seconds += v
+			}
+		}
+		_ = resp.Body.Close()
+	}
+	return count, seconds, nil
 }
 
 // renderNote says where Bundles rendered and what the renderer process
