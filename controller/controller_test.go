@@ -1,8 +1,11 @@
 package controller_test
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,13 +23,23 @@ import (
 	"github.com/gitops-fleet/fleet/controller"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/internal/renderservice"
 )
 
 var (
 	env  *controlplane.Env
 	ctrl *controller.Controller
 	up   client.Client
+	// controllerIdentity is the controller's ServiceAccount.
+	controllerIdentity *rest.Config
+
+	// The renderer the controller renders Bundles in: its address, its
+	// directory and the running process (replaced when a test restarts it).
+	rendererAddr    string
+	rendererDir     string
+	rendererProcess atomic.Pointer[renderenv.Renderer]
 )
 
 func TestMain(m *testing.M) {
@@ -34,6 +48,16 @@ func TestMain(m *testing.M) {
 		// The controller runs with exactly the rights charts/fleet gives it.
 		identity, err := env.Upstream.FleetControllerIdentity(s.Context(), config.DefaultSystemNamespace)
 		if err != nil {
+			return err
+		}
+		controllerIdentity = identity
+		// Bundles render in the renderer, a process of its own, as the
+		// chart installs it: the controller makes its credentials' Secret,
+		// the renderer starts from its files.
+		if rendererAddr, err = renderenv.FreeAddress("127.0.0.1"); err != nil {
+			return err
+		}
+		if rendererDir, err = os.MkdirTemp("", "fleet-controller-renderer-"); err != nil {
 			return err
 		}
 		ctrl, err = controller.New(s.Context(), controller.Options{
@@ -45,11 +69,24 @@ func TestMain(m *testing.M) {
 			},
 			MetricsAddress: "0",
 			ProbeAddress:   "0",
+			RendererURL:    "https://" + rendererAddr,
 		})
 		if err != nil {
 			return err
 		}
 		s.Go("controller", ctrl.Start)
+		r, err := renderenv.StartFromSecret(s.Context(), up, config.DefaultSystemNamespace, renderservice.SecretName, rendererAddr, renderenv.Options{Dir: rendererDir})
+		if err != nil {
+			return err
+		}
+		rendererProcess.Store(r)
+		s.Go("renderer", func(ctx context.Context) error {
+			<-ctx.Done()
+			if r := rendererProcess.Load(); r != nil {
+				_ = r.Stop()
+			}
+			return os.RemoveAll(rendererDir)
+		})
 		return nil
 	})
 }

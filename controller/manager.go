@@ -28,11 +28,13 @@ import (
 	"github.com/gitops-fleet/fleet/controller/manageroptions"
 	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/rendererconn"
 	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
+	"github.com/gitops-fleet/fleet/internal/renderservice"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -95,6 +97,14 @@ type Options struct {
 	// are compared with the shipped ones without a watch event (zero:
 	// admission.DefaultResync).
 	AdmissionPolicyResync time.Duration
+
+	// RendererURL is the renderer service (https) Bundles render in, apart
+	// from the controller's pod. Empty: render workers run as children of
+	// the controller, in its pod, with its credential at hand (weaker).
+	RendererURL string
+	// RendererSecret names the Secret in Namespace holding the renderer's
+	// credentials (zero: renderservice.SecretName).
+	RendererSecret string
 }
 
 // Controller is an assembled, not yet started, controller.
@@ -201,9 +211,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
 	}
-	// The authors' Bundles render in child processes of this binary (see
-	// renderworker), under the limits of the configuration in force.
-	renderPool, err := renderworker.NewPool(func() renderworker.Limits { return renderworker.LimitsOf(store.Get()) })
+	bundleRenderer, err := newBundleRenderer(mgr, opts, func() renderworker.Limits { return renderworker.LimitsOf(store.Get()) })
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +220,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Client:   mgr.GetClient(),
 		Cache:    mgr.GetCache(),
 		Recorder: events,
-		Renderer: renderPool,
+		Renderer: bundleRenderer,
 	}).SetupWithManager(mgr, 0); err != nil {
 		return nil, err
 	}
@@ -265,6 +273,35 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{Manager: mgr, Config: store, Admission: policies}, nil
+}
+
+// newBundleRenderer returns what renders the authors' Bundles, under the
+// limits of the configuration in force: the renderer service when
+// opts.RendererURL is set (its credentials kept by a rendererconn.Keeper
+// that runs on the leader, its pods found through its Service), else render
+// workers that are child processes of this binary.
+func newBundleRenderer(mgr manager.Manager, opts Options, limits func() renderworker.Limits) (bundle.BundleRenderer, error) {
+	if opts.RendererURL == "" {
+		return renderworker.NewPool(limits)
+	}
+	u, err := renderservice.ParseURL(opts.RendererURL)
+	if err != nil {
+		return nil, err
+	}
+	keeper := &rendererconn.Keeper{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		Namespace: opts.Namespace, Name: opts.RendererSecret, Host: u.Hostname(),
+	}
+	if err := mgr.Add(keeper); err != nil {
+		return nil, err
+	}
+	// A Service name is reached through its EndpointSlices, whatever the
+	// cluster's DNS and service proxy.
+	var resolver renderservice.Resolver
+	if e := rendererconn.EndpointsOf(mgr.GetAPIReader(), u.Hostname()); e != nil {
+		resolver = e
+	}
+	return renderservice.NewClient(opts.RendererURL, keeper, resolver, limits)
 }
 
 // Start runs the controller until ctx ends.

@@ -150,6 +150,9 @@ const (
 	RenderTimeoutReason = "RenderTimeout"
 	// RenderOutOfMemoryReason: rendering needed more memory than the limit.
 	RenderOutOfMemoryReason = "RenderOutOfMemory"
+	// RendererUnavailableReason: the renderer service (fleet-renderer) did
+	// not render; the Bundle is not at fault and is retried.
+	RendererUnavailableReason = "RendererUnavailable"
 )
 
 // GetConditions and SetConditions let generic code (the kstatus rules of

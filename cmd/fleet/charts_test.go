@@ -8,9 +8,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/renderer"
@@ -178,6 +182,7 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 		"Role/fleet-controller": {
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list"}},
 		},
 	}
 	got := map[string][]rbacv1.PolicyRule{}
@@ -368,6 +373,147 @@ func TestFleetChart_BootstrapIdentity(t *testing.T) {
 		}
 		if cfg == nil || cfg.BootstrapEnabled() != tc.enabled || cfg.GetBootstrapNamespace() != tc.ns || cfg.GetBootstrapAgentNamespace() != tc.agentNS {
 			t.Errorf("values %q: the controller's bootstrap configuration is %+v", tc.values, cfg)
+		}
+	}
+}
+
+// TestFleetChart_RendererHoldsNoCredentialAndReachesOnlyTheController: the
+// renderer Deployment (docs/operations.md, "Bundle rendering") mounts no
+// ServiceAccount token, is bound to no role, runs confined (non-root,
+// read-only root, no capabilities, seccomp), mounts only the certificate,
+// its key and the token's hash of Secret fleet-renderer-tls, and its
+// NetworkPolicy denies all egress and all ingress but the controller's on
+// its port; every controller shard is told its URL. renderer.enabled false
+// renders none of it and the controller renders in its own pod.
+func TestFleetChart_RendererHoldsNoCredentialAndReachesOnlyTheController(t *testing.T) {
+	ch, err := renderer.LoadChartDir("../../charts/fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(values string) []*unstructured.Unstructured {
+		t.Helper()
+		out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte(values)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := out.Objects()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	var (
+		dep          appsv1.Deployment
+		sa           corev1.ServiceAccount
+		svc          corev1.Service
+		policy       networkingv1.NetworkPolicy
+		found        = map[string]bool{}
+		rendererURLs []string
+	)
+	objs := render("shards: 2\nrenderer: {port: 9443, concurrency: 3}\n")
+	for _, o := range objs {
+		into := map[string]any{
+			"Deployment/fleet-renderer":     &dep,
+			"ServiceAccount/fleet-renderer": &sa,
+			"Service/fleet-renderer":        &svc,
+			"NetworkPolicy/fleet-renderer":  &policy,
+		}[o.GetKind()+"/"+o.GetName()]
+		if into != nil {
+			found[o.GetKind()] = true
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if o.GetKind() == "Deployment" && strings.HasPrefix(o.GetName(), "fleet-controller") {
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+				if u, ok := strings.CutPrefix(a, "--renderer-url="); ok {
+					rendererURLs = append(rendererURLs, d.Name+" "+u)
+				}
+			}
+		}
+		if o.GetKind() == "RoleBinding" || o.GetKind() == "ClusterRoleBinding" {
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			for _, s := range subjects {
+				if s.(map[string]any)["name"] == "fleet-renderer" {
+					t.Errorf("%s/%s binds the renderer's ServiceAccount to a role", o.GetKind(), o.GetName())
+				}
+			}
+		}
+	}
+	if len(found) != 4 {
+		t.Fatalf("rendered %v of the renderer's Deployment, ServiceAccount, Service and NetworkPolicy", found)
+	}
+
+	pod := dep.Spec.Template.Spec
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken || sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken ||
+		pod.ServiceAccountName != "fleet-renderer" {
+		t.Errorf("a ServiceAccount token would be mounted: pod automount %v, ServiceAccount %s automount %v",
+			ptr.Deref(pod.AutomountServiceAccountToken, true), pod.ServiceAccountName, ptr.Deref(sa.AutomountServiceAccountToken, true))
+	}
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want runAsNonRoot and seccomp RuntimeDefault", psc)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("container security context %+v", sc)
+	}
+	if want := []string{"renderer", "--listen=:9443", "--credentials-dir=/etc/fleet-renderer", "--concurrency=3"}; !slices.Equal(c.Args, want) {
+		t.Errorf("args %q, want %q", c.Args, want)
+	}
+	var mounted []string
+	for _, v := range pod.Volumes {
+		switch {
+		case v.Secret != nil:
+			for _, it := range v.Secret.Items {
+				mounted = append(mounted, v.Secret.SecretName+"/"+it.Key)
+			}
+			if len(v.Secret.Items) == 0 {
+				mounted = append(mounted, v.Secret.SecretName+"/*")
+			}
+		case v.Projected != nil, v.HostPath != nil:
+			t.Errorf("volume %s: projected or host path", v.Name)
+		}
+	}
+	if want := []string{"fleet-renderer-tls/tls.crt", "fleet-renderer-tls/tls.key", "fleet-renderer-tls/token.sha256"}; !slices.Equal(mounted, want) {
+		t.Errorf("mounted %v, want only %v (never the token itself)", mounted, want)
+	}
+
+	ingress := policy.Spec.Ingress
+	if !slices.Equal(policy.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) ||
+		!reflect.DeepEqual(policy.Spec.PodSelector.MatchLabels, map[string]string{"app": "fleet-renderer"}) ||
+		len(policy.Spec.Egress) != 0 || len(ingress) != 1 || len(ingress[0].From) != 1 || len(ingress[0].Ports) != 1 ||
+		ingress[0].From[0].PodSelector == nil || ingress[0].From[0].NamespaceSelector != nil || ingress[0].From[0].IPBlock != nil ||
+		!reflect.DeepEqual(ingress[0].From[0].PodSelector.MatchLabels, map[string]string{"app": "fleet-controller"}) ||
+		ingress[0].Ports[0].Port == nil || ingress[0].Ports[0].Port.IntValue() != 9443 {
+		t.Errorf("NetworkPolicy spec %+v: want no egress, ingress from app=fleet-controller on 9443 only", policy.Spec)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9443 || svc.Spec.Selector["app"] != "fleet-renderer" {
+		t.Errorf("Service %+v", svc.Spec)
+	}
+	wantURLs := []string{
+		"fleet-controller-shard-0 https://fleet-renderer.cattle-fleet-system.svc:9443",
+		"fleet-controller-shard-1 https://fleet-renderer.cattle-fleet-system.svc:9443",
+	}
+	if !slices.Equal(rendererURLs, wantURLs) {
+		t.Errorf("controllers told %v, want %v", rendererURLs, wantURLs)
+	}
+
+	for _, o := range render("renderer: {enabled: false}\n") {
+		if strings.Contains(o.GetName(), "fleet-renderer") {
+			t.Errorf("renderer.enabled false renders %s/%s", o.GetKind(), o.GetName())
+		}
+		if o.GetKind() == "Deployment" && strings.Contains(fmt.Sprint(o.Object), "--renderer-url") {
+			t.Errorf("renderer.enabled false: %s is told a renderer URL", o.GetName())
 		}
 	}
 }

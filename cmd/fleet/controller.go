@@ -11,6 +11,7 @@ import (
 
 	"github.com/gitops-fleet/fleet/controller"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/renderservice"
 )
 
 func newControllerCommand() *cobra.Command {
@@ -55,6 +56,8 @@ func newControllerCommand() *cobra.Command {
 	f.Float32Var(&opts.QPS, "kube-api-qps", controller.DefaultQPS, "requests per second to the upstream API server (client-side limit)")
 	f.IntVar(&opts.Burst, "kube-api-burst", controller.DefaultBurst, "request burst to the upstream API server")
 	f.DurationVar(&opts.CAPIPollInterval, "capi-poll-interval", 30*time.Second, "while Cluster API auto-registration is on, how often to look for the cluster.x-k8s.io API until it is served")
+	f.StringVar(&opts.RendererURL, "renderer-url", "", "render Bundles in the renderer service at this https URL (fleet renderer, Deployment fleet-renderer); empty: in render workers inside this pod (weaker: they run beside this process's credential)")
+	f.StringVar(&opts.RendererSecret, "renderer-secret", renderservice.SecretName, "Secret in --namespace with the renderer's credentials (made by the controller)")
 	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return cmd
 }

@@ -18,9 +18,9 @@ import (
 )
 
 func main() {
-	// The controller and `fleet render bundle` render Bundles in child
-	// processes of this binary; such a child renders and exits here,
-	// before any command runs.
+	// The renderer, the controller (without a renderer) and `fleet render
+	// bundle` render Bundles in child processes of this binary; such a
+	// child renders and exits here, before any command runs.
 	renderworker.ServeIfWorker()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -45,6 +45,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand())
+	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand())
 	return root
 }

@@ -14,13 +14,18 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/metrics"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
+	"github.com/gitops-fleet/fleet/internal/renderservice"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // BundleRenderer renders a Bundle's resources with options already merged
-// with a target's. The controller's is a renderworker.Pool: the authors'
-// content never renders in the controller process.
+// with a target's. The controller's is a renderservice.Client (the
+// renderer, apart from the controller's pod) or a renderworker.Pool (child
+// processes in its pod): the authors' content never renders in the
+// controller process. A *renderworker.RenderError is the Bundle's failure;
+// any other error is the controller's own trouble, retried.
 type BundleRenderer interface {
 	Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error)
 	// Limits are the limits renders run under now.
@@ -171,7 +176,11 @@ func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
 		rd.err, rd.manifests, rd.contentID = re, nil, ""
 	case err != nil:
 		metrics.BundleRenders.WithLabelValues("error").Inc()
-		return fmt.Errorf("rendering bundle %s: %w", rr.key, err)
+		err = fmt.Errorf("rendering bundle %s: %w", rr.key, err)
+		if errors.As(err, new(*renderservice.UnavailableError)) {
+			return reconciler.Retry(fleet.RendererUnavailableReason, err)
+		}
+		return err
 	default:
 		metrics.BundleRenders.WithLabelValues("success").Inc()
 		rd.err, rd.manifests, rd.contentID = nil, out.YAML, bundlecontent.ManifestID(out.YAML)

@@ -64,10 +64,7 @@ func (e *RenderError) Error() string { return e.Message }
 type Pool struct {
 	limits func() Limits
 	exe    string
-
-	mu      sync.Mutex
-	running int
-	freed   chan struct{} // closed (and replaced) whenever a worker ends
+	slots  Slots
 }
 
 // NewPool returns a pool that starts the running binary as its workers; the
@@ -77,7 +74,7 @@ func NewPool(limits func() Limits) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the running binary for render workers: %w", err)
 	}
-	return &Pool{limits: limits, exe: exe, freed: make(chan struct{})}, nil
+	return &Pool{limits: limits, exe: exe}, nil
 }
 
 // Limits returns the limits renders run under now.
@@ -87,21 +84,27 @@ func (p *Pool) Limits() Limits { return p.limits() }
 // target's) in a worker: what renderer.BundleFiles and renderer.RenderFiles
 // do in-process, bounded in time, memory and network access.
 func (p *Pool) Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
-	lim := p.limits()
-	req, err := json.Marshal(request{Name: name, Resources: resources, Options: opts, Limits: lim.Size})
+	return p.RenderWithin(ctx, p.limits(), name, resources, opts)
+}
+
+// RenderWithin is Render under the limits given instead of the pool's: the
+// renderer service renders under the limits each request carries.
+func (p *Pool) RenderWithin(ctx context.Context, lim Limits, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
+	req, err := json.Marshal(Request{Name: name, Resources: resources, Options: opts, Limits: lim.Size})
 	if err != nil {
 		return nil, fmt.Errorf("encoding the render request: %w", err)
 	}
-	if err := p.acquire(ctx, lim.Concurrency); err != nil {
+	if err := p.slots.Acquire(ctx, lim.Concurrency); err != nil {
 		return nil, err
 	}
-	defer p.release()
+	defer p.slots.Release()
 	return p.run(ctx, lim, req)
 }
 
-// maxResponseBytes bounds what the parent reads from a worker: the largest
-// manifests an agent accepts, base64 in JSON, and room for an error.
-const maxResponseBytes = bundlecontent.MaxManifestBytes/3*4 + 1<<20
+// MaxResponseBytes bounds what the parent reads from a worker (and the
+// controller from the renderer service): the largest manifests an agent
+// accepts, base64 in JSON, and room for an error.
+const MaxResponseBytes = bundlecontent.MaxManifestBytes/3*4 + 1<<20
 
 func (p *Pool) run(parent context.Context, lim Limits, req []byte) (*renderer.Output, error) {
 	ctx, cancel := context.WithTimeout(parent, lim.Timeout)
@@ -118,7 +121,7 @@ func (p *Pool) run(parent context.Context, lim Limits, req []byte) (*renderer.Ou
 		"PATH=",
 	}
 	cmd.Stdin = bytes.NewReader(req)
-	stdout := &cappedBuffer{limit: maxResponseBytes}
+	stdout := &cappedBuffer{limit: MaxResponseBytes}
 	stderr := &cappedBuffer{limit: 8 << 10}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Its own process group, killed as a whole at the time limit.
@@ -140,7 +143,7 @@ func (p *Pool) run(parent context.Context, lim Limits, req []byte) (*renderer.Ou
 		"maxRSS", maxRSS, "exit", state.String())
 
 	if state.Success() && !stdout.overflow {
-		var resp response
+		var resp Response
 		if err := json.Unmarshal(stdout.Bytes(), &resp); err != nil {
 			return nil, fmt.Errorf("reading the render worker's answer: %w", err)
 		}
@@ -171,7 +174,7 @@ func (p *Pool) run(parent context.Context, lim Limits, req []byte) (*renderer.Ou
 	case isOutOfMemory(stderr.String()):
 		return nil, outOfMemory
 	case stdout.overflow:
-		return nil, fmt.Errorf("the render worker wrote more than %d bytes", maxResponseBytes)
+		return nil, fmt.Errorf("the render worker wrote more than %d bytes", MaxResponseBytes)
 	}
 	line := crashLine(stderr.String(), state)
 	if strings.HasPrefix(line, "render worker: ") {
@@ -202,17 +205,30 @@ func crashLine(stderr string, state *os.ProcessState) string {
 	return state.String()
 }
 
-// acquire waits for a free worker slot.
-func (p *Pool) acquire(ctx context.Context, limit int) error {
+// Slots bound how many renders run at once, to a limit that may change
+// from one render to the next (the configuration is reloaded). The zero
+// value is ready to use.
+type Slots struct {
+	mu      sync.Mutex
+	running int
+	freed   chan struct{} // closed (and replaced) whenever a slot is freed
+}
+
+// Acquire waits for a free slot, fewer than limit (at least 1) being taken,
+// or for ctx to end.
+func (s *Slots) Acquire(ctx context.Context, limit int) error {
 	for {
-		p.mu.Lock()
-		if p.running < max(limit, 1) {
-			p.running++
-			p.mu.Unlock()
+		s.mu.Lock()
+		if s.running < max(limit, 1) {
+			s.running++
+			s.mu.Unlock()
 			return nil
 		}
-		freed := p.freed
-		p.mu.Unlock()
+		if s.freed == nil {
+			s.freed = make(chan struct{})
+		}
+		freed := s.freed
+		s.mu.Unlock()
 		select {
 		case <-freed:
 		case <-ctx.Done():
@@ -221,12 +237,15 @@ func (p *Pool) acquire(ctx context.Context, limit int) error {
 	}
 }
 
-func (p *Pool) release() {
-	p.mu.Lock()
-	p.running--
-	close(p.freed)
-	p.freed = make(chan struct{})
-	p.mu.Unlock()
+// Release frees a slot Acquire took.
+func (s *Slots) Release() {
+	s.mu.Lock()
+	s.running--
+	if s.freed != nil {
+		close(s.freed)
+		s.freed = nil
+	}
+	s.mu.Unlock()
 }
 
 // cappedBuffer keeps the first limit bytes written to it and drops the

@@ -184,10 +184,10 @@ func TestPool_BoundsHowManyWorkersRunAtOnce(t *testing.T) {
 
 func TestPool_WaitingForASlotEndsWithTheContext(t *testing.T) {
 	p := testPool(t, func(l *Limits) { l.Concurrency = 1 })
-	if err := p.acquire(t.Context(), 1); err != nil {
+	if err := p.slots.Acquire(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
-	defer p.release()
+	defer p.slots.Release()
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	if _, err := p.Render(ctx, "web", chartResources(configMapTemplate), chartOptions); !errors.Is(err, context.DeadlineExceeded) {

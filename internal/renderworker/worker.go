@@ -45,17 +45,19 @@ const (
 	addressSpaceSlack = 64 << 20
 )
 
-// request is what the parent asks a worker to render.
-type request struct {
+// Request is a render: what the Pool writes to a worker's stdin, and the
+// body of a request to the renderer service (internal/renderservice, with
+// the limits added).
+type Request struct {
 	Name      string                        `json:"name"`
 	Resources []fleet.BundleResource        `json:"resources,omitempty"`
 	Options   fleet.BundleDeploymentOptions `json:"options"`
 	Limits    renderer.SizeLimits           `json:"limits"`
 }
 
-// response is a worker's answer: manifests, or the failure and its Bundle
-// condition reason.
-type response struct {
+// Response is a worker's answer on stdout: manifests, or the failure and
+// its Bundle condition reason.
+type Response struct {
 	YAML   []byte `json:"yaml,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
@@ -81,7 +83,7 @@ func serve(in io.Reader, out io.Writer) int {
 		return 1
 	}
 	isolate()
-	var req request
+	var req Request
 	if err := json.NewDecoder(in).Decode(&req); err != nil {
 		fmt.Fprintf(os.Stderr, "render worker: reading the request: %v\n", err)
 		return 1
@@ -102,10 +104,10 @@ func serve(in io.Reader, out io.Writer) int {
 // render is what the controller used to do in-process: decode the
 // resources within the size limits, render, and refuse manifests larger
 // than an agent accepts.
-func render(req request) (resp response) {
+func render(req Request) (resp Response) {
 	defer func() {
 		if r := recover(); r != nil {
-			resp = response{Reason: fleet.RenderFailedReason, Error: fmt.Sprintf("internal error while rendering: %v", r)}
+			resp = Response{Reason: fleet.RenderFailedReason, Error: fmt.Sprintf("internal error while rendering: %v", r)}
 		}
 	}()
 	files, err := renderer.BundleFilesWithin(req.Resources, req.Limits)
@@ -119,11 +121,11 @@ func render(req request) (resp response) {
 	if len(out.YAML) > bundlecontent.MaxManifestBytes {
 		return failure(&renderer.TooLargeError{Limit: bundlecontent.MaxManifestBytes})
 	}
-	return response{YAML: out.YAML}
+	return Response{YAML: out.YAML}
 }
 
-func failure(err error) response {
-	return response{Reason: renderer.ReasonOf(err), Error: err.Error()}
+func failure(err error) Response {
+	return Response{Reason: renderer.ReasonOf(err), Error: err.Error()}
 }
 
 // limitSelf bounds the worker's memory: a soft limit that makes the garbage

@@ -314,6 +314,8 @@ func TestE2E(t *testing.T) {
 		must(t, rolledOut(hello))
 	})
 
+	t.Run("Bundles render in fleet-renderer: no ServiceAccount token, callers without the controller's token refused", testRenderer)
+
 	for _, tc := range []struct{ name, cluster string }{
 		{"manager-initiated", "dev-1"}, {"agent-initiated", "dev-2"},
 	} {

@@ -23,3 +23,9 @@ app.kubernetes.io/name: fleet-proxy
 app.kubernetes.io/part-of: fleet
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- define "fleet.rendererLabels" -}}
+app.kubernetes.io/name: fleet-renderer
+app.kubernetes.io/part-of: fleet
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}

@@ -37,7 +37,7 @@ func runAgentRollout(ctx context.Context, opts Options, step func(string, ...any
 		n = opts.Clusters
 	}
 	step("agent-rollout: starting an upstream control plane and the controller")
-	h, err := startHarness(ctx, 0, time.Hour, opts.FleetBinary, 1)
+	h, err := startHarness(ctx, 0, time.Hour, opts.FleetBinary, 1, opts.renderMode())
 	if err != nil {
 		return nil, err
 	}

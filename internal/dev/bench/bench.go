@@ -33,6 +33,23 @@ type Options struct {
 	// Tunnels is the size of the idle-tunnels scenario (default 1000,
 	// 100 quick).
 	Tunnels int
+	// Render says where Bundles render: RenderRemote (the default, as the
+	// chart installs it: a renderer process the controller reaches over
+	// TLS) or RenderInPod (workers that are children of the controller).
+	Render string
+}
+
+// Where Bundles render (Options.Render).
+const (
+	RenderRemote = "remote"
+	RenderInPod  = "in-pod"
+)
+
+func (o Options) renderMode() string {
+	if o.Render == "" {
+		return RenderRemote
+	}
+	return o.Render
 }
 
 // Groups are the values of Options.Only.
@@ -48,6 +65,9 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		if !slices.Contains(Groups, g) {
 			return nil, fmt.Errorf("unknown scenario group %q (want one of %v)", g, Groups)
 		}
+	}
+	if m := opts.renderMode(); m != RenderRemote && m != RenderInPod {
+		return nil, fmt.Errorf("unknown render mode %q (want %s or %s)", m, RenderRemote, RenderInPod)
 	}
 	step := func(format string, args ...any) {
 		if opts.Progress != nil {
@@ -112,7 +132,7 @@ func runRegistration(ctx context.Context, opts Options, step func(string, ...any
 	results = append(results, r)
 
 	step("starting an upstream and %d downstream control planes and %d controller shard(s)", downstreams, max(1, opts.Shards))
-	h, err := startHarness(ctx, downstreams, heartbeat, opts.FleetBinary, opts.Shards)
+	h, err := startHarness(ctx, downstreams, heartbeat, opts.FleetBinary, opts.Shards, opts.renderMode())
 	if err != nil {
 		return results, err
 	}

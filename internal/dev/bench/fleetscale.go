@@ -40,7 +40,7 @@ func runFleetScale(ctx context.Context, opts Options, step func(string, ...any))
 		n = opts.Clusters
 	}
 	step("fleet-steady: starting an upstream control plane and the controller")
-	h, err := startHarness(ctx, 0, interval, opts.FleetBinary, opts.Shards)
+	h, err := startHarness(ctx, 0, interval, opts.FleetBinary, opts.Shards, opts.renderMode())
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +170,10 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	}
 	firstTook := time.Since(first)
 	_, cpu0 = h.controllerUsage()
+	renders0, renderS0, err := h.renderStats(ctx)
+	if err != nil {
+		return results, err
+	}
 	var changed time.Time
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := up.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
@@ -186,12 +190,16 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	}
 	took := time.Since(changed)
 	rss, cpu1 = h.controllerUsage()
+	renders1, renderS1, err := h.renderStats(ctx)
+	if err != nil {
+		return results, err
+	}
 	c := Result{Name: "fleet-bundle-change", Count: n, Goal: "a Bundle change Ready on every cluster"}
 	c.WallS = f(took.Seconds())
 	c.ThroughputPerS = f(float64(n) / took.Seconds())
 	c.ControllerPeakRSSMB, c.ControllerCPUS = f(rss), f(cpu1-cpu0)
-	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; the first deployment of the Bundle took %.1f s",
-		n, took.Seconds(), firstTook.Seconds())
+	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; the first deployment of the Bundle took %.1f s; renders during the change %.0f, %.3f s in all; %s",
+		n, took.Seconds(), firstTook.Seconds(), renders1-renders0, renderS1-renderS0, h.renderNote())
 	return append(results, c), nil
 }
 

@@ -23,19 +23,24 @@ import (
 
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
+	"github.com/gitops-fleet/fleet/internal/renderservice"
 )
 
-// harness is the benchmark's world: control planes and a controller process.
+// harness is the benchmark's world: control planes, a controller process
+// and, unless Bundles render in the controller's pod, a renderer process.
 type harness struct {
 	env         *controlplane.Env
 	dir         string
 	controllers []*exec.Cmd // one per shard
 	pprofAddrs  []string    // their pprof endpoints
+	metricAddrs []string    // their metrics endpoints
 	ctrlLog     string
 	heartbeat   time.Duration
+	renderer    *renderenv.Renderer // nil: in-pod render workers
 }
 
-func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, fleetBin string, shards int) (*harness, error) {
+func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, fleetBin string, shards int, renderMode string) (*harness, error) {
 	env, err := controlplane.Start(ctx, controlplane.Options{Downstreams: downstreams,
 		// Many agents at once: leave the API server room.
 		APIServerFlags: []string{"max-requests-inflight=2000", "max-mutating-requests-inflight=1000"}})
@@ -56,6 +61,18 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 		h.stop()
 		return nil, err
 	}
+	// Remote rendering: the controller is told the renderer's address, makes
+	// its credentials' Secret, and the renderer (`fleet renderer`) starts
+	// from its files, as in a cluster.
+	var rendererArgs []string
+	rendererAddr := ""
+	if renderMode == RenderRemote {
+		if rendererAddr, err = renderenv.FreeAddress("127.0.0.1"); err != nil {
+			h.stop()
+			return nil, err
+		}
+		rendererArgs = []string{"--renderer-url", "https://" + rendererAddr}
+	}
 	shards = max(1, shards)
 	for i := 0; i < shards; i++ {
 		h.ctrlLog = filepath.Join(h.dir, fmt.Sprintf("controller-%d.log", i))
@@ -70,9 +87,16 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 			return nil, err
 		}
 		h.pprofAddrs = append(h.pprofAddrs, pprof)
-		cmd := exec.Command(fleetBin, "controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
-			"--metrics-address", "0", "--probe-address", "0", "--leader-elect=false", "--workers", "20",
-			"--pprof-address", pprof, fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", shards))
+		metrics, err := freeAddress()
+		if err != nil {
+			h.stop()
+			return nil, err
+		}
+		h.metricAddrs = append(h.metricAddrs, metrics)
+		args := []string{"controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
+			"--metrics-address", metrics, "--probe-address", "0", "--leader-elect=false", "--workers", "20",
+			"--pprof-address", pprof, fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", shards)}
+		cmd := exec.Command(fleetBin, append(args, rendererArgs...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			h.stop()
@@ -80,7 +104,55 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 		}
 		h.controllers = append(h.controllers, cmd)
 	}
+	if rendererAddr != "" {
+		if h.renderer, err = renderenv.StartFromSecret(ctx, env.Upstream.Client, config.DefaultSystemNamespace, renderservice.SecretName, rendererAddr,
+			renderenv.Options{Binary: fleetBin, Dir: h.dir}); err != nil {
+			h.stop()
+			return nil, fmt.Errorf("starting the renderer: %w (controller log: %s)", err, h.ctrlLog)
+		}
+	}
 	return h, nil
+}
+
+// renderStats sums the controllers' Bundle renders so far and the time
+// they took (fleet_bundle_render_duration_seconds: the round trip to the
+// renderer, or the in-pod worker, slot waits included).
+func (h *harness) renderStats(ctx context.Context) (count, seconds float64, err error) {
+	for _, addr := range h.metricAddrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading the controller's metrics: %w", err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			name, value, ok := strings.Cut(sc.Text(), " ")
+			v, _ := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			switch {
+			case !ok:
+			case name == "fleet_bundle_render_duration_seconds_count":
+				count += v
+			case name == "fleet_bundle_render_duration_seconds_sum":
+				seconds += v
+			}
+		}
+		_ = resp.Body.Close()
+	}
+	return count, seconds, nil
+}
+
+// renderNote says where Bundles rendered and what the renderer process
+// cost so far (peak RSS, CPU seconds).
+func (h *harness) renderNote() string {
+	if h.renderer == nil {
+		return "Bundles rendered by in-pod workers (children of the controller)"
+	}
+	rss, cpu := processUsage(h.renderer.Pid())
+	return fmt.Sprintf("Bundles rendered by the renderer process (fleet renderer, TLS on loopback): its peak RSS %.0f MB, CPU %.1f s so far, workers not counted", rss, cpu)
 }
 
 // writeControllerConfig points agents at the upstream control plane.
@@ -99,6 +171,9 @@ func (h *harness) writeControllerConfig(ctx context.Context) error {
 }
 
 func (h *harness) stop() {
+	if h.renderer != nil {
+		_ = h.renderer.Stop()
+	}
 	for _, c := range h.controllers {
 		if c.Process == nil {
 			continue

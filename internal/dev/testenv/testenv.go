@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 )
 
@@ -63,14 +64,16 @@ const stopTimeout = 30 * time.Second
 //
 //	func TestMain(m *testing.M) { testenv.Main(m, opts, setup) }
 //
-// In order: the binary serves as a render worker when started as one (the
-// controller renders Bundles in workers started from the running binary);
+// In order: the binary serves as a render worker or as the renderer when
+// started as one (the controller renders Bundles in a renderer started from
+// the running binary, whose workers are the running binary too);
 // flags are parsed; a fuzzing binary runs its targets without control
 // planes; the logger is set up (Logs); the control planes start; setup (if
 // not nil) starts what the tests share with Suite.Go; the tests run; what
 // setup started is stopped, then the control planes.
 func Main(m *testing.M, opts Options, setup func(*Suite) error) {
 	renderworker.ServeIfWorker()
+	renderenv.ServeIfRenderer()
 	flag.Parse()
 	if Fuzzing() {
 		os.Exit(m.Run())

@@ -1,0 +1,5 @@
+//go:build !race
+
+package renderservice_test
+
+const raceDetector = false
