@@ -23,6 +23,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 
+	"github.com/gitops-fleet/fleet/internal/endpoints"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
@@ -174,27 +175,9 @@ func discoverPeers(ctx context.Context, c kubernetes.Interface, namespace, servi
 // port is the slice's "https" port (or its only one).
 func readyPeers(slices []*discoveryv1.EndpointSlice, self string) map[string]string {
 	peers := map[string]string{}
-	for _, s := range slices {
-		port := 0
-		for _, p := range s.Ports {
-			if p.Port != nil && (len(s.Ports) == 1 || (p.Name != nil && *p.Name == "https")) {
-				port = int(*p.Port)
-			}
-		}
-		if port == 0 || (s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6) {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			// nil means unknown, which Services take as ready.
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				continue
-			}
-			for _, addr := range ep.Addresses {
-				id := PeerID(addr, port)
-				if id != self {
-					peers[id] = "wss://" + id + PeerPath
-				}
-			}
+	for _, id := range endpoints.Ready(slices, "https") {
+		if id != self {
+			peers[id] = "wss://" + id + PeerPath
 		}
 	}
 	return peers

@@ -3,16 +3,14 @@ package rendererconn
 import (
 	"context"
 	"fmt"
-	"net"
 	"regexp"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gitops-fleet/fleet/internal/endpoints"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
 )
 
@@ -65,7 +63,11 @@ func (e *Endpoints) Addresses(ctx context.Context) ([]string, error) {
 	if err := e.Reader.List(ctx, list, client.InNamespace(e.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: e.Service}); err != nil {
 		return nil, fmt.Errorf("listing the endpoints of Service %s/%s: %w", e.Namespace, e.Service, err)
 	}
-	addrs := readyAddresses(list.Items)
+	items := make([]*discoveryv1.EndpointSlice, len(list.Items))
+	for i := range list.Items {
+		items[i] = &list.Items[i]
+	}
+	addrs := endpoints.Ready(items, "https")
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("Service %s/%s has no ready endpoint", e.Namespace, e.Service)
 	}
@@ -80,32 +82,4 @@ func (e *Endpoints) Failed() {
 	e.mu.Lock()
 	e.addrs = nil
 	e.mu.Unlock()
-}
-
-// readyAddresses are the ready endpoints of slices at their "https" port
-// (or their only one), sorted.
-func readyAddresses(items []discoveryv1.EndpointSlice) []string {
-	var addrs []string
-	for _, s := range items {
-		port := 0
-		for _, p := range s.Ports {
-			if p.Port != nil && (len(s.Ports) == 1 || (p.Name != nil && *p.Name == "https")) {
-				port = int(*p.Port)
-			}
-		}
-		if port == 0 || (s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6) {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			// nil means unknown, which Services take as ready.
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				continue
-			}
-			for _, a := range ep.Addresses {
-				addrs = append(addrs, net.JoinHostPort(a, strconv.Itoa(port)))
-			}
-		}
-	}
-	slices.Sort(addrs)
-	return slices.Compact(addrs)
 }
