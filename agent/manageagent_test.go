@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -170,4 +171,22 @@ func TestManageAgent_AgentInitiatedClusterFollowsGenerationBump(t *testing.T) {
 	if _, n := a.Registered(); n != name {
 		t.Error("the bump must not make an agent-initiated agent register again")
 	}
+
+	// A reinstall with the token's values (helm install after helm
+	// uninstall) writes the chart's defaults, GENERATION 0 among them: the
+	// agent's own Bundle wins again within a resync, rather than at the
+	// next change of the Cluster.
+	patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"fleet-agent","env":[{"name":"GENERATION","value":"0"}]}]}}}}`)
+	if err := ds.Client.Patch(t.Context(), agentDeployment(t, ds, agentNS), client.RawPatch(types.StrategicMergePatchType, patch), client.FieldOwner("helm")); err != nil {
+		t.Fatal(err)
+	}
+	if g := envGeneration(agentDeployment(t, ds, agentNS)); g != "0" {
+		t.Fatalf("the stand-in reinstall did not take: GENERATION=%q", g)
+	}
+	testenv.Eventually(t, 90*time.Second, "GENERATION=5 put back by the agent's own Bundle", func() error {
+		if g := envGeneration(agentDeployment(t, ds, agentNS)); g != "5" {
+			return fmt.Errorf("GENERATION=%q", g)
+		}
+		return nil
+	})
 }

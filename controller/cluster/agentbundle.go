@@ -87,7 +87,7 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, p *pass) error {
 		return fmt.Errorf("hashing the agent's values: %w", err)
 	}
 	if hasBundle && existing.Annotations[AgentValuesHashAnnotation] == hash && existing.Annotations[rollout.RevisionAnnotation] == src.Revision &&
-		existing.Labels[fleet.AgentBundleLabel] == "true" && owner.Check(existing) == nil {
+		existing.Labels[fleet.AgentBundleLabel] == "true" && owner.Check(existing) == nil && correctsDrift(&existing.Spec.BundleDeploymentOptions) == pushless(cluster) {
 		// Rendered from these values and this chart already.
 		return nil
 	}
@@ -103,11 +103,28 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, p *pass) error {
 			Targets:                 []fleet.BundleTarget{{Name: "agent", ClusterName: cluster.Name}},
 		},
 	}
+	if pushless(cluster) {
+		bundle.Spec.CorrectDrift = &fleet.CorrectDrift{Enabled: true}
+	}
 	if r.objects == nil {
 		r.objects = reconciler.NewObjects(r.Client, r.APIReader)
 	}
 	_, err = r.objects.Ensure(ctx, owner, bundle)
 	return err
+}
+
+// pushless says whether the Cluster's agent gets its changes through its
+// Bundle alone (agent-initiated: no kubeconfig to push with). Its Bundle
+// then corrects drift: what changes the agent's objects downstream (a
+// reinstall with a token's values, which know nothing of the Cluster's own
+// settings, or a hand edit) is put back within a resync, not left until the
+// next change. A pushed agent's Bundle does not: during a redeploy the push
+// runs ahead of the Bundle's new content, and correcting that "drift" back
+// would roll the agent twice more.
+func pushless(c *fleet.Cluster) bool { return c.Spec.KubeConfigSecret == "" }
+
+func correctsDrift(o *fleet.BundleDeploymentOptions) bool {
+	return o.CorrectDrift != nil && o.CorrectDrift.Enabled
 }
 
 // agentBundleOwner makes and recognises a Cluster's agent Bundle: labelled
