@@ -263,81 +263,12 @@ func FromConfigMap(cm *corev1.ConfigMap) (*Config, error) {
 	return cfg, nil
 }
 
-// Validate reports every invalid field at once.
+// Validate reports every invalid field at once: it checks Rules.
 func (c *Config) Validate() error {
 	var errs []error
-	if err := c.CheckAPIServerURLScheme(c.APIServerURL); err != nil {
-		errs = append(errs, err)
+	for _, r := range Rules {
+		errs = append(errs, r.check(c)...)
 	}
-	for ws, nss := range c.KubeConfigSecretNamespaces {
-		if ws != AllWorkspaces {
-			if msgs := validation.IsDNS1123Label(ws); len(msgs) > 0 {
-				errs = append(errs, fmt.Errorf("kubeConfigSecretNamespaces: key %q is not a namespace name (or %q for every workspace): %s", ws, AllWorkspaces, strings.Join(msgs, "; ")))
-			}
-		}
-		for _, ns := range nss {
-			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-				errs = append(errs, fmt.Errorf("kubeConfigSecretNamespaces[%q]: %q is not a namespace name: %s", ws, ns, strings.Join(msgs, "; ")))
-			}
-		}
-	}
-	for name, ns := range map[string]string{"bootstrap.namespace": c.Bootstrap.Namespace, "bootstrap.agentNamespace": c.Bootstrap.AgentNamespace} {
-		if ns == "" {
-			continue
-		}
-		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s %q is not a namespace name: %s", name, ns, strings.Join(msgs, "; ")))
-		}
-	}
-	switch c.AgentTLSMode {
-	case "", TLSModeSystemStore, TLSModeStrict:
-	default:
-		errs = append(errs, fmt.Errorf("agentTLSMode %q must be %q or %q", c.AgentTLSMode, TLSModeSystemStore, TLSModeStrict))
-	}
-	switch c.AgentImagePullPolicy {
-	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-	default:
-		errs = append(errs, fmt.Errorf("agentImagePullPolicy %q must be Always, IfNotPresent or Never", c.AgentImagePullPolicy))
-	}
-	for name, d := range map[string]metav1.Duration{
-		"agentCheckinInterval":              c.AgentCheckinInterval,
-		"importTokenTTL":                    c.ImportTokenTTL,
-		"requestCredentialTTL":              c.RequestCredentialTTL,
-		"agentLeaderElection.leaseDuration": c.AgentLeaderElection.LeaseDuration,
-		"agentLeaderElection.renewDeadline": c.AgentLeaderElection.RenewDeadline,
-		"agentLeaderElection.retryPeriod":   c.AgentLeaderElection.RetryPeriod,
-	} {
-		if d.Duration < 0 {
-			errs = append(errs, fmt.Errorf("%s must not be negative", name))
-		}
-	}
-	if c.RequestCredentialTTL.Duration != 0 && c.RequestCredentialTTL.Duration < 10*time.Minute {
-		errs = append(errs, fmt.Errorf("requestCredentialTTL %s is below the 10m minimum of the TokenRequest API", c.RequestCredentialTTL.Duration))
-	}
-	if c.AgentReplicas != nil && *c.AgentReplicas < 0 {
-		errs = append(errs, errors.New("agentReplicas must not be negative"))
-	}
-	if c.OfflineAfterMissedHeartbeats < 0 {
-		errs = append(errs, errors.New("offlineAfterMissedHeartbeats must not be negative"))
-	}
-	for _, ns := range c.CAPINamespaces {
-		if ns == CAPIAllNamespaces {
-			continue
-		}
-		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("capiNamespaces: %q is not a namespace name (or %q for all): %s", ns, CAPIAllNamespaces, strings.Join(msgs, "; ")))
-		}
-	}
-	if _, err := labels.Parse(c.CAPIClusterSelector); err != nil {
-		errs = append(errs, fmt.Errorf("capiClusterSelector %q is not a label selector such as \"fleet=enabled\": %w", c.CAPIClusterSelector, err))
-	}
-	for _, k := range c.AgentLabelKeys {
-		if err := validateLabelKeyPattern(k); err != nil {
-			errs = append(errs, fmt.Errorf("agentLabelKeys: %w", err))
-		}
-	}
-	errs = append(errs, c.validateBundleRendering()...)
-	errs = append(errs, c.validateAgentRollout()...)
 	return errors.Join(errs...)
 }
 
@@ -526,13 +457,6 @@ func (c *Config) CAPISelects(namespace string, lbls map[string]string) bool {
 	return sel.Matches(labels.Set(lbls))
 }
 
-// durationFields are the config's Go-duration fields, by path.
-var durationFields = [][]string{
-	{"agentCheckinInterval"}, {"importTokenTTL"}, {"requestCredentialTTL"},
-	{"agentLeaderElection", "leaseDuration"}, {"agentLeaderElection", "renewDeadline"}, {"agentLeaderElection", "retryPeriod"},
-	{"bundleRenderTimeout"},
-}
-
 // durationFieldError names the duration field that does not parse: the JSON
 // decoder's own error does not say which field it was.
 func durationFieldError(data []byte) error {
@@ -540,22 +464,14 @@ func durationFieldError(data []byte) error {
 	if yaml.Unmarshal(data, &m) != nil {
 		return nil
 	}
-	for _, path := range durationFields {
-		var v any = m
-		for _, k := range path {
-			mm, ok := v.(map[string]any)
-			if !ok {
-				v = nil
-				break
-			}
-			v = mm[k]
-		}
+	for _, field := range DurationFields() {
+		v, _ := valueAt(m, field)
 		s, ok := v.(string)
 		if !ok {
 			continue
 		}
 		if _, err := time.ParseDuration(s); err != nil {
-			return fmt.Errorf("%s %q is not a Go duration such as 30s, 5m or 12h", strings.Join(path, "."), s)
+			return fmt.Errorf("%s %q is not a Go duration such as 30s, 5m or 12h", field, s)
 		}
 	}
 	return nil
@@ -615,32 +531,6 @@ func (c *Config) GetBundleRenderConcurrency() int {
 	return c.BundleRenderConcurrency
 }
 
-func (c *Config) validateBundleRendering() []error {
-	var errs []error
-	for name, q := range map[string]*resource.Quantity{
-		"bundleMaxSize":           c.BundleMaxSize,
-		"bundleMaxResourceSize":   c.BundleMaxResourceSize,
-		"bundleRenderMemoryLimit": c.BundleRenderMemoryLimit,
-	} {
-		if q != nil && q.Sign() <= 0 {
-			errs = append(errs, fmt.Errorf("%s %s must be positive", name, q))
-		}
-	}
-	if q := c.BundleRenderMemoryLimit; q != nil && q.Sign() > 0 && q.Value() < minBundleRenderMemoryLimit {
-		errs = append(errs, fmt.Errorf("bundleRenderMemoryLimit %s is below the 64Mi minimum a render worker needs to start", q))
-	}
-	if c.BundleRenderTimeout.Duration < 0 {
-		errs = append(errs, errors.New("bundleRenderTimeout must not be negative"))
-	}
-	if n := c.BundleRenderConcurrency; n < 0 || n > maxBundleRenderConcurrency {
-		errs = append(errs, fmt.Errorf("bundleRenderConcurrency %d must be between 1 and %d (0: the default, %d)", n, maxBundleRenderConcurrency, DefaultBundleRenderConcurrency))
-	}
-	return errs
-}
-
-// quantityFields are the config's resource.Quantity fields.
-var quantityFields = []string{"bundleMaxSize", "bundleMaxResourceSize", "bundleRenderMemoryLimit"}
-
 // quantityFieldError names the quantity field that does not parse: the
 // decoder's own error does not say which field it was.
 func quantityFieldError(data []byte) error {
@@ -648,17 +538,32 @@ func quantityFieldError(data []byte) error {
 	if yaml.Unmarshal(data, &m) != nil {
 		return nil
 	}
-	for _, k := range quantityFields {
-		v, ok := m[k]
+	for _, field := range QuantityFields() {
+		v, ok := valueAt(m, field)
 		if !ok {
 			continue
 		}
 		s := fmt.Sprint(v)
 		if _, err := resource.ParseQuantity(s); err != nil {
-			return fmt.Errorf("%s %q is not a quantity such as 32Mi or 512Ki", k, s)
+			return fmt.Errorf("%s %q is not a quantity such as 32Mi or 512Ki", field, s)
 		}
 	}
 	return nil
+}
+
+// valueAt is the value at a dotted path of a decoded document.
+func valueAt(m map[string]any, field string) (any, bool) {
+	var v any = m
+	for _, k := range strings.Split(field, ".") {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if v, ok = mm[k]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 func quantityOr(q *resource.Quantity, def int64) int64 {
@@ -670,39 +575,6 @@ func quantityOr(q *resource.Quantity, def int64) int64 {
 
 // DefaultRolloutProgressDeadline bounds a wave of a staged agent rollout.
 const DefaultRolloutProgressDeadline = 10 * time.Minute
-
-// validateAgentRollout checks agentRollout: a wave size that is a positive
-// count or a percentage in (0, 100], a valid canary selector on label keys
-// agents cannot set.
-func (c *Config) validateAgentRollout() []error {
-	s := c.AgentRollout
-	if s == nil {
-		return nil
-	}
-	var errs []error
-	if s.MaxUnavailable != nil {
-		if _, err := RolloutWaveSize(s, 100); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if s.ProgressDeadline != nil && s.ProgressDeadline.Duration < 0 {
-		errs = append(errs, errors.New("agentRollout.progressDeadline must not be negative"))
-	}
-	if canary := s.Canary; canary != nil {
-		if canary.Count < 0 {
-			errs = append(errs, errors.New("agentRollout.canary.count must not be negative"))
-		}
-		if canary.Selector != nil {
-			if _, err := metav1.LabelSelectorAsSelector(canary.Selector); err != nil {
-				errs = append(errs, fmt.Errorf("agentRollout.canary.selector: %w", err))
-			}
-			errs = append(errs, c.checkCanaryKeys(canary.Selector)...)
-		} else if canary.Count == 0 {
-			errs = append(errs, errors.New("agentRollout.canary picks no Cluster: give a count or a selector"))
-		}
-	}
-	return errs
-}
 
 // AgentMaySetLabel reports whether agents may give the Clusters their
 // registrations create the label key under this configuration: not with
