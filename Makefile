@@ -63,7 +63,7 @@ $(BIN)/helm: go.mod
 helm: $(BIN)/helm ## Install the helm CLI into bin/.
 
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs; copy CRDs, policies and shared ClusterRoles into charts/fleet.
+generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs; copy CRDs, policies and shared ClusterRoles into charts/fleet; write charts/fleet/values.schema.json from internal/config's rules.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=kustomize/base/crds
 	rm -f charts/fleet/crds/*.yaml && mkdir -p charts/fleet/crds
@@ -72,6 +72,7 @@ generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs; copy CRDs, p
 	cp kustomize/base/policies/*.yaml charts/fleet/templates/policies/
 	rm -f charts/fleet/templates/rbac-shared/*.yaml && mkdir -p charts/fleet/templates/rbac-shared
 	cp kustomize/base/rbac/*.yaml charts/fleet/templates/rbac-shared/
+	go run ./hack/valuesschema
 
 .PHONY: fmt
 fmt: ## Format Go code.
@@ -84,7 +85,7 @@ vet: ## Run go vet.
 .PHONY: lint
 lint: vet $(BIN)/helm ## Run go vet, check gofmt, helm lint the charts.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(BIN)/helm lint --strict charts/fleet-agent -n cattle-fleet-system --set apiServerURL=https://upstream.example.com,tokenName=t
+	$(BIN)/helm lint --strict charts/fleet-agent -n cattle-fleet-system -f hack/lint/fleet-agent-values.yaml
 	$(BIN)/helm lint --strict charts/fleet -n cattle-fleet-system
 
 .PHONY: golden
