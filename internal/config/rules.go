@@ -41,7 +41,9 @@ type Rule struct {
 // Patterns of the schema; each is RE2 and ECMA 262 alike (Helm's schema
 // validators use Go's regexp).
 const (
-	namespacePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// dns1123Label is a namespace name (validation.IsDNS1123Label).
+	dns1123Label     = `[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?`
+	namespacePattern = `^` + dns1123Label + `$`
 	// durationPattern is a Go duration (time.ParseDuration), and
 	// nonNegativeDurationPattern one that is not negative.
 	durationPattern            = `^([-+]?0|[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
@@ -108,7 +110,7 @@ func positiveQuantity(field string, get func(c *Config) *resource.Quantity) Rule
 func namespaceName(field string, get func(c *Config) string) Rule {
 	return Rule{
 		Field:  field,
-		Schema: map[string]any{"type": "string", "pattern": `^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`, "maxLength": 63},
+		Schema: map[string]any{"type": "string", "pattern": `^(` + dns1123Label + `)?$`},
 		Bad:    []string{doc(field, "Fleet_Local"), doc(field, "a/b")},
 		Good:   []string{doc(field, "fleet-local-2")},
 		check: func(c *Config) []error {
@@ -166,8 +168,10 @@ var Rules = []Rule{
 	{
 		Field: "kubeConfigSecretNamespaces",
 		Schema: map[string]any{
-			"propertyNames":        map[string]any{"pattern": `^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`, "maxLength": 63},
-			"additionalProperties": map[string]any{"items": map[string]any{"pattern": namespacePattern, "maxLength": 63}},
+			"patternProperties": map[string]any{`^(\*|` + dns1123Label + `)$`: map[string]any{
+				"type": "array", "items": map[string]any{"type": "string", "pattern": namespacePattern},
+			}},
+			"additionalProperties": false,
 		},
 		Bad:  []string{`{kubeConfigSecretNamespaces: {team-a: [Not_A_Namespace]}}`, `{kubeConfigSecretNamespaces: {Team_A: [shared]}}`},
 		Good: []string{`{kubeConfigSecretNamespaces: {"*": [shared], team-a: [kc-1]}}`},
@@ -256,7 +260,7 @@ var Rules = []Rule{
 	},
 	{
 		Field:  "capiNamespaces",
-		Schema: map[string]any{"items": map[string]any{"pattern": `^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`, "maxLength": 63}},
+		Schema: map[string]any{"items": map[string]any{"pattern": `^(\*|` + dns1123Label + `)$`}},
 		Bad:    []string{doc("capiNamespaces", "[Not_A_Namespace]")},
 		Good:   []string{doc("capiNamespaces", `["*", capi-system]`)},
 		check: func(c *Config) []error {
@@ -381,8 +385,8 @@ var Rules = []Rule{
 		Field: "agentRollout.canary.selector",
 		Schema: map[string]any{"properties": map[string]any{
 			"matchLabels": map[string]any{
-				"propertyNames":        map[string]any{"pattern": labelKeyPattern},
-				"additionalProperties": map[string]any{"pattern": `^` + labelValue + `$`, "maxLength": 63},
+				"patternProperties":    map[string]any{labelKeyPattern: map[string]any{"type": "string", "pattern": `^` + labelValue + `$`, "maxLength": 63}},
+				"additionalProperties": false,
 			},
 			"matchExpressions": map[string]any{"items": map[string]any{
 				"required": []any{"key", "operator"},

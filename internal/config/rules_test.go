@@ -12,6 +12,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -159,6 +160,8 @@ func TestSchemaPatterns_AgreeWithGo(t *testing.T) {
 			"example.com/env=x", "a>5", "a<5", "a=(b", "env in prod", "a=b c", "a=", "a=-b", "Bad Key=x", "a/b/c=d", "a in ()"})
 	check("agentLabelKeys entry", labelKeyOrPrefixPattern, func(s string) bool { return validateLabelKeyPattern(s) == nil },
 		[]string{"env", "example.com/region", "example.com/*", "team-*", "*", "a/b/*", "Bad Key", "-team*", "ex*ample/*", "x/y/z", "example.*", "e*", "Env_1"})
+	check("namespace", namespacePattern, func(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 },
+		[]string{"a", "fleet-local", "a-", "-a", "A", "a_b", "a.b", "", strings.Repeat("a", 63), strings.Repeat("a", 64), "1abc"})
 	check("apiServerURL", apiServerURLPattern, func(s string) bool {
 		return (&Config{AllowInsecureAPIServerURL: true}).CheckAPIServerURLScheme(s) == nil
 	}, []string{"", "https://a", "http://a:80/x", "https://a.example.com:6443/k8s?x=1", "a:6443", "https://", "ftp://a", "https:///x", "//a"})

@@ -53,7 +53,7 @@ schema) in bytes. */}}
 {{- if hasKey $units $suffix -}}
 {{- $scale = get $units $suffix -}}
 {{- else -}}
-{{- $exp := int (trimPrefix "+" (substr 1 -1 $suffix)) -}}
+{{- $exp := int (regexReplaceAll "^([-+]?)0*" (substr 1 -1 $suffix) "${1}") -}}
 {{- range until (int (max $exp (sub 0 $exp))) -}}
 {{- $scale = ternary (mulf $scale 10) (divf $scale 10) (gt $exp 0) -}}
 {{- end -}}
