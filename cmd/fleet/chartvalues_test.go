@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -239,4 +240,98 @@ func TestCharts_LintCleanly(t *testing.T) {
 			t.Errorf("helm %v: %v\n%s", args, err, out)
 		}
 	}
+}
+
+// TestFleetChart_ConfigValuesRoundTrip: a configuration given to the chart
+// as the values ConfigValues names comes out of the chart's ConfigMap the
+// same, field by field: the example's, the renderer tests' and one with
+// every field set. So the mapping the schema is generated through is the
+// one templates/configmap.yaml writes.
+func TestFleetChart_ConfigValuesRoundTrip(t *testing.T) {
+	var example struct {
+		Data map[string]string `json:"data"`
+	}
+	exampleCM, err := os.ReadFile("../../examples/gitops/config/fleet-controller.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(exampleCM, &example); err != nil {
+		t.Fatal(err)
+	}
+	testdata, err := os.ReadFile("../../renderer/testdata/config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := `{apiServerURL: "http://x:6443", apiServerCA: "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=",
+agentTLSMode: strict, agentCheckinInterval: 45s, agentImage: "r.example.com:5000/fleet:1.2", agentImagePullPolicy: Never,
+systemDefaultRegistry: reg.example.com, agentImagePullSecrets: [a, b], agentReplicas: 2,
+agentLeaderElection: {leaseDuration: 31s, renewDeadline: 26s, retryPeriod: 11s},
+agentProxy: {httpProxy: "http://p:3128", httpsProxy: "http://p:3129", noProxy: "10.0.0.0/8"}, manageAgent: false,
+registrationTokenTTLRequired: true, importTokenTTL: 1h, requestCredentialTTL: 2h, offlineAfterMissedHeartbeats: 5,
+agentRollout: {canary: {selector: {matchLabels: {example.com/ring: canary}}}, maxUnavailable: "10%", progressDeadline: 5m, autoRollback: true},
+bootstrap: {enabled: false, namespace: mgmt, agentNamespace: fleet-agent-local},
+insecureKubeconfig: {exec: true, tls: true, files: true, proxy: true}, kubeConfigSecretNamespaces: {"*": [kc], team-a: [kc-a]},
+allowInsecureAPIServerURL: true, ignoreClusterRegistrationLabels: false, capiNamespaces: [capi, capi-2], capiClusterSelector: "a=b,c in (d)",
+agentLabelKeys: [env, "team-*"], bundleMaxSize: 64Mi, bundleMaxResourceSize: 8Mi, bundleRenderTimeout: 1m,
+bundleRenderMemoryLimit: 512Mi, bundleRenderConcurrency: 8}`
+	for name, document := range map[string]string{
+		"examples/gitops": example.Data[config.ConfigMapKey], "renderer/testdata": string(testdata), "every field": full,
+	} {
+		t.Run(name, func(t *testing.T) {
+			want, err := config.Parse([]byte(document))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := yaml.Unmarshal([]byte(document), &m); err != nil {
+				t.Fatal(err)
+			}
+			set := slices.Collect(maps.Keys(m))
+			var args []string
+			// The two fields the chart writes from values of another form.
+			if img, ok := m["agentImage"].(string); ok {
+				i := strings.LastIndex(img, ":")
+				args = append(args, "--set", "agent.image.repository="+img[:i], "--set-string", "agent.image.tag="+img[i+1:])
+				delete(m, "agentImage")
+			}
+			if _, ok := m["apiServerCA"]; ok {
+				pem, _ := json.Marshal(string(want.APIServerCA))
+				args = append(args, "--set-json", "apiServerCA="+string(pem))
+				delete(m, "apiServerCA")
+			}
+			rest, _ := yaml.Marshal(m)
+			args = append(args, setJSON(t, string(rest))...)
+			out, stderr, err := helmTemplateFleet(t, args...)
+			if err != nil {
+				t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
+			}
+			got := chartConfig(t, out)
+			wantJSON, gotJSON := jsonFields(t, want), jsonFields(t, got)
+			for _, k := range set {
+				if !reflect.DeepEqual(gotJSON[k], wantJSON[k]) {
+					t.Errorf("%s: the chart wrote %v, want %v", k, gotJSON[k], wantJSON[k])
+				}
+			}
+			if name == "every field" {
+				for k := range valuesschema.ConfigValues {
+					if !slices.Contains(set, k) {
+						t.Errorf("the document with every field does not set %s: add it", k)
+					}
+				}
+			}
+		})
+	}
+}
+
+func jsonFields(t *testing.T, cfg *config.Config) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
