@@ -227,8 +227,8 @@ var Rules = []Rule{
 	{
 		Field:      "requestCredentialTTL",
 		CrossField: "a minimum duration is arithmetic",
-		Bad:        []string{doc("requestCredentialTTL", "1m"), doc("requestCredentialTTL", "9m59s")},
-		Good:       []string{doc("requestCredentialTTL", "10m"), doc("requestCredentialTTL", "0.5h")},
+		Bad:        []string{doc("requestCredentialTTL", "1m"), doc("requestCredentialTTL", "9m59s"), doc("requestCredentialTTL", "0.1h")},
+		Good:       []string{doc("requestCredentialTTL", "10m"), doc("requestCredentialTTL", "0.5h"), doc("requestCredentialTTL", "9m60s"), doc("requestCredentialTTL", "599999ms1ms")},
 		check: func(c *Config) []error {
 			if d := c.RequestCredentialTTL.Duration; d != 0 && d < minRequestCredentialTTL {
 				return []error{fmt.Errorf("requestCredentialTTL %s is below the 10m minimum of the TokenRequest API", d)}
@@ -309,8 +309,8 @@ var Rules = []Rule{
 	{
 		Field:      "bundleRenderMemoryLimit",
 		CrossField: "a minimum size is arithmetic",
-		Bad:        []string{doc("bundleRenderMemoryLimit", "16Mi"), doc("bundleRenderMemoryLimit", "67108863")},
-		Good:       []string{doc("bundleRenderMemoryLimit", "64Mi"), doc("bundleRenderMemoryLimit", "0.5Gi")},
+		Bad:        []string{doc("bundleRenderMemoryLimit", "16Mi"), doc("bundleRenderMemoryLimit", "67108863"), doc("bundleRenderMemoryLimit", "6.7e7")},
+		Good:       []string{doc("bundleRenderMemoryLimit", "64Mi"), doc("bundleRenderMemoryLimit", "0.5Gi"), doc("bundleRenderMemoryLimit", "1e9"), doc("bundleRenderMemoryLimit", "70M")},
 		check: func(c *Config) []error {
 			if q := c.BundleRenderMemoryLimit; q != nil && q.Sign() > 0 && q.Value() < minBundleRenderMemoryLimit {
 				return []error{fmt.Errorf("bundleRenderMemoryLimit %s is below the 64Mi minimum a render worker needs to start", q)}
