@@ -195,7 +195,7 @@ func (a *Agent) syncDirect(ctx context.Context, cred *credential, up *rest.Confi
 		switch {
 		case err != nil:
 			if !failing && ctx.Err() == nil {
-				log.Info("cannot read the revocation list from the upstream; serving with the last one read until it answers (tokens still expire)", "error", err.Error(), "revoked", rev.Len())
+				log.Error(err, "cannot read the revocation list from the upstream; serving with the last one read until it answers (tokens still expire)", "revoked", rev.Len())
 			}
 			failing = true
 		default:

@@ -67,7 +67,7 @@ func (a *Agent) perCredential(ctx context.Context, log logr.Logger, what string,
 		case fatal != nil && fatal(err):
 			return err
 		case err != nil:
-			log.Info("session ended; starting again", "reason", err.Error())
+			log.Error(err, "session ended; starting again")
 		}
 		if sleep(ctx, time.Second) != nil {
 			return nil
