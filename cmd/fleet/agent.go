@@ -77,7 +77,7 @@ DIRECT_API_AUDIENCES (comma separated) and LOG_LEVEL.`,
 	f.StringVar(&opts.DirectURL, "direct-url", "", "where users reach the direct endpoint")
 	f.StringVar(&opts.DirectAddress, "direct-address", ":8443", "address the direct endpoint listens on")
 	f.StringSliceVar(&opts.DirectAPIAudiences, "direct-api-audiences", nil, "mode webhook: the local API server's audiences (its --api-audiences), the only ones the token webhook answers for (default: asked of the API server)")
-	logs.addFlags(f)
+	logs.addFlags(cmd)
 	return cmd
 }
 

@@ -59,7 +59,7 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&opts.CAPIPollInterval, "capi-poll-interval", 30*time.Second, "while Cluster API auto-registration is on, how often to look for the cluster.x-k8s.io API until it is served")
 	f.StringVar(&opts.RendererURL, "renderer-url", "", "render Bundles in the renderer service at this https URL (fleet renderer, Deployment fleet-renderer); empty: in render workers inside this pod (weaker: they run beside this process's credential)")
 	f.StringVar(&opts.RendererSecret, "renderer-secret", renderservice.SecretName, "Secret in --namespace with the renderer's credentials (made by the controller)")
-	logs.addFlags(f)
+	logs.addFlags(cmd)
 	return cmd
 }
 

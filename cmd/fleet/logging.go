@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -28,7 +28,8 @@ type logOptions struct {
 	out io.Writer
 }
 
-func (o *logOptions) addFlags(f *pflag.FlagSet) {
+func (o *logOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
 	f.StringVar(&o.level, "log-level", os.Getenv(logLevelEnv),
 		"error (failures only), info (the default: also what the component does), debug (also the details the docs call verbosity 1), or a number N for logr verbosity N (1 is debug); default $"+logLevelEnv+", else info")
 	f.BoolVar(&o.dev, "dev-log", false, "human-readable logs instead of JSON")

@@ -208,6 +208,6 @@ func newProxyCommand() *cobra.Command {
 	f.IntVar(&directIssueLimit, "direct-token-issue-limit", proxy.DefaultDirectIssueLimit, "direct tokens one user may be issued for one Cluster per --direct-token-issue-window (then 429 with Retry-After)")
 	f.DurationVar(&directIssueWindow, "direct-token-issue-window", proxy.DefaultDirectIssueWindow, "the window of --direct-token-issue-limit")
 	f.DurationVar(&directRecheck, "direct-recheck-interval", 10*time.Second, "how often the holders of live direct tokens are checked (clusters/proxy, their ServiceAccount and bound pod, the per-user quota); a token whose holder lost one is revoked")
-	logs.addFlags(f)
+	logs.addFlags(cmd)
 	return cmd
 }

@@ -34,6 +34,6 @@ credential: it refuses to start when a ServiceAccount token is mounted.`,
 	f.StringVar(&opts.CredentialsDir, "credentials-dir", "/etc/fleet-renderer", "directory holding "+renderservice.KeyCert+", "+renderservice.KeyKey+" and "+renderservice.KeyTokenHash+" (Secret "+renderservice.SecretName+"); read again when they change")
 	f.IntVar(&opts.Concurrency, "concurrency", config.DefaultBundleRenderConcurrency, "render workers of this renderer at once, at most (size the pod's memory limit for it: concurrency x bundleRenderMemoryLimit)")
 	f.BoolVar(&opts.AllowKubernetesCredential, "allow-kubernetes-credential", false, "start even with a ServiceAccount token mounted (development only: a Bundle author who escapes a worker would hold it)")
-	logs.addFlags(f)
+	logs.addFlags(cmd)
 	return cmd
 }
