@@ -96,6 +96,10 @@ golden: ## Rewrite the renderer's golden files after an intended change to the a
 layering: ## Check the import rules: the agent links no Helm or kustomize, no test code in production packages, controller/agent/renderer import no test or dev-environment package.
 	hack/check-layering.sh
 
+.PHONY: check-monitoring
+check-monitoring: ## Parse the example PrometheusRule's PromQL with Prometheus's parser (a module of its own: examples/monitoring/check).
+	cd examples/monitoring/check && GOWORK=off go test -count=1 ./...
+
 .PHONY: verify
 verify: generate lint layering ## Fail when generated files are stale, code is not formatted or an import rule is broken.
 	go mod tidy

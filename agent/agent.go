@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/agent/deployer"
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
@@ -198,7 +199,11 @@ func (a *Agent) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		a.log.Info("session ended; connecting again", "reason", err.Error())
+		if errors.Is(err, errCredentialDeleted) {
+			a.log.Info("session ended; connecting again", "reason", err.Error())
+		} else {
+			a.log.Error(err, "session ended; connecting again")
+		}
 	}
 	return nil
 }
@@ -215,8 +220,14 @@ func (a *Agent) connect(ctx context.Context) (*credential, error) {
 	a.identityKey, a.recovery = id.key, id.recovery
 	a.mu.Unlock()
 	cred, err := readCredential(ctx, a.local, a.opts.Namespace)
-	if err != nil {
-		a.log.Info("stored credential unusable; registering again", "error", err.Error())
+	var unusable *unusableCredential
+	switch {
+	case errors.As(err, &unusable):
+		a.log.Error(err, "stored credential unusable; registering again")
+	case err != nil:
+		// Not read, so not known to be unusable: a network fault must not
+		// throw away a working credential.
+		return nil, err
 	}
 	if cred != nil {
 		s, err := a.newSession(ctx, cred)
@@ -230,13 +241,13 @@ func (a *Agent) connect(ctx context.Context) (*credential, error) {
 			// from a registration interrupted after it stored the credential.
 			boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
 			if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
-				a.log.Info("could not delete the leftover bootstrap Secret", "error", err.Error())
+				a.log.Error(err, "could not delete the leftover bootstrap Secret")
 			}
 			return cred, nil
 		case isRejected(err):
 			a.log.Info("the upstream rejects the stored credential; registering again", "reason", apierrors.ReasonForError(err))
 		default:
-			return nil, fmt.Errorf("reaching the upstream: %w", err)
+			return nil, upstreamFault(err, cred.APIServerURL, "checking the stored credential")
 		}
 	}
 	return a.register(ctx, id)
@@ -265,10 +276,19 @@ func (a *Agent) report(ctx context.Context, err error) {
 		return
 	}
 	if stuck == nil {
-		a.log.Error(err, "registration attempt failed; retrying")
+		reason := faultReason(err)
+		if reason == "" {
+			a.log.Error(err, "registration attempt failed; retrying")
+			return
+		}
+		a.log.Error(err, "agent cannot connect; retrying", "reason", reason)
+		if reason != fleet.DownstreamAPIUnreachableReason {
+			// An event needs the local API server.
+			a.event(ctx, corev1.EventTypeWarning, reason, err.Error())
+		}
 		return
 	}
-	a.log.Info("agent cannot register: "+stuck.Message, "reason", stuck.Reason)
+	a.log.Error(err, "agent cannot register", "reason", stuck.Reason)
 	a.event(ctx, corev1.EventTypeWarning, stuck.Reason, stuck.Message)
 }
 
@@ -290,7 +310,7 @@ func (a *Agent) event(ctx context.Context, typ, reason, msg string) {
 		ReportingController: "fleet.cattle.io/agent", ReportingInstance: a.opts.PodName,
 	}
 	if err := a.local.Create(ctx, ev); err != nil {
-		a.log.Info("could not record event", "error", err.Error())
+		a.log.Error(err, "could not record event", "reason", reason)
 	}
 }
 
@@ -308,6 +328,6 @@ func (a *Agent) hardenDefaultServiceAccount(ctx context.Context) {
 		return
 	}
 	if err := a.local.Patch(ctx, sa, client.Apply, client.FieldOwner(apply.FieldManager), client.ForceOwnership); err != nil {
-		a.log.Info("could not turn off token automounting of the default ServiceAccount", "error", err.Error())
+		a.log.Error(err, "could not turn off token automounting of the default ServiceAccount")
 	}
 }

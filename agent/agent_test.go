@@ -24,14 +24,16 @@ import (
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
 var (
-	env  *controlplane.Env
-	ctrl *controller.Controller
-	up   client.Client
+	env        *controlplane.Env
+	ctrl       *controller.Controller
+	up         client.Client
+	metricsURL string
 )
 
 const heartbeat = time.Second
@@ -39,7 +41,12 @@ const heartbeat = time.Second
 func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
 		env, up = s.Env, s.Env.Upstream.Client
-		var err error
+		// The controller's metrics endpoint, scraped by the gauge tests.
+		addr, err := renderenv.FreeAddress("127.0.0.1")
+		if err != nil {
+			return err
+		}
+		metricsURL = "http://" + addr + "/metrics"
 		ctrl, err = controller.New(s.Context(), controller.Options{
 			RestConfig: env.Upstream.Config,
 			InitialConfig: &config.Config{
@@ -52,7 +59,7 @@ func TestMain(m *testing.M) {
 				// here, and their pending state would hold Ready back).
 				ManageAgent: ptr.To(false),
 			},
-			MetricsAddress: "0",
+			MetricsAddress: addr,
 			ProbeAddress:   "0",
 		})
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
@@ -33,27 +35,37 @@ type credential struct {
 // bootstrap is the import credential from the fleet-agent-bootstrap Secret.
 type bootstrap = registration.Bootstrap
 
+// unusableCredential says the local fleet-agent Secret was read and holds
+// no usable credential: only then does the agent register again. A Secret
+// that could not be read (the local API server unreachable) is no reason to.
+type unusableCredential struct{ err error }
+
+func (u *unusableCredential) Error() string { return u.err.Error() }
+func (u *unusableCredential) Unwrap() error { return u.err }
+
 // readCredential reads the local fleet-agent Secret; nil if there is none.
+// A Secret that holds no usable credential is an *unusableCredential error;
+// any other error means the Secret could not be read.
 func readCredential(ctx context.Context, local client.Client, ns string) (*credential, error) {
 	s := &corev1.Secret{}
 	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: registration.AgentCredentialSecretName}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		return nil, err
+		return nil, localFault(err, "reading the local credential Secret "+ns+"/"+registration.AgentCredentialSecretName)
 	}
 	kc, err := clientcmd.Load(s.Data[registration.KeyKubeconfig])
 	if err != nil {
-		return nil, fmt.Errorf("local Secret %s/%s holds no valid kubeconfig: %w", ns, registration.AgentCredentialSecretName, err)
+		return nil, &unusableCredential{fmt.Errorf("local Secret %s/%s holds no valid kubeconfig: %w", ns, registration.AgentCredentialSecretName, err)}
 	}
 	ctxName := kc.CurrentContext
 	kctx, ok := kc.Contexts[ctxName]
 	if !ok {
-		return nil, fmt.Errorf("local Secret %s/%s: kubeconfig has no current context", ns, registration.AgentCredentialSecretName)
+		return nil, &unusableCredential{fmt.Errorf("local Secret %s/%s: kubeconfig has no current context", ns, registration.AgentCredentialSecretName)}
 	}
 	cl, user := kc.Clusters[kctx.Cluster], kc.AuthInfos[kctx.AuthInfo]
 	if cl == nil || user == nil || user.Token == "" {
-		return nil, fmt.Errorf("local Secret %s/%s: kubeconfig lacks server or token", ns, registration.AgentCredentialSecretName)
+		return nil, &unusableCredential{fmt.Errorf("local Secret %s/%s: kubeconfig lacks server or token", ns, registration.AgentCredentialSecretName)}
 	}
 	c := &credential{
 		APIServerURL:        cl.Server,
@@ -68,7 +80,7 @@ func readCredential(ctx context.Context, local client.Client, ns string) (*crede
 	c.Expires, _ = time.Parse(time.RFC3339, string(s.Data[registration.KeyExpires]))
 	c.Issued, _ = time.Parse(time.RFC3339, string(s.Data[registration.KeyIssued]))
 	if c.ClusterNamespace == "" || c.ClusterName == "" || c.DeploymentNamespace == "" {
-		return nil, fmt.Errorf("local Secret %s/%s misses cluster keys", ns, registration.AgentCredentialSecretName)
+		return nil, &unusableCredential{fmt.Errorf("local Secret %s/%s misses cluster keys", ns, registration.AgentCredentialSecretName)}
 	}
 	return c, nil
 }
@@ -110,17 +122,19 @@ func writeCredential(ctx context.Context, local client.Client, ns string, c *cre
 }
 
 // readBootstrap reads the local fleet-agent-bootstrap Secret; nil if none.
+// A Secret that holds no usable bootstrap is a NoBootstrapCredential stuck
+// state; one that could not be read is not.
 func readBootstrap(ctx context.Context, local client.Client, ns string) (*bootstrap, error) {
 	s := &corev1.Secret{}
 	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: registration.BootstrapSecretName}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		return nil, err
+		return nil, localFault(err, "reading the bootstrap Secret "+ns+"/"+registration.BootstrapSecretName)
 	}
 	b, err := registration.ParseBootstrap(s.Data)
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: %w: reinstall the agent with a ClusterRegistrationToken's values file", ns, registration.BootstrapSecretName, err)
+		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason, "Secret %s/%s: %v: reinstall the agent with a ClusterRegistrationToken's values file", ns, registration.BootstrapSecretName, err)
 	}
 	return b, nil
 }

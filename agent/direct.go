@@ -195,7 +195,7 @@ func (a *Agent) syncDirect(ctx context.Context, cred *credential, up *rest.Confi
 		switch {
 		case err != nil:
 			if !failing && ctx.Err() == nil {
-				log.Info("cannot read the revocation list from the upstream; serving with the last one read until it answers (tokens still expire)", "error", err.Error(), "revoked", rev.Len())
+				log.Error(err, "cannot read the revocation list from the upstream; serving with the last one read until it answers (tokens still expire)", "revoked", rev.Len())
 			}
 			failing = true
 		default:
@@ -298,7 +298,7 @@ func (a *Agent) reportDirectCA(ctx context.Context, up *rest.Config, cred *crede
 		return err
 	}
 	if err := c.Status().Patch(ctx, cluster, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		a.log.WithName("direct").Info("could not report the direct endpoint's CA on the Cluster", "error", err.Error())
+		a.log.WithName("direct").Error(err, "could not report the direct endpoint's CA on the Cluster")
 		return err
 	}
 	return nil
@@ -443,6 +443,6 @@ func (a *Agent) saveDirectState(ctx context.Context, st directState) {
 		err = a.local.Update(ctx, cm)
 	}
 	if err != nil && ctx.Err() == nil {
-		a.log.WithName("direct").Info("could not save the direct endpoint's state", "error", err.Error())
+		a.log.WithName("direct").Error(err, "could not save the direct endpoint's state")
 	}
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -84,12 +83,12 @@ func (a *Agent) ensureIdentity(ctx context.Context) (*identity, error) {
 			return &identity{key: k}, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating the identity Secret %s: %w", key, err)
+			return nil, localFault(err, "creating the identity Secret "+key.String())
 		}
 		err = a.local.Get(ctx, key, s)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the identity Secret %s: %w", key, err)
+		return nil, localFault(err, "reading the identity Secret "+key.String())
 	}
 	k, err := registration.IdentityKeyFromSeed(s.Data[registration.KeyIdentitySeed])
 	if err != nil {
@@ -165,7 +164,7 @@ func (a *Agent) storeRecovery(ctx context.Context, rec *recoveryCredential) erro
 // again, so the agent stops registering with it.
 func (a *Agent) forgetRecovery(ctx context.Context, why string) {
 	if err := a.storeRecovery(ctx, nil); err != nil {
-		a.log.Info("could not remove the recovery token from the identity Secret", "error", err.Error())
+		a.log.Error(err, "could not remove the recovery token from the identity Secret")
 		return
 	}
 	a.log.Info("removed the recovery token: the upstream will not accept it again", "reason", why)
@@ -194,7 +193,7 @@ func (s *session) ensureRecoveryToken(ctx context.Context) {
 			a.log.V(1).Info("the cluster's recovery identity is not made yet; asking again at the next heartbeat", "serviceAccount", cred.DeploymentNamespace+"/"+registration.RecoveryServiceAccountName)
 			return
 		}
-		a.log.Info("could not mint a token of the cluster's recovery identity; trying again at the next heartbeat", "error", err.Error())
+		a.log.Error(err, "could not mint a token of the cluster's recovery identity; trying again at the next heartbeat")
 		return
 	}
 	next := &recoveryCredential{
@@ -203,7 +202,7 @@ func (s *session) ensureRecoveryToken(ctx context.Context) {
 		ClusterNamespace: cred.ClusterNamespace, ClusterName: cred.ClusterName, DeploymentNamespace: cred.DeploymentNamespace,
 	}
 	if err := a.storeRecovery(ctx, next); err != nil {
-		a.log.Info("could not store the recovery token; minting one again at the next heartbeat", "error", err.Error())
+		a.log.Error(err, "could not store the recovery token; minting one again at the next heartbeat")
 		return
 	}
 	a.log.Info("stored a token of the cluster's recovery identity", "expires", next.Expires.UTC().Format(time.RFC3339))

@@ -52,7 +52,7 @@ type registrar struct {
 func (a *Agent) register(ctx context.Context, id *identity) (*credential, error) {
 	b, err := readBootstrap(ctx, a.local, a.opts.Namespace)
 	if err != nil {
-		return nil, reconciler.Stall(fleet.NoBootstrapCredentialReason, "%v", err)
+		return nil, err
 	}
 	cfg, err := a.readConfig(ctx)
 	if err != nil {
@@ -102,7 +102,7 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 	if clientID == "" {
 		ks := &corev1.Namespace{}
 		if err := a.local.Get(ctx, client.ObjectKey{Name: "kube-system"}, ks); err != nil {
-			return nil, fmt.Errorf("reading namespace kube-system for the default clientID: %w", err)
+			return nil, localFault(err, "reading namespace kube-system for the default clientID")
 		}
 		clientID = string(ks.UID)
 	}
@@ -173,7 +173,7 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 			return nil, reconciler.Stall(fleet.CredentialRejectedReason,
 				"the upstream refused %s (%v): it has expired or was deleted; create a new token and reinstall the agent with its values", via.what, apierrors.ReasonForError(err))
 		}
-		return nil, fmt.Errorf("creating a ClusterRegistration upstream: %w", err)
+		return nil, upstreamFault(err, upCfg.Host, "creating a ClusterRegistration upstream with "+via.what)
 	}
 	log.Info("registration requested", "registration", reg.Namespace+"/"+reg.Name, "clientID", clientID, "with", via.what)
 	if err := a.step(ctx, "registration-created"); err != nil {
@@ -209,7 +209,7 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 	// deleted now. Forget the import token.
 	if clearSecret != nil {
 		if err := upClient.Delete(ctx, clearSecret); err != nil && !apierrors.IsNotFound(err) {
-			log.Info("could not delete the credential Secret upstream; the controller expires it", "error", err.Error())
+			log.Error(err, "could not delete the credential Secret upstream; the controller expires it")
 		}
 	}
 	if via.bootstrap {
@@ -314,7 +314,7 @@ func (a *Agent) readConfig(ctx context.Context) (*registration.AgentConfig, erro
 		if apierrors.IsNotFound(err) {
 			return cfg, nil
 		}
-		return nil, err
+		return nil, localFault(err, "reading the agent's ConfigMap "+a.opts.Namespace+"/"+registration.AgentConfigMapName)
 	}
 	if raw := cm.Data[registration.AgentConfigKey]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), cfg); err != nil {

@@ -134,7 +134,8 @@ func (s *session) heartbeatLoop(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		default:
-			s.agent.log.Info("heartbeat failed; retrying at the next interval", "error", err.Error())
+			err = upstreamFault(err, s.config.Host, "heartbeat")
+			s.agent.log.Error(err, "heartbeat failed; retrying at the next interval", "reason", faultReason(err))
 		}
 		select {
 		case <-ctx.Done():
@@ -215,7 +216,7 @@ func (s *session) renewLoop(ctx context.Context) error {
 			if isRejected(err) {
 				return fmt.Errorf("%w: renewing the token: %v", errCredentialRejected, err)
 			}
-			s.agent.log.Info("renewing the credential failed; retrying in a minute", "error", err.Error())
+			s.agent.log.Error(err, "renewing the credential failed; retrying in a minute")
 			if err := sleep(ctx, time.Minute); err != nil {
 				return err
 			}

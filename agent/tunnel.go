@@ -51,7 +51,11 @@ func (a *Agent) perCredential(ctx context.Context, log logr.Logger, what string,
 		cred, err := readCredential(ctx, a.local, a.opts.Namespace)
 		if err != nil || cred == nil {
 			if !waiting {
-				log.Info("waiting for the agent's credential before "+what, "error", errString(err))
+				if err != nil {
+					log.Error(err, "cannot read the agent's credential; waiting before "+what, "reason", faultReason(err))
+				} else {
+					log.Info("waiting for the agent's credential before " + what)
+				}
 				waiting = true
 			}
 			if sleep(ctx, accessPoll) != nil {
@@ -67,7 +71,7 @@ func (a *Agent) perCredential(ctx context.Context, log logr.Logger, what string,
 		case fatal != nil && fatal(err):
 			return err
 		case err != nil:
-			log.Info("session ended; starting again", "reason", err.Error())
+			log.Error(err, "session ended; starting again")
 		}
 		if sleep(ctx, time.Second) != nil {
 			return nil

@@ -26,6 +26,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/clustergroup"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/manageroptions"
+	"github.com/gitops-fleet/fleet/controller/metrics"
 	"github.com/gitops-fleet/fleet/controller/registration"
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/rendererconn"
@@ -262,6 +263,18 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Server:    server,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
+	}
+	// fleet_clusters counts every Cluster from this replica's cache while it
+	// leads shard 0, so that one replica reports each Cluster once.
+	if opts.Shard.Index == 0 {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			stop := metrics.ReportClusters(mgr.GetCache())
+			<-ctx.Done()
+			stop()
+			return nil
+		})); err != nil {
+			return nil, err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err

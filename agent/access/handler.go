@@ -454,7 +454,7 @@ type errorResponder struct{ log logr.Logger }
 
 func (e errorResponder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	// The error names addresses, never the credentials.
-	e.log.Info("could not reach the local API server", "path", req.URL.Path, "error", err.Error())
+	e.log.Error(err, "could not reach the local API server", "path", req.URL.Path)
 	writeStatus(w, req, apierrors.NewServiceUnavailable("the agent could not reach the cluster's API server"))
 }
 

@@ -16,7 +16,7 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,categories=fleet
+// +kubebuilder:resource:scope=Cluster,categories=fleet,shortName=ar
 // +kubebuilder:printcolumn:name="Current",type=boolean,JSONPath=`.status.current`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Wave",type=string,JSONPath=`.status.display.wave`

@@ -14,7 +14,7 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=fleet
+// +kubebuilder:resource:categories=fleet,shortName=creg
 // +kubebuilder:printcolumn:name="Cluster-Name",type=string,JSONPath=`.status.clusterName`
 // +kubebuilder:printcolumn:name="Granted",type=boolean,JSONPath=`.status.granted`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Granted")].reason`

@@ -11,11 +11,12 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=fleet
+// +kubebuilder:resource:categories=fleet,shortName=crt
 // +kubebuilder:printcolumn:name="Secret-Name",type=string,JSONPath=`.status.secretName`
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expires`
 // +kubebuilder:printcolumn:name="Approval",type=string,JSONPath=`.spec.approval`
 // +kubebuilder:printcolumn:name="Max-Clusters",type=integer,JSONPath=`.spec.maxClusters`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterRegistrationToken struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -198,3 +198,14 @@ func (in *BundleDeployment) GetConditions() []metav1.Condition { return in.Statu
 
 // SetConditions replaces the BundleDeployment's conditions.
 func (in *BundleDeployment) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// Reasons of the agent's faults that are not its credential's: it keeps its
+// credential and tries again.
+const (
+	// DownstreamAPIUnreachableReason: the agent cannot reach the API
+	// server of the cluster it runs in (refused, timeout, DNS, TLS).
+	DownstreamAPIUnreachableReason = "DownstreamAPIUnreachable"
+	// UpstreamUnreachableReason: the agent cannot reach the upstream API
+	// server (refused, timeout, DNS, TLS).
+	UpstreamUnreachableReason = "UpstreamUnreachable"
+)

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/gitops-fleet/fleet/agent"
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -25,7 +24,7 @@ import (
 func newAgentCommand() *cobra.Command {
 	opts := agent.Options{LeaderElect: true}
 	var kubeconfig, probeAddress string
-	var devLog bool
+	var logs logOptions
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the downstream agent (registers the cluster, heartbeat, applies its Bundles)",
@@ -33,11 +32,13 @@ func newAgentCommand() *cobra.Command {
 fleet-agent chart sets them, from the environment: NAMESPACE, POD_NAME,
 GENERATION, CHECKIN_INTERVAL, CATTLE_ELECTION_LEASE_DURATION,
 CATTLE_ELECTION_RENEW_DEADLINE, CATTLE_ELECTION_RETRY_PERIOD, ACCESS,
-TUNNEL_DOWN_LIMIT, DIRECT, DIRECT_MODE, DIRECT_URL, DIRECT_HOSTS and
-DIRECT_API_AUDIENCES (comma separated).`,
+TUNNEL_DOWN_LIMIT, DIRECT, DIRECT_MODE, DIRECT_URL, DIRECT_HOSTS,
+DIRECT_API_AUDIENCES (comma separated) and LOG_LEVEL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			if _, err := logs.setup(); err != nil {
+				return err
+			}
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}
@@ -76,7 +77,7 @@ DIRECT_API_AUDIENCES (comma separated).`,
 	f.StringVar(&opts.DirectURL, "direct-url", "", "where users reach the direct endpoint")
 	f.StringVar(&opts.DirectAddress, "direct-address", ":8443", "address the direct endpoint listens on")
 	f.StringSliceVar(&opts.DirectAPIAudiences, "direct-api-audiences", nil, "mode webhook: the local API server's audiences (its --api-audiences), the only ones the token webhook answers for (default: asked of the API server)")
-	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	logs.addFlags(cmd)
 	return cmd
 }
 

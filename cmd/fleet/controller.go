@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/gitops-fleet/fleet/controller"
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -17,13 +16,15 @@ import (
 func newControllerCommand() *cobra.Command {
 	opts := controller.Options{}
 	var kubeconfig string
-	var devLog bool
+	var logs logOptions
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the upstream controller (registration, agent management)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			if _, err := logs.setup(); err != nil {
+				return err
+			}
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}
@@ -58,7 +59,7 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&opts.CAPIPollInterval, "capi-poll-interval", 30*time.Second, "while Cluster API auto-registration is on, how often to look for the cluster.x-k8s.io API until it is served")
 	f.StringVar(&opts.RendererURL, "renderer-url", "", "render Bundles in the renderer service at this https URL (fleet renderer, Deployment fleet-renderer); empty: in render workers inside this pod (weaker: they run beside this process's credential)")
 	f.StringVar(&opts.RendererSecret, "renderer-secret", renderservice.SecretName, "Secret in --namespace with the renderer's credentials (made by the controller)")
-	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	logs.addFlags(cmd)
 	return cmd
 }
 

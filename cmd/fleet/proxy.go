@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -37,14 +36,17 @@ func newProxyCommand() *cobra.Command {
 	var kubeconfig, namespace, service, listen, certFile, keyFile, caFile, podIP, metricsAddr, replica string
 	var directMaxLifetime, directUnverifiedLifetime, directRecheck, directIssueWindow time.Duration
 	var directPerUser, directIssueLimit int
-	var devLog, setCABundle bool
+	var setCABundle bool
+	var logs logOptions
 	cmd := &cobra.Command{
 		Use:   "proxy",
 		Short: "Run fleet-proxy, the aggregated API server proxy.fleet.cattle.io that serves users' requests to registered clusters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			if _, err := logs.setup(); err != nil {
+				return err
+			}
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}
@@ -206,6 +208,6 @@ func newProxyCommand() *cobra.Command {
 	f.IntVar(&directIssueLimit, "direct-token-issue-limit", proxy.DefaultDirectIssueLimit, "direct tokens one user may be issued for one Cluster per --direct-token-issue-window (then 429 with Retry-After)")
 	f.DurationVar(&directIssueWindow, "direct-token-issue-window", proxy.DefaultDirectIssueWindow, "the window of --direct-token-issue-limit")
 	f.DurationVar(&directRecheck, "direct-recheck-interval", 10*time.Second, "how often the holders of live direct tokens are checked (clusters/proxy, their ServiceAccount and bound pod, the per-user quota); a token whose holder lost one is revoked")
-	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	logs.addFlags(cmd)
 	return cmd
 }

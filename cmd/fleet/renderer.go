@@ -3,8 +3,6 @@ package main
 import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
@@ -12,7 +10,7 @@ import (
 
 func newRendererCommand() *cobra.Command {
 	opts := renderservice.ServerOptions{}
-	var devLog bool
+	var logs logOptions
 	cmd := &cobra.Command{
 		Use:   "renderer",
 		Short: "Serve Bundle renders to the controller, apart from it (Deployment fleet-renderer)",
@@ -24,8 +22,10 @@ files of Secret fleet-renderer-tls in --credentials-dir), and no Kubernetes
 credential: it refuses to start when a ServiceAccount token is mounted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := zap.New(zap.UseDevMode(devLog))
-			ctrl.SetLogger(log)
+			log, err := logs.setup()
+			if err != nil {
+				return err
+			}
 			return renderservice.Serve(logr.NewContext(cmd.Context(), log), opts)
 		},
 	}
@@ -34,6 +34,6 @@ credential: it refuses to start when a ServiceAccount token is mounted.`,
 	f.StringVar(&opts.CredentialsDir, "credentials-dir", "/etc/fleet-renderer", "directory holding "+renderservice.KeyCert+", "+renderservice.KeyKey+" and "+renderservice.KeyTokenHash+" (Secret "+renderservice.SecretName+"); read again when they change")
 	f.IntVar(&opts.Concurrency, "concurrency", config.DefaultBundleRenderConcurrency, "render workers of this renderer at once, at most (size the pod's memory limit for it: concurrency x bundleRenderMemoryLimit)")
 	f.BoolVar(&opts.AllowKubernetesCredential, "allow-kubernetes-credential", false, "start even with a ServiceAccount token mounted (development only: a Bundle author who escapes a worker would hold it)")
-	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	logs.addFlags(cmd)
 	return cmd
 }

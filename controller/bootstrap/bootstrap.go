@@ -162,7 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	// Never on defaults: the ConfigMap may turn the bootstrap off.
 	cfg, err := r.Config.Known(ctx)
 	if errors.Is(err, configstore.ErrNotKnown) {
-		log.Info("not bootstrapping the local cluster until the controller configuration is valid", "error", err.Error())
+		log.Error(err, "not bootstrapping the local cluster until the controller configuration is valid")
 		return ctrl.Result{}, nil // its change brings the pass back
 	}
 	if err != nil {

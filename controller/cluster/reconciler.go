@@ -252,7 +252,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster
 	if cluster.Spec.KubeConfigSecret != "" && cluster.Status.AgentDeployedGeneration != nil {
 		if err := r.removeAgentDownstream(ctx, cluster); err != nil {
 			// The Cluster is going whether or not its cluster answers.
-			log.Info("could not remove the agent downstream; leaving it", "error", err.Error())
+			log.Error(err, "could not remove the agent downstream; leaving it")
 			reconciler.Eventf(r.Recorder, cluster, nil, corev1.EventTypeWarning, "AgentNotRemoved", "Delete", "the agent could not be removed from the downstream cluster: %v", err)
 		}
 	}

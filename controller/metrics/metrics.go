@@ -75,5 +75,5 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(RegistrationSteps, AgentDeploys, AgentDeployDuration, BundleRenders, BundleRenderDuration,
-		AgentRolloutClusters, AgentRolloutWave, AgentRolloutWaves, AgentRolloutHalted)
+		AgentRolloutClusters, AgentRolloutWave, AgentRolloutWaves, AgentRolloutHalted, clusters)
 }

@@ -6,8 +6,6 @@ package remote
 
 import (
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,6 +27,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/connerr"
 )
 
 // RequestTimeout bounds every request to a downstream cluster.
@@ -156,7 +155,7 @@ func Classify(host string, err error) (reason, message string) {
 	switch {
 	case errors.As(err, &inputErr):
 		return inputErr.Reason, inputErr.Error()
-	case tlsFailure(err):
+	case connerr.IsTLS(err):
 		return fleet.DownstreamTLSErrorReason, fmt.Sprintf("TLS with %s failed: the kubeconfig's certificate-authority-data does not match the server's certificate (%v); update the kubeconfig Secret", host, err)
 	case apierrors.IsUnauthorized(err):
 		return fleet.DownstreamUnauthorizedReason, fmt.Sprintf("%s rejected the kubeconfig's credentials (401 Unauthorized); refresh the credentials in the kubeconfig Secret", host)
@@ -171,24 +170,4 @@ func Classify(host string, err error) (reason, message string) {
 		return fleet.DownstreamUnreachableReason, fmt.Sprintf("cannot reach %s: %v; check the server URL in the kubeconfig Secret and the network path from the fleet controller", host, err)
 	}
 	return fleet.ApplyFailedReason, fmt.Sprintf("deploying the agent to %s failed: %v", host, err)
-}
-
-// tlsFailure reports whether err is a failed TLS handshake or certificate
-// check, by the error types crypto/tls and crypto/x509 return.
-func tlsFailure(err error) bool {
-	var (
-		verification     *tls.CertificateVerificationError
-		recordHeader     tls.RecordHeaderError
-		alert            tls.AlertError
-		unknownAuthority x509.UnknownAuthorityError
-		hostname         x509.HostnameError
-		invalid          x509.CertificateInvalidError
-		systemRoots      x509.SystemRootsError
-		constraint       x509.ConstraintViolationError
-		critical         x509.UnhandledCriticalExtension
-		algorithm        x509.InsecureAlgorithmError
-	)
-	return errors.As(err, &verification) || errors.As(err, &recordHeader) || errors.As(err, &alert) ||
-		errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
-		errors.As(err, &systemRoots) || errors.As(err, &constraint) || errors.As(err, &critical) || errors.As(err, &algorithm)
 }

@@ -129,7 +129,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		wait := fullJitter(minB, maxB, attempt)
 		attempt++
-		log.Info("agent tunnel down, reconnecting", "error", errString(err), "in", wait.Round(time.Millisecond).String())
+		log.Error(err, "agent tunnel down, reconnecting", "in", wait.Round(time.Millisecond).String())
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

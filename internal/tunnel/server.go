@@ -322,7 +322,7 @@ func (s *Server) Recheck() int {
 		case err == nil && key == sess.key:
 			continue
 		case err != nil && !errors.Is(err, ErrNotAnAgent):
-			s.Log.Info("could not recheck an agent tunnel, kept until the next check", "cluster", sess.key, "error", err.Error())
+			s.Log.Error(err, "could not recheck an agent tunnel, kept until the next check", "cluster", sess.key)
 			continue
 		}
 		reason := errString(err)
