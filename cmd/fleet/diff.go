@@ -18,14 +18,6 @@ import (
 	"github.com/gitops-fleet/fleet/review"
 )
 
-// exitError ends the process with Code (fleet diff: 1 = changes).
-type exitError struct {
-	Code int
-	Err  error
-}
-
-func (e *exitError) Error() string { return e.Err.Error() }
-
 func newDiffCommand() *cobra.Command {
 	var base, head, path, configPath, format, kubeconfigPath, kubeContext string
 	var live bool

@@ -22,16 +22,15 @@ func runCLI(t *testing.T, args ...string) ([]byte, error) {
 	return out, err
 }
 
-// runCLIStderr runs the fleet command in-process and returns its standard
-// output and standard error.
+// runCLIStderr runs the fleet command in-process, as main does, and returns
+// its standard output and standard error; an error is an *exitError.
 func runCLIStderr(t *testing.T, args ...string) (stdout, stderr []byte, err error) {
 	t.Helper()
 	cmd := newRootCommand()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	err = cmd.Execute()
+	err = run(t.Context(), cmd, args)
 	return out.Bytes(), errOut.Bytes(), err
 }
 
