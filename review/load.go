@@ -292,7 +292,37 @@ func ReadConfig(path string) (*config.Config, error) {
 		}
 		return config.FromConfigMap(cm)
 	}
-	return config.Parse(data)
+	cfg, err := config.Parse(data)
+	if err != nil {
+		if keys := chartValuesKeys(data); len(keys) >= 2 {
+			return nil, fmt.Errorf("this looks like the values of charts/fleet (%s), not the controller configuration: give the fleet-controller ConfigMap the chart makes of them, from your installation (kubectl -n cattle-fleet-system get configmap fleet-controller -o yaml > fleet-controller.yaml) or rendered offline (helm template fleet charts/fleet -n cattle-fleet-system -f %s --show-only templates/configmap.yaml > fleet-controller.yaml)",
+				strings.Join(keys, ", "), path)
+		}
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// chartOnlyValues are top-level values of charts/fleet that the controller
+// configuration does not have.
+var chartOnlyValues = []string{"affinity", "agent", "bundleRendering", "capi", "extraArgs", "global", "image", "imagePullSecrets",
+	"leaderElection", "metrics", "nodeSelector", "priorityClassName", "probePort", "registrationAdmins", "registrationApprovers",
+	"registrationTokenTTL", "renderer", "replicas", "resources", "shards", "tolerations"}
+
+// chartValuesKeys are the top-level keys of data that only chart values
+// have (a few of them: enough to recognise the file).
+func chartValuesKeys(data []byte) []string {
+	var top map[string]any
+	if yaml.Unmarshal(data, &top) != nil {
+		return nil
+	}
+	var keys []string
+	for _, k := range chartOnlyValues {
+		if _, ok := top[k]; ok && len(keys) < 4 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 var errEOF = io.EOF
