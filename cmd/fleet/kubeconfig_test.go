@@ -52,9 +52,11 @@ func TestKubeconfig_BadClusterIsAClearError(t *testing.T) {
 // upstream holding the Cluster, -o picks the format (yaml, the default, or
 // json, the same kubeconfig), --output-file writes the file (mode 0600),
 // and the older -o FILE still writes it, with a deprecation warning that
-// names the new flag.
+// names the new flag. Pointed at a cluster that is not the fleet upstream
+// (a downstream API server, without fleet's CRDs), fleet kubeconfig and
+// fleet rollout both ask whether the context is the upstream.
 func TestKubeconfig_OutputIsAFormatAndTheFileIsOutputFile(t *testing.T) {
-	env := testenv.StartControlPlanes(t, controlplane.Options{})
+	env := testenv.StartControlPlanes(t, controlplane.Options{Downstreams: 1})
 	c := env.Upstream.Client
 	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-default"}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -109,4 +111,17 @@ func TestKubeconfig_OutputIsAFormatAndTheFileIsOutputFile(t *testing.T) {
 	if code, _, stderr := runMain(t, append(args, "-o", "xml", "--output-file", file)...); code != 2 || !strings.Contains(stderr, `-o/--output must be yaml or json, not "xml" (the file is --output-file)`) {
 		t.Errorf("-o xml --output-file: exit %d %q, want a usage error", code, stderr)
 	}
+
+	t.Run("a context that is not the fleet upstream", func(t *testing.T) {
+		down := writeFile(t, dir, "downstream", string(env.Downstreams[0].Kubeconfig))
+		const question = "is your kubeconfig's context the fleet upstream (management) cluster?"
+		code, _, stderr := runMain(t, "kubeconfig", "--kubeconfig", down, "--cluster", "fleet-default/dev-1", "--no-direct")
+		if code != 1 || !strings.Contains(stderr, "does not serve fleet.cattle.io Clusters") || !strings.Contains(stderr, question) {
+			t.Errorf("fleet kubeconfig: exit %d, stderr %q", code, stderr)
+		}
+		code, _, stderr = runMain(t, "rollout", "status", "--kubeconfig", down)
+		if code != 2 || !strings.Contains(stderr, "does not serve fleet.cattle.io AgentRollouts") || !strings.Contains(stderr, question) {
+			t.Errorf("fleet rollout status: exit %d, stderr %q; want 2 and the question", code, stderr)
+		}
+	})
 }
