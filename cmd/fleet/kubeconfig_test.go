@@ -116,11 +116,11 @@ func TestKubeconfig_OutputIsAFormatAndTheFileIsOutputFile(t *testing.T) {
 		down := writeFile(t, dir, "downstream", string(env.Downstreams[0].Kubeconfig))
 		const question = "is your kubeconfig's context the fleet upstream (management) cluster?"
 		code, _, stderr := runMain(t, "kubeconfig", "--kubeconfig", down, "--cluster", "fleet-default/dev-1", "--no-direct")
-		if code != 1 || !strings.Contains(stderr, "does not serve fleet.cattle.io Clusters") || !strings.Contains(stderr, question) {
+		if code != 1 || !strings.Contains(stderr, "does not serve fleet.cattle.io Clusters") || !strings.Contains(stderr, question) || !strings.Contains(stderr, `(context "`) {
 			t.Errorf("fleet kubeconfig: exit %d, stderr %q", code, stderr)
 		}
 		code, _, stderr = runMain(t, "rollout", "status", "--kubeconfig", down)
-		if code != 2 || !strings.Contains(stderr, "does not serve fleet.cattle.io AgentRollouts") || !strings.Contains(stderr, question) {
+		if code != 2 || !strings.Contains(stderr, "does not serve fleet.cattle.io AgentRollouts") || !strings.Contains(stderr, question) || !strings.Contains(stderr, `(context "`) {
 			t.Errorf("fleet rollout status: exit %d, stderr %q; want 2 and the question", code, stderr)
 		}
 	})

@@ -109,5 +109,5 @@ func (u *Upstream) explainCheck(err error) error {
 	if errors.As(err, &re) {
 		return u.Explain(re.err, re.what)
 	}
-	return err
+	return fmt.Errorf("%w (context %q of your kubeconfig)", err, u.Context)
 }
