@@ -141,6 +141,9 @@ func Diff(base, head *Tree) (*Report, error) {
 			return nil, err
 		}
 		r.Clusters = append(r.Clusters, *c)
+		if note := encryptedNote(base, head, k); note != "" {
+			r.Notes = append(r.Notes, note)
+		}
 	}
 	tokens := map[string]bool{}
 	for k := range base.Tokens {
@@ -231,17 +234,28 @@ func render(agent *renderer.AgentRenderer, t *Tree, key string, withBootstrap bo
 	return s, nil
 }
 
-// serverOf identifies the server a manager-initiated Cluster's kubeconfig
-// Secret points at (never its credentials); "" when it cannot be read
-// offline (a placeholder, an encrypted Secret), "missing" without the Secret.
-func serverOf(t *Tree, c *fleet.Cluster) string {
+// kubeconfigSecret is the key of a manager-initiated Cluster's kubeconfig
+// Secret.
+func kubeconfigSecret(c *fleet.Cluster) string {
 	ns := c.Spec.KubeConfigSecretNamespace
 	if ns == "" {
 		ns = c.Namespace
 	}
-	s, ok := t.Secrets[ns+"/"+c.Spec.KubeConfigSecret]
+	return ns + "/" + c.Spec.KubeConfigSecret
+}
+
+// serverOf identifies the server a manager-initiated Cluster's kubeconfig
+// Secret points at (never its credentials); "" when it cannot be read
+// offline (a placeholder), "encrypted" for a SOPS-encrypted Secret,
+// "missing" without the Secret.
+func serverOf(t *Tree, c *fleet.Cluster) string {
+	key := kubeconfigSecret(c)
+	s, ok := t.Secrets[key]
 	if !ok {
 		return "missing"
+	}
+	if t.Encrypted[key] {
+		return "encrypted"
 	}
 	kc := s.Data["value"]
 	if v, ok := s.StringData["value"]; ok {
@@ -252,6 +266,21 @@ func serverOf(t *Tree, c *fleet.Cluster) string {
 		return ""
 	}
 	return h
+}
+
+// encryptedNote warns that the server of Cluster key's kubeconfig Secret is
+// not checked because the Secret is encrypted (on either side).
+func encryptedNote(base, head *Tree, key string) string {
+	for _, t := range []*Tree{head, base} {
+		c, ok := t.Clusters[key]
+		if !ok || c.Spec.KubeConfigSecret == "" {
+			continue
+		}
+		if secret := kubeconfigSecret(c); t.Encrypted[secret] {
+			return fmt.Sprintf("Cluster %s: its kubeconfig Secret %s is encrypted (SOPS): server not checked (a change of the server or CA it names is not shown)", key, secret)
+		}
+	}
+	return ""
 }
 
 // mask replaces the values of a Secret by a short hash: a change shows, its

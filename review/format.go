@@ -1,6 +1,7 @@
 package review
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -158,4 +159,81 @@ func indent(s, prefix string) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// reportJSON is the report for programs (fleet diff -o json): what Text
+// shows, as fields.
+type reportJSON struct {
+	Base    string      `json:"base"`
+	Head    string      `json:"head"`
+	Changed bool        `json:"changed"`
+	Summary summaryJSON `json:"summary"`
+	Notes   []string    `json:"notes"`
+	// Clusters and Tokens are those the change touches.
+	Clusters []clusterJSON `json:"clusters"`
+	Tokens   []tokenJSON   `json:"tokens"`
+}
+
+type summaryJSON struct {
+	ClustersChanged int `json:"clustersChanged"`
+	AgentsRolled    int `json:"agentsRolled"`
+	BundlesMoved    int `json:"bundlesMoved"`
+}
+
+type clusterJSON struct {
+	Cluster string `json:"cluster"`
+	Flow    string `json:"flow"`
+	Change  Change `json:"change"`
+	// Agent is the text's agent line ("pushed again, rolls (new pod)").
+	Agent             string   `json:"agent"`
+	Redeploy          bool     `json:"redeploy"`
+	Rolls             bool     `json:"rolls"`
+	Why               []string `json:"why"`
+	BundlesAdded      []string `json:"bundlesAdded"`
+	BundlesRemoved    []string `json:"bundlesRemoved"`
+	BundlesRetargeted []string `json:"bundlesRetargeted"`
+	Live              []string `json:"live,omitempty"`
+	LiveError         string   `json:"liveError,omitempty"`
+	ManifestDiff      string   `json:"manifestDiff"`
+}
+
+type tokenJSON struct {
+	Token      string `json:"token"`
+	Change     Change `json:"change"`
+	ValuesDiff string `json:"valuesDiff"`
+}
+
+// JSON writes the report as one JSON document. Lists are never null.
+func (r *Report) JSON(w io.Writer) error {
+	changed, rolled, moves := r.Summary()
+	doc := reportJSON{
+		Base: r.Base, Head: r.Head, Changed: r.Changed(),
+		Summary: summaryJSON{ClustersChanged: changed, AgentsRolled: rolled, BundlesMoved: moves},
+		Notes:   nonNil(r.Notes), Clusters: []clusterJSON{}, Tokens: []tokenJSON{},
+	}
+	for _, c := range r.Clusters {
+		if !c.Touched() {
+			continue
+		}
+		doc.Clusters = append(doc.Clusters, clusterJSON{
+			Cluster: c.Key, Flow: c.Flow, Change: c.Change, Agent: c.agentLine(), Redeploy: c.Redeploy, Rolls: c.Rolls,
+			Why: nonNil(c.Why), BundlesAdded: nonNil(c.BundlesAdded), BundlesRemoved: nonNil(c.BundlesRemoved),
+			BundlesRetargeted: nonNil(c.BundlesRetargeted), Live: c.Live, LiveError: c.LiveError, ManifestDiff: c.ManifestDiff,
+		})
+	}
+	for _, t := range r.Tokens {
+		if t.Change != Unchanged {
+			doc.Tokens = append(doc.Tokens, tokenJSON{Token: t.Key, Change: t.Change, ValuesDiff: t.ValuesDiff})
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

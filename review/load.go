@@ -47,6 +47,9 @@ type Tree struct {
 	// Secrets are the Secrets, by "<ns>/<name>" (kubeconfig Secrets are
 	// read for the server they name, never shown).
 	Secrets map[string]*corev1.Secret
+	// Encrypted are the Secrets encrypted with SOPS (a top-level sops
+	// key): their content is not read, so the server they name is unknown.
+	Encrypted map[string]bool
 	// Config is the controller configuration (defaults when none is found).
 	Config *config.Config
 	// ConfigFrom says where Config came from.
@@ -111,7 +114,7 @@ func Load(dir, source, configPath string) (*Tree, error) {
 		}
 	}
 	t := &Tree{Source: source, Clusters: map[string]*fleet.Cluster{}, Tokens: map[string]*fleet.ClusterRegistrationToken{},
-		Bundles: map[string]*fleet.Bundle{}, Groups: map[string][]fleet.ClusterGroup{}, Secrets: map[string]*corev1.Secret{}}
+		Bundles: map[string]*fleet.Bundle{}, Groups: map[string][]fleet.ClusterGroup{}, Secrets: map[string]*corev1.Secret{}, Encrypted: map[string]bool{}}
 	for i, d := range docs {
 		if err := t.add(d); err != nil {
 			return nil, fmt.Errorf("%s: %w", names[i], err)
@@ -131,6 +134,13 @@ func Load(dir, source, configPath string) (*Tree, error) {
 		t.Config, t.ConfigFrom = &config.Config{}, "defaults"
 	}
 	return t, nil
+}
+
+// HasFleetObjects reports whether the side holds any fleet.cattle.io object
+// fleet diff compares (a side without any is most likely the wrong
+// directory).
+func (t *Tree) HasFleetObjects() bool {
+	return len(t.Clusters)+len(t.Tokens)+len(t.Bundles)+len(t.Groups) > 0
 }
 
 func kustomizationIn(dir string) string {
@@ -208,7 +218,7 @@ func (t *Tree) add(doc []byte) error {
 	case isFleet && u.GetKind() == "Cluster":
 		c := &fleet.Cluster{}
 		if err := strictyaml.Unmarshal(doc, c); err != nil {
-			return fmt.Errorf("not a valid Cluster: %w", err)
+			return fmt.Errorf("Cluster %s: %w", key, err)
 		}
 		c.Namespace = ns
 		if _, dup := t.Clusters[key]; dup {
@@ -218,28 +228,35 @@ func (t *Tree) add(doc []byte) error {
 	case isFleet && u.GetKind() == "ClusterRegistrationToken":
 		tok := &fleet.ClusterRegistrationToken{}
 		if err := strictyaml.Unmarshal(doc, tok); err != nil {
-			return fmt.Errorf("not a valid ClusterRegistrationToken: %w", err)
+			return fmt.Errorf("ClusterRegistrationToken %s: %w", key, err)
 		}
 		tok.Namespace = ns
 		t.Tokens[key] = tok
 	case isFleet && u.GetKind() == "Bundle":
 		b := &fleet.Bundle{}
 		if err := strictyaml.Unmarshal(doc, b); err != nil {
-			return fmt.Errorf("not a valid Bundle: %w", err)
+			return fmt.Errorf("Bundle %s: %w", key, err)
 		}
 		b.Namespace = ns
 		t.Bundles[key] = b
 	case isFleet && u.GetKind() == "ClusterGroup":
 		g := fleet.ClusterGroup{}
 		if err := strictyaml.Unmarshal(doc, &g); err != nil {
-			return fmt.Errorf("not a valid ClusterGroup: %w", err)
+			return fmt.Errorf("ClusterGroup %s: %w", key, err)
 		}
 		g.Namespace = ns
 		t.Groups[ns] = append(t.Groups[ns], g)
+	case gv == "v1" && u.GetKind() == "Secret" && u.Object["sops"] != nil:
+		// Its values are ciphertext (and data no longer base64): keep
+		// only that it exists.
+		s := &corev1.Secret{}
+		s.Name, s.Namespace = u.GetName(), ns
+		t.Secrets[key] = s
+		t.Encrypted[key] = true
 	case gv == "v1" && u.GetKind() == "Secret":
 		s := &corev1.Secret{}
 		if err := yaml.Unmarshal(doc, s); err != nil {
-			return fmt.Errorf("not a valid Secret: %w", err)
+			return fmt.Errorf("Secret %s: %w", key, err)
 		}
 		s.Namespace = ns
 		t.Secrets[key] = s
@@ -275,7 +292,37 @@ func ReadConfig(path string) (*config.Config, error) {
 		}
 		return config.FromConfigMap(cm)
 	}
-	return config.Parse(data)
+	cfg, err := config.Parse(data)
+	if err != nil {
+		if keys := chartValuesKeys(data); len(keys) >= 2 {
+			return nil, fmt.Errorf("this looks like the values of charts/fleet (%s), not the controller configuration: give the fleet-controller ConfigMap the chart makes of them, from your installation (kubectl -n cattle-fleet-system get configmap fleet-controller -o yaml > fleet-controller.yaml) or rendered offline (helm template fleet charts/fleet -n cattle-fleet-system -f %s --show-only templates/configmap.yaml > fleet-controller.yaml)",
+				strings.Join(keys, ", "), path)
+		}
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// chartOnlyValues are top-level values of charts/fleet that the controller
+// configuration does not have.
+var chartOnlyValues = []string{"affinity", "agent", "bundleRendering", "capi", "extraArgs", "global", "image", "imagePullSecrets",
+	"leaderElection", "metrics", "nodeSelector", "priorityClassName", "probePort", "registrationAdmins", "registrationApprovers",
+	"registrationTokenTTL", "renderer", "replicas", "resources", "shards", "tolerations"}
+
+// chartValuesKeys are the top-level keys of data that only chart values
+// have (a few of them: enough to recognise the file).
+func chartValuesKeys(data []byte) []string {
+	var top map[string]any
+	if yaml.Unmarshal(data, &top) != nil {
+		return nil
+	}
+	var keys []string
+	for _, k := range chartOnlyValues {
+		if _, ok := top[k]; ok && len(keys) < 4 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 var errEOF = io.EOF

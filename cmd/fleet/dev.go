@@ -44,8 +44,8 @@ func (f *devFlags) register(cmd *cobra.Command, withClusters bool) {
 	if binDir == "" {
 		binDir = "bin"
 	}
-	cmd.Flags().StringVar(&f.binDir, "bin-dir", binDir, "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, helm (`make dev-bins`)")
-	cmd.Flags().StringVar(&f.images, "images", filepath.Join(binDir, "images", "images.tar"), "image archive imported into every node (`make images`)")
+	cmd.Flags().StringVar(&f.binDir, "bin-dir", binDir, "the directory `DIR` holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, helm (make dev-bins builds them)")
+	cmd.Flags().StringVar(&f.images, "images", filepath.Join(binDir, "images", "images.tar"), "the image archive `FILE` imported into every node (make images builds it)")
 	cmd.Flags().IntVar(&f.slot, "slot", 0, "0-9: environments in different slots use different ports and subnets and can run side by side")
 	cmd.Flags().IntVar(&f.downstreams, "downstream", 2, "number of downstream clusters")
 }

@@ -198,7 +198,7 @@ func demoAccess(ctx context.Context, st *stepper, s *devcluster.State, f *devFla
 	}
 	for _, c := range clusters {
 		out := filepath.Join(s.Dir, "access-"+c.name+".kubeconfig")
-		args := []string{"kubeconfig", "--kubeconfig", userKC, "--cluster", c.ws + "/" + c.name, "--output", out}
+		args := []string{"kubeconfig", "--kubeconfig", userKC, "--cluster", c.ws + "/" + c.name, "--output-file", out}
 		if msg, err := exec.CommandContext(ctx, self, args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("step 'fleet kubeconfig for %s' failed: %v: %s", c.name, err, msg)
 		}

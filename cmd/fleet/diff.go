@@ -18,16 +18,8 @@ import (
 	"github.com/gitops-fleet/fleet/review"
 )
 
-// exitError ends the process with Code (fleet diff: 1 = changes).
-type exitError struct {
-	Code int
-	Err  error
-}
-
-func (e *exitError) Error() string { return e.Err.Error() }
-
 func newDiffCommand() *cobra.Command {
-	var base, head, path, configPath, format, kubeconfigPath, kubeContext string
+	var base, head, path, configPath, output, format, kubeconfigPath, kubeContext string
 	var live bool
 	cmd := &cobra.Command{
 		Use:   "diff --base <dir|git ref> --head <dir|git ref>",
@@ -50,15 +42,30 @@ ConfigMap among the objects is used, else the defaults.
 objects would really change there: a server-side dry run through the upstream's cluster proxy
 (fleet kubeconfig's path), as you, under the controller's field manager.
 
-Exit status: 0 no change, 1 changes, 2 an error (broken YAML, a missing side, a Cluster that does
-not render), so a CI job can tell them apart.`,
+-o picks the output: text (default), markdown (a pull-request comment) or json (one document, for
+bots). --format is the same flag under its older name.
+
+A side without any fleet object (Cluster, ClusterRegistrationToken, Bundle, ClusterGroup) is
+warned about on stderr: probably the wrong directory or --path. Neither side with any is an error.
+A kubeconfig Secret encrypted with SOPS cannot be read: the report says "server not checked" for
+its Cluster.
+
+Exit status: 0 no change, 1 changes, 2 an error (a usage error, broken YAML, a missing side, no
+fleet object on either side, a Cluster that does not render), so a CI job can tell them apart.`,
 		Example: `  fleet diff --base main --head HEAD --path examples/gitops --config config/fleet-controller.yaml
-  fleet diff --base ./before --head ./after --format markdown > comment.md`,
+  fleet diff --base ./before --head ./after -o markdown > comment.md
+  fleet diff --base main --head HEAD -o json | jq '.clusters[] | select(.rolls) | .cluster'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fail := func(err error) error { return &exitError{Code: 2, Err: err} }
-			if format != "text" && format != "markdown" {
-				return fail(fmt.Errorf("--format must be text or markdown, not %q", format))
+			fail := func(err error) error { return &exitError{Code: exitUsage, Err: err} }
+			if cmd.Flags().Changed("format") {
+				if cmd.Flags().Changed("output") && output != format {
+					return usageError("-o %s and --format %s disagree: give one (--format is the older name of -o)", output, format)
+				}
+				output = format
+			}
+			if output != "text" && output != "markdown" && output != "json" {
+				return usageError("-o/--output must be text, markdown or json, not %q", output)
 			}
 			tmp, err := os.MkdirTemp("", "fleet-diff-")
 			if err != nil {
@@ -75,6 +82,16 @@ not render), so a CI job can tell them apart.`,
 					return fail(err)
 				}
 			}
+			switch b, h := trees[0].HasFleetObjects(), trees[1].HasFleetObjects(); {
+			case !b && !h:
+				return fail(fmt.Errorf("neither %s nor %s holds a fleet object (Cluster, ClusterRegistrationToken, Bundle, ClusterGroup): give the directory of your fleet GitOps repository (--path with git refs)", trees[0].Source, trees[1].Source))
+			case !b || !h:
+				t := trees[0]
+				if b {
+					t = trees[1]
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s holds no fleet object (Cluster, ClusterRegistrationToken, Bundle, ClusterGroup): is it the right directory (--path)?\n", t.Source)
+			}
 			r, err := review.Diff(trees[0], trees[1])
 			if err != nil {
 				return fail(err)
@@ -87,16 +104,19 @@ not render), so a CI job can tell them apart.`,
 				r.Live(cmd.Context(), configFor)
 			}
 			out := cmd.OutOrStdout()
-			if format == "markdown" {
+			switch output {
+			case "markdown":
 				err = r.Markdown(out)
-			} else {
+			case "json":
+				err = r.JSON(out)
+			default:
 				err = r.Text(out)
 			}
 			if err != nil {
 				return fail(err)
 			}
 			if r.Changed() {
-				return &exitError{Code: 1, Err: errors.New("changes found")}
+				return &exitError{Code: exitFailed} // the report says what
 			}
 			return nil
 		},
@@ -106,7 +126,8 @@ not render), so a CI job can tell them apart.`,
 	f.StringVar(&head, "head", "", "the version after the change: a directory or a git ref (required)")
 	f.StringVar(&path, "path", ".", "with a git ref: the directory inside the repository")
 	f.StringVar(&configPath, "config", "", "the controller configuration, relative to each side (default: a fleet-controller ConfigMap among the objects, else the defaults)")
-	f.StringVar(&format, "format", "text", "text or markdown (a pull-request comment)")
+	f.StringVarP(&output, "output", "o", "text", "output format: text, markdown (a pull-request comment) or json")
+	f.StringVar(&format, "format", "", "the older name of -o/--output (text or markdown)")
 	f.BoolVar(&live, "live", false, "also dry-run the new agent objects on each cluster whose agent is deployed again, through the upstream's cluster proxy as you (needs clusters/proxy and rights downstream)")
 	f.StringVar(&kubeconfigPath, "kubeconfig", "", "with --live: your kubeconfig for the upstream (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&kubeContext, "context", "", "with --live: the context of your kubeconfig (default: its current context)")
@@ -212,14 +233,12 @@ func untar(r io.Reader, dir string) error {
 // liveConfigs reaches each Cluster through the upstream's cluster proxy with
 // the caller's kubeconfig (what `fleet kubeconfig` writes).
 func liveConfigs(path, context string) (review.ClusterConfig, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
-	upstream, err := rules.Load()
+	upstream, err := kubeconfig.LoadUpstream(path, context)
 	if err != nil {
-		return nil, fmt.Errorf("--live: reading your kubeconfig: %w", err)
+		return nil, fmt.Errorf("--live: %w", err)
 	}
 	return func(ws, name string) (*rest.Config, error) {
-		kc, err := kubeconfig.ForCluster(upstream, kubeconfig.ClusterRef{Workspace: ws, Name: name}, kubeconfig.Options{Context: context})
+		kc, err := kubeconfig.ForCluster(upstream.Raw, kubeconfig.ClusterRef{Workspace: ws, Name: name}, kubeconfig.Options{Context: upstream.Context})
 		if err != nil {
 			return nil, err
 		}

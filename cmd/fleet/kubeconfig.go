@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 )
 
 func newKubeconfigCommand() *cobra.Command {
 	var req kubeconfig.Request
-	var cluster, output string
+	var cluster, output, outputFile string
 	cmd := &cobra.Command{
 		Use:   "kubeconfig --cluster <workspace>/<name>",
 		Short: "Print a kubeconfig that reaches a Cluster through the upstream API server's cluster proxy, as your upstream user",
@@ -35,10 +36,21 @@ fleet-proxy that credential (your bearer token as it is sent, or your kubeconfig
 certificate), whose expiry caps the token; when its expiry cannot be learned the token lives at most
 fleet-proxy's --direct-token-unverified-max-lifetime (15 minutes by default). The token is a
 credential: the kubeconfig then holds it.`,
-		Example: `  fleet kubeconfig --cluster fleet-default/dev-1 --output ~/.kube/dev-1
+		Example: `  fleet kubeconfig --cluster fleet-default/dev-1 --output-file ~/.kube/dev-1
   KUBECONFIG=~/.kube/dev-1 kubectl get pods -n payments`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch output {
+			case "yaml", "json":
+			default:
+				// Until this release -o named the file to write; it is
+				// the output format now, as in every other command.
+				if outputFile != "" {
+					return usageError("-o/--output must be yaml or json, not %q (the file is --output-file)", output)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: -o FILE is deprecated and will mean only the output format (yaml or json): write --output-file %s\n", output)
+				output, outputFile = "yaml", output
+			}
 			ref, err := kubeconfig.ParseClusterRef(cluster)
 			if err != nil {
 				return fmt.Errorf("--cluster: %w", err)
@@ -51,12 +63,18 @@ credential: the kubeconfig then holds it.`,
 			for _, w := range warnings {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
-			if output == "" {
+			if output == "json" {
+				if data, err = yaml.YAMLToJSON(data); err != nil {
+					return err
+				}
+				data = append(data, '\n')
+			}
+			if outputFile == "" {
 				_, err = cmd.OutOrStdout().Write(data)
 				return err
 			}
-			if err := kubeconfig.WriteFile(output, data); err != nil {
-				return fmt.Errorf("--output: %w", err)
+			if err := kubeconfig.WriteFile(outputFile, data); err != nil {
+				return fmt.Errorf("--output-file: %w", err)
 			}
 			return nil
 		},
@@ -67,7 +85,8 @@ credential: the kubeconfig then holds it.`,
 	f.StringVar(&req.Context, "context", "", "the context of your kubeconfig to use (default: its current context)")
 	f.StringVar(&req.ContextName, "context-name", "", "name of the context, cluster and user of the printed kubeconfig (default: the Cluster's name)")
 	f.BoolVar(&req.Flatten, "flatten", false, "inline the files your kubeconfig refers to (CA, client certificate and key, token file)")
-	f.StringVarP(&output, "output", "o", "", "write the kubeconfig to this file (mode 0600, replaced whole) instead of standard output")
+	f.StringVarP(&output, "output", "o", "yaml", "output format: yaml or json (a file name here is the deprecated form of --output-file)")
+	f.StringVar(&outputFile, "output-file", "", "write the kubeconfig to this file (mode 0600, replaced whole) instead of standard output")
 	f.DurationVar(&req.DirectTokenTTL, "direct-token-ttl", time.Hour, "lifetime of the direct context's token (a Cluster with spec.agentDirectEndpoint; at most fleet-proxy's --direct-token-max-lifetime, and no longer than your credential)")
 	f.BoolVar(&req.NoDirect, "no-direct", false, "write no direct context, even when the Cluster has a direct endpoint")
 	_ = cmd.MarkFlagRequired("cluster")

@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,17 +22,9 @@ func main() {
 	renderworker.ServeIfWorker()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRootCommand().ExecuteContext(ctx); err != nil {
-		var exit *exitError
-		if errors.As(err, &exit) {
-			if exit.Code != 1 {
-				fmt.Fprintln(os.Stderr, "error:", err)
-			}
-			os.Exit(exit.Code)
-		}
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
-	}
+	code := execute(ctx, newRootCommand(), os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 func newRootCommand() *cobra.Command {

@@ -3,10 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
+	"github.com/gitops-fleet/fleet/internal/suggest"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
 	"github.com/gitops-fleet/fleet/review"
@@ -51,10 +53,10 @@ bearer token as a placeholder, or the agent it installs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "values" && output != "manifests" {
-				return fmt.Errorf("--output must be values or manifests, not %q", output)
+				return usageError("-o/--output must be values (the values file, YAML) or manifests (the agent's manifests, YAML), not %q", output)
 			}
 			if (clusterFile == "") == (tokenFile == "") {
-				return errors.New("give either --cluster or --token")
+				return usageError("give either --cluster FILE or --token FILE")
 			}
 			cfg := &config.Config{}
 			if configFile != "" {
@@ -75,6 +77,9 @@ bearer token as a placeholder, or the agent it installs.`,
 				}
 				if bootstrap != "auto" {
 					return errors.New("--bootstrap applies to --cluster only: a token's values always install the bootstrap Secret")
+				}
+				if cfg.APIServerURL == "" {
+					return fmt.Errorf("%s: no upstream API server URL for the agent: %s", input, noAPIServerURL(configFile))
 				}
 				values, err = renderer.AgentValuesForToken(tok, cfg, renderer.TokenPlaceholder)
 				if err != nil {
@@ -97,6 +102,9 @@ bearer token as a placeholder, or the agent it installs.`,
 					return fmt.Errorf("--bootstrap must be auto, true or false, not %q", bootstrap)
 				}
 				values, err = renderer.OfflineAgentValues(cluster, cfg, withBootstrap)
+				if errors.Is(err, renderer.ErrNoAPIServerURL) && configFile == "" {
+					return fmt.Errorf("%s: no upstream API server URL for the agent: %s", input, noAPIServerURL(configFile))
+				}
 				if err != nil {
 					return fmt.Errorf("%s: %w", input, err)
 				}
@@ -126,15 +134,15 @@ bearer token as a placeholder, or the agent it installs.`,
 	cmd.Flags().StringVar(&clusterFile, "cluster", "", "Cluster YAML file")
 	cmd.Flags().StringVar(&tokenFile, "token", "", "ClusterRegistrationToken YAML file: render its values file (for helm install) instead")
 	cmd.Flags().StringVar(&configFile, "config", "", "controller config: the fleet-controller ConfigMap YAML, or its config document")
-	cmd.Flags().StringVarP(&output, "output", "o", "manifests", "values or manifests")
+	cmd.Flags().StringVarP(&output, "output", "o", "manifests", "output format: values (the values file for helm template) or manifests")
 	cmd.Flags().StringVar(&bootstrap, "bootstrap", "auto", "include the fleet-agent-bootstrap Secret: auto (when the Cluster has a kubeConfigSecret), true or false")
 	return cmd
 }
 
 func newRenderBundleCommand() *cobra.Command {
 	var (
-		bundleFile, clusterFile, configFile string
-		groupFiles                          []string
+		bundleFile, clusterFile, configFile, output string
+		groupFiles                                  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bundle --bundle FILE [--cluster FILE [--group FILE]...] [--config FILE]",
@@ -156,16 +164,12 @@ may hold several ClusterGroup documents). A target that needs a group that was
 not given is an error, never a guess.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := os.ReadFile(bundleFile)
-			if err != nil {
-				return err
+			if output != "yaml" && output != "json" {
+				return usageError("-o/--output must be yaml or json, not %q", output)
 			}
 			bundle := &fleet.Bundle{}
-			if err := strictyaml.Unmarshal(data, bundle); err != nil {
-				return fmt.Errorf("%s is not a valid Bundle: %w", bundleFile, err)
-			}
-			if bundle.Kind != "Bundle" {
-				return fmt.Errorf("%s: kind is %q, want Bundle", bundleFile, bundle.Kind)
+			if err := readObject(bundleFile, "Bundle", bundle); err != nil {
+				return err
 			}
 			var groups []fleet.ClusterGroup
 			for _, f := range groupFiles {
@@ -180,6 +184,7 @@ not given is an error, never a guess.`,
 			}
 			cfg := &config.Config{}
 			if configFile != "" {
+				var err error
 				if cfg, err = readConfig(configFile); err != nil {
 					return err
 				}
@@ -195,7 +200,7 @@ not given is an error, never a guess.`,
 				}
 				o, t, err := renderer.OptionsFor(bundle, cluster, targeting.Groups{Items: groups, Given: true})
 				if err != nil {
-					return fmt.Errorf("bundle %s: %w", bundleFile, err)
+					return fmt.Errorf("bundle %s: %w%s", bundleFile, err, groupsGiven(err, groups))
 				}
 				if t == nil || t.DoNotDeploy {
 					fmt.Fprintln(cmd.ErrOrStderr(), targeting.Describe(bundle, cluster, t))
@@ -214,10 +219,14 @@ not given is an error, never a guess.`,
 			if err != nil {
 				return fmt.Errorf("bundle %s: %w", bundleFile, err)
 			}
+			if output == "json" {
+				return writeJSONList(cmd.OutOrStdout(), out.YAML)
+			}
 			_, err = cmd.OutOrStdout().Write(out.YAML)
 			return err
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format of the manifests: yaml (documents) or json (a v1 List)")
 	cmd.Flags().StringVar(&bundleFile, "bundle", "", "Bundle YAML file (required)")
 	cmd.Flags().StringVar(&clusterFile, "cluster", "", "Cluster YAML file: render what the controller deploys to that cluster")
 	cmd.Flags().StringArrayVar(&groupFiles, "group", nil, "ClusterGroup YAML file (repeatable; several documents per file allowed): the groups clusterGroup and clusterGroupSelector targets consult")
@@ -228,32 +237,21 @@ not given is an error, never a guess.`,
 
 // readClusterGroups reads every document of a file as a ClusterGroup.
 func readClusterGroups(path string) ([]fleet.ClusterGroup, error) {
-	data, err := os.ReadFile(path)
+	docs, err := readDocuments(path)
 	if err != nil {
 		return nil, err
 	}
 	var groups []fleet.ClusterGroup
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for i := 0; ; i++ {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if js, err := yaml.YAMLToJSON(doc); err == nil && (string(js) == "null" || len(bytes.TrimSpace(js)) == 0) {
-			continue // an empty document (comments only)
+	for _, d := range docs {
+		if !d.isFleet("ClusterGroup") {
+			return nil, fmt.Errorf("%s: document %d is %s, not a ClusterGroup of %s", path, d.index, d.describe("ClusterGroup"), fleet.GroupVersion)
 		}
 		g := fleet.ClusterGroup{}
-		if err := strictyaml.Unmarshal(doc, &g); err != nil {
-			return nil, fmt.Errorf("%s, document %d, is not a valid ClusterGroup: %w", path, i+1, err)
-		}
-		if g.Kind != "ClusterGroup" || !strings.HasPrefix(g.APIVersion, fleet.GroupVersion.Group+"/") {
-			return nil, fmt.Errorf("%s, document %d: want kind ClusterGroup of %s, got kind %q apiVersion %q", path, i+1, fleet.GroupVersion, g.Kind, g.APIVersion)
+		if err := strictyaml.Unmarshal(d.data, &g); err != nil {
+			return nil, fmt.Errorf("%s, document %d (%s): %w", path, d.index, d.name(), err)
 		}
 		if g.Name == "" {
-			return nil, fmt.Errorf("%s, document %d: the ClusterGroup has no metadata.name", path, i+1)
+			return nil, fmt.Errorf("%s, document %d: the ClusterGroup has no metadata.name", path, d.index)
 		}
 		groups = append(groups, g)
 	}
@@ -280,17 +278,12 @@ func sameWorkspace(bundle *fleet.Bundle, groups []fleet.ClusterGroup) error {
 	return nil
 }
 
+// readCluster reads the Cluster of a file (among other documents, such as
+// its kubeconfig Secret, in any order).
 func readCluster(path string) (*fleet.Cluster, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	c := &fleet.Cluster{}
-	if err := strictyaml.Unmarshal(data, c); err != nil {
-		return nil, fmt.Errorf("%s is not a valid Cluster: %w", path, err)
-	}
-	if c.Kind != "Cluster" || !strings.HasPrefix(c.APIVersion, fleet.GroupVersion.Group+"/") {
-		return nil, fmt.Errorf("%s: want kind Cluster of %s, got kind %q apiVersion %q", path, fleet.GroupVersion, c.Kind, c.APIVersion)
+	if err := readObject(path, "Cluster", c); err != nil {
+		return nil, err
 	}
 	if c.Name == "" {
 		return nil, fmt.Errorf("%s: the Cluster has no metadata.name", path)
@@ -299,16 +292,9 @@ func readCluster(path string) (*fleet.Cluster, error) {
 }
 
 func readToken(path string) (*fleet.ClusterRegistrationToken, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	t := &fleet.ClusterRegistrationToken{}
-	if err := strictyaml.Unmarshal(data, t); err != nil {
-		return nil, fmt.Errorf("%s is not a valid ClusterRegistrationToken: %w", path, err)
-	}
-	if t.Kind != "ClusterRegistrationToken" || !strings.HasPrefix(t.APIVersion, fleet.GroupVersion.Group+"/") {
-		return nil, fmt.Errorf("%s: want kind ClusterRegistrationToken of %s, got kind %q apiVersion %q", path, fleet.GroupVersion, t.Kind, t.APIVersion)
+	if err := readObject(path, "ClusterRegistrationToken", t); err != nil {
+		return nil, err
 	}
 	if t.Name == "" {
 		return nil, fmt.Errorf("%s: the ClusterRegistrationToken has no metadata.name", path)
@@ -323,8 +309,63 @@ func readToken(path string) (*fleet.ClusterRegistrationToken, error) {
 // file or from a bare config document.
 func readConfig(path string) (*config.Config, error) {
 	cfg, err := review.ReadConfig(path)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return nil, fmt.Errorf("--config: %w", err) // it names the file
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// noAPIServerURL says where the upstream URL the agent needs comes from.
+func noAPIServerURL(configFile string) string {
+	if configFile == "" {
+		return "give the controller configuration with --config FILE: your installation's (kubectl -n cattle-fleet-system get configmap fleet-controller -o yaml > fleet-controller.yaml), or examples/gitops/config/fleet-controller.yaml as an example"
+	}
+	return configFile + " sets no apiServerURL: set it there (the fleet chart's value apiServerURL)"
+}
+
+// groupsGiven adds, to a target that needs a ClusterGroup that was not
+// given, the groups that were given and the one it was likely meant to be.
+func groupsGiven(err error, groups []fleet.ClusterGroup) string {
+	var missing *targeting.MissingGroupsError
+	if !errors.As(err, &missing) || missing.Group == "" || len(groups) == 0 {
+		return ""
+	}
+	var names []string
+	for _, g := range groups {
+		names = append(names, g.Name)
+	}
+	msg := "; the ClusterGroups given are " + strings.Join(names, ", ")
+	if s := suggest.Nearest(missing.Group, names); s != "" {
+		msg += fmt.Sprintf(": is clusterGroup %q (spec.targets[%d]) a typo of %q?", missing.Group, missing.Target, s)
+	}
+	return msg
+}
+
+// writeJSONList writes YAML manifests as one v1 List, as kubectl get -o json
+// prints several objects.
+func writeJSONList(w io.Writer, manifests []byte) error {
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			return err
+		}
+		if obj != nil {
+			list["items"] = append(list["items"].([]any), obj)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(list)
 }

@@ -22,16 +22,15 @@ func runCLI(t *testing.T, args ...string) ([]byte, error) {
 	return out, err
 }
 
-// runCLIStderr runs the fleet command in-process and returns its standard
-// output and standard error.
+// runCLIStderr runs the fleet command in-process, as main does, and returns
+// its standard output and standard error; an error is an *exitError.
 func runCLIStderr(t *testing.T, args ...string) (stdout, stderr []byte, err error) {
 	t.Helper()
 	cmd := newRootCommand()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	err = cmd.Execute()
+	err = run(t.Context(), cmd, args)
 	return out.Bytes(), errOut.Bytes(), err
 }
 
@@ -120,12 +119,13 @@ func TestRenderAgent_ClearErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"render", "agent", "--cluster", notCluster}, "want kind Cluster"},
-		{[]string{"render", "agent", "--cluster", typo}, `unknown field "spec.kubeconfigSecret"`},
-		{[]string{"render", "agent", "--cluster", good}, "set apiServerURL in the fleet-controller config"},
+		{[]string{"render", "agent", "--cluster", notCluster}, "document 1 is a ConfigMap, not a Cluster of fleet.cattle.io/v1alpha1"},
+		{[]string{"render", "agent", "--cluster", typo}, `unknown field "spec.kubeconfigSecret", did you mean "kubeConfigSecret"?`},
+		{[]string{"render", "agent", "--cluster", good}, "no upstream API server URL for the agent: give the controller configuration with --config FILE"},
+		{[]string{"render", "agent", "--cluster", good, "--config", write("nourl.yaml", "agentTLSMode: strict\n")}, "set apiServerURL in the fleet-controller config"},
 		{[]string{"render", "agent", "--cluster", good, "--config", badCfg}, `agentTLSMode "lax" must be`},
 		{[]string{"render", "agent", "--cluster", good, "--config", agentCanary}, `agentRollout.canary.selector uses label key "canary", which agents may set`},
-		{[]string{"render", "agent", "--cluster", good, "--output", "json"}, "--output must be values or manifests"},
+		{[]string{"render", "agent", "--cluster", good, "--output", "json"}, "--output must be values (the values file, YAML) or manifests"},
 	}
 	for _, tc := range cases {
 		_, err := runCLI(t, tc.args...)
@@ -312,6 +312,7 @@ func TestRenderBundle_TargetsNeedingGroupsNotGivenFailClearly(t *testing.T) {
 	otherWorkspace := write("other.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata: {name: eu, namespace: elsewhere}\nspec: {selector: {}}\n")
 	notGroup := write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: eu}\n")
 	typo := write("typo.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata: {name: eu}\nspec: {selektor: {}}\n")
+	typoName := write("ue.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata: {name: ue}\nspec: {selector: {}}\n")
 	onlyUS := write("us.yaml", "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata: {name: us}\nspec: {selector: {}}\n")
 	bundle, prodEU := mixedTarget+"bundle.yaml", mixedTarget+"prod-eu.yaml"
 	for _, tc := range []struct {
@@ -321,8 +322,9 @@ func TestRenderBundle_TargetsNeedingGroupsNotGivenFailClearly(t *testing.T) {
 		{nil, "spec.targets[0] needs ClusterGroup eu to decide whether it selects the cluster: give its YAML (--group FILE)"},
 		{[]string{onlyUS}, "spec.targets[0] needs ClusterGroup eu"},
 		{[]string{otherWorkspace}, "ClusterGroup eu is in workspace elsewhere, Bundle web in fleet-default"},
-		{[]string{notGroup}, "document 1: want kind ClusterGroup"},
-		{[]string{typo}, `unknown field "spec.selektor"`},
+		{[]string{notGroup}, "document 1 is a ConfigMap, not a ClusterGroup of fleet.cattle.io/v1alpha1"},
+		{[]string{typo}, `unknown field "spec.selektor", did you mean "selector"?`},
+		{[]string{onlyUS, typoName}, `the ClusterGroups given are us, ue: is clusterGroup "eu" (spec.targets[0]) a typo of "ue"?`},
 		{[]string{mixedTarget + "groups.yaml", mixedTarget + "groups.yaml"}, "ClusterGroup eu is given twice"},
 	} {
 		args := []string{"render", "bundle", "--bundle", bundle, "--cluster", prodEU}

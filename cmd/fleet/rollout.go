@@ -2,17 +2,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/rollout"
+	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
@@ -21,26 +23,42 @@ type rolloutFlags struct {
 	kubeconfig, context string
 }
 
-func (f *rolloutFlags) client() (client.Client, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
+// upstream is the caller's upstream and a client for it; its errors are
+// "could not ask" (exit 2).
+func (f *rolloutFlags) upstream() (*kubeconfig.Upstream, client.Client, error) {
+	u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
 	if err != nil {
-		return nil, fmt.Errorf("reading your kubeconfig for the upstream cluster: %w", err)
+		return nil, nil, couldNotAsk(err)
 	}
-	return client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	c, err := client.New(u.REST, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, nil, couldNotAsk(u.Explain(err, "AgentRollouts"))
+	}
+	return u, c, nil
 }
 
-// rolloutNamed is the named AgentRollout, or the current one.
-func rolloutNamed(ctx context.Context, c client.Client, args []string) (*fleet.AgentRollout, error) {
+// couldNotAsk: the upstream did not answer the question (exit 2, apart from
+// a rollout that halted).
+func couldNotAsk(err error) error { return &exitError{Code: exitUsage, Err: err} }
+
+// rolloutNamed is the named AgentRollout, or the current one; its errors
+// are "could not ask".
+func rolloutNamed(ctx context.Context, u *kubeconfig.Upstream, c client.Client, args []string) (*fleet.AgentRollout, error) {
 	if len(args) == 1 {
 		ro := &fleet.AgentRollout{}
 		if err := c.Get(ctx, client.ObjectKey{Name: args[0]}, ro); err != nil {
-			return nil, fmt.Errorf("AgentRollout %s: %w", args[0], err)
+			return nil, couldNotAsk(u.Explain(err, "AgentRollout "+args[0]))
 		}
 		return ro, nil
 	}
-	return rollout.Latest(ctx, c)
+	ro, err := rollout.Latest(ctx, c)
+	if errors.Is(err, rollout.ErrNoRollout) {
+		return nil, couldNotAsk(err)
+	}
+	if err != nil {
+		return nil, couldNotAsk(u.Explain(err, "AgentRollouts"))
+	}
+	return ro, nil
 }
 
 func newRolloutCommand() *cobra.Command {
@@ -61,45 +79,65 @@ Without a NAME, the commands act on the current revision's AgentRollout.`,
 	pf.StringVar(&f.context, "context", "", "the context of your kubeconfig to use (default: its current context)")
 
 	var wait time.Duration
+	var output string
 	status := &cobra.Command{
 		Use:   "status [NAME]",
 		Short: "Print the rollout's plan and progress",
-		Long: `Print the rollout's phase, its waves and which clusters are updated, pending or failed.
-With --wait, wait until it completes (exit 0) or halts or is aborted (exit 1).`,
+		Long: `Print the rollout's phase, its waves and which clusters are updated, pending or failed
+(-o json: the same as one JSON document, for scripts).
+
+With --wait, wait until the rollout completes. Exit status: 0 complete (or printed, without
+--wait); 1 it halted, was aborted or is still going after --wait, with the reason on stderr;
+2 the command could not ask (no or wrong kubeconfig, upstream unreachable, no such
+AgentRollout) or a usage error.`,
+		Example: `  fleet rollout status
+  fleet rollout status --wait 30m || echo "not rolled out: see the reason above"
+  fleet rollout status -o json | jq .phase`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
+			if output != "text" && output != "json" {
+				return usageError("-o/--output must be text or json, not %q", output)
+			}
+			u, c, err := f.upstream()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
 			deadline := time.Now().Add(wait)
 			for {
-				ro, err := rolloutNamed(ctx, c, args)
+				ro, err := rolloutNamed(ctx, u, c, args)
 				if err != nil {
 					return err
 				}
 				phase := ro.Status.Phase
 				running := phase == "" || phase == fleet.RolloutProgressing || phase == fleet.RolloutPaused
 				if wait == 0 || !running || time.Now().After(deadline) {
-					printRollout(cmd.OutOrStdout(), ro)
+					if output == "json" {
+						err = writeRolloutJSON(cmd.OutOrStdout(), ro)
+					} else {
+						printRollout(cmd.OutOrStdout(), ro)
+					}
+					if err != nil {
+						return err
+					}
 					switch {
 					case wait == 0 || phase == fleet.RolloutComplete:
 						return nil
 					case running:
-						return &exitError{Code: 1, Err: fmt.Errorf("AgentRollout %s still %s after %s", ro.Name, phase, wait)}
+						return &exitError{Code: exitFailed, Err: fmt.Errorf("AgentRollout %s still %s after %s", ro.Name, phaseName(phase), wait)}
 					}
-					return &exitError{Code: 1, Err: fmt.Errorf("AgentRollout %s is %s: %s", ro.Name, phase, ro.Status.Message)}
+					return &exitError{Code: exitFailed, Err: fmt.Errorf("AgentRollout %s is %s: %s", ro.Name, phase, ro.Status.Message)}
 				}
 				select {
 				case <-ctx.Done():
-					return ctx.Err()
+					return couldNotAsk(ctx.Err())
 				case <-time.After(2 * time.Second):
 				}
 			}
 		},
 	}
-	status.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the rollout to complete (exit 1 when it halts, is aborted or is still going)")
+	status.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the rollout to complete (exit 1 when it halts, is aborted or is still going, 2 when the upstream cannot be asked)")
+	status.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 
 	control := func(use, short, done string, do func(context.Context, client.Client, string) error) *cobra.Command {
 		return &cobra.Command{
@@ -107,11 +145,11 @@ With --wait, wait until it completes (exit 0) or halts or is aborted (exit 1).`,
 			Short: short,
 			Args:  cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := f.client()
+				u, c, err := f.upstream()
 				if err != nil {
 					return err
 				}
-				ro, err := rolloutNamed(cmd.Context(), c, args)
+				ro, err := rolloutNamed(cmd.Context(), u, c, args)
 				if err != nil {
 					return err
 				}
@@ -119,7 +157,7 @@ With --wait, wait until it completes (exit 0) or halts or is aborted (exit 1).`,
 					return fmt.Errorf("AgentRollout %s is %s: there is nothing to %s", ro.Name, ro.Status.Phase, use)
 				}
 				if err := do(cmd.Context(), c, ro.Name); err != nil {
-					return err
+					return u.Explain(err, "AgentRollout "+ro.Name)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "AgentRollout %s %s\n", ro.Name, done)
 				return nil
@@ -142,10 +180,7 @@ func printRollout(w io.Writer, ro *fleet.AgentRollout) {
 		fmt.Fprintf(w, " (previous %.12s)", ro.Spec.PreviousRevision)
 	}
 	fmt.Fprintln(w)
-	phase := st.Phase
-	if phase == "" {
-		phase = "Planning"
-	}
+	phase := phaseName(st.Phase)
 	fmt.Fprintf(w, "Phase:    %s\n", phase)
 	if st.Message != "" {
 		fmt.Fprintf(w, "Message:  %s\n", st.Message)
@@ -158,13 +193,7 @@ func printRollout(w io.Writer, ro *fleet.AgentRollout) {
 		fmt.Fprintf(w, "Rolled back: %s\n", strings.Join(st.RolledBack, ", "))
 	}
 	for i, wave := range st.Waves {
-		state := "waiting"
-		switch {
-		case i < int(st.Wave) || phase == fleet.RolloutComplete:
-			state = "done"
-		case i == int(st.Wave):
-			state = strings.ToLower(phase)
-		}
+		state := waveState(st, i)
 		name := fmt.Sprintf("wave %d", i+1)
 		if wave.Canary {
 			name += " (canary)"
@@ -178,4 +207,65 @@ func sampleKeys(keys []string, n int) string {
 		return strings.Join(keys, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(keys[:n], ", "), len(keys)-n)
+}
+
+// phaseName is the phase as shown: an AgentRollout the controller has not
+// planned yet has none.
+func phaseName(phase string) string {
+	if phase == "" {
+		return "Planning"
+	}
+	return phase
+}
+
+// waveState is wave i's state: done, waiting, or the rollout's phase for
+// the current wave.
+func waveState(st fleet.AgentRolloutStatus, i int) string {
+	phase := phaseName(st.Phase)
+	switch {
+	case i < int(st.Wave) || phase == fleet.RolloutComplete:
+		return "done"
+	case i == int(st.Wave):
+		return strings.ToLower(phase)
+	}
+	return "waiting"
+}
+
+// rolloutJSON is `fleet rollout status -o json`: what the text shows.
+type rolloutJSON struct {
+	Name             string     `json:"name"`
+	Revision         string     `json:"revision"`
+	PreviousRevision string     `json:"previousRevision,omitempty"`
+	Phase            string     `json:"phase"`
+	Message          string     `json:"message,omitempty"`
+	Staged           bool       `json:"staged"`
+	Clusters         int32      `json:"clusters"`
+	Updated          int32      `json:"updated"`
+	Pending          int32      `json:"pending"`
+	Failed           int32      `json:"failed"`
+	FailedClusters   []string   `json:"failedClusters,omitempty"`
+	RolledBack       []string   `json:"rolledBack,omitempty"`
+	Waves            []waveJSON `json:"waves"`
+}
+
+type waveJSON struct {
+	Canary   bool     `json:"canary,omitempty"`
+	State    string   `json:"state"`
+	Clusters []string `json:"clusters"`
+}
+
+func writeRolloutJSON(w io.Writer, ro *fleet.AgentRollout) error {
+	st := ro.Status
+	doc := rolloutJSON{
+		Name: ro.Name, Revision: ro.Spec.Revision, PreviousRevision: ro.Spec.PreviousRevision,
+		Phase: phaseName(st.Phase), Message: st.Message, Staged: ro.Spec.Strategy != nil,
+		Clusters: st.Clusters, Updated: st.Updated, Pending: st.Pending, Failed: st.Failed,
+		FailedClusters: st.FailedClusters, RolledBack: st.RolledBack, Waves: []waveJSON{},
+	}
+	for i, wave := range st.Waves {
+		doc.Waves = append(doc.Waves, waveJSON{Canary: wave.Canary, State: waveState(st, i), Clusters: wave.Clusters})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -60,6 +61,37 @@ func TestRollout_CommandsShowAndSteerTheCurrentRollout(t *testing.T) {
 	if !errors.As(err, &exit) || exit.Code != 1 || !strings.Contains(err.Error(), "Halted") {
 		t.Fatalf("status --wait on a halted rollout: %v, want exit code 1 saying Halted", err)
 	}
+	// As main runs it: the reason it halted is printed on stderr.
+	code, stdout, stderr := runMain(t, "rollout", "status", "--kubeconfig", kc, "--wait", "1s")
+	if want := "error: AgentRollout agent-fedcba987654 is Halted: halted at wave 1/2: 1 clusters did not run revision fedcba987654 Ready within 10m0s: ws/canary\n"; code != 1 || stderr != want || !strings.Contains(stdout, "Phase:    Halted") {
+		t.Errorf("status --wait, halted: exit %d, stderr %q; want 1 and %q", code, stderr, want)
+	}
+	code, stdout, _ = runMain(t, "rollout", "status", "--kubeconfig", kc, "-o", "json")
+	var doc struct {
+		Name, Revision, PreviousRevision, Phase, Message string
+		Staged                                           bool
+		Clusters, Updated, Pending, Failed               int
+		FailedClusters, RolledBack                       []string
+		Waves                                            []struct {
+			Canary   bool
+			State    string
+			Clusters []string
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || code != 0 {
+		t.Fatalf("status -o json: exit %d, %v\n%s", code, err, stdout)
+	}
+	if doc.Name != "agent-fedcba987654" || doc.Revision != "fedcba9876543210" || doc.PreviousRevision != "0123456789abcdef" || doc.Phase != "Halted" || !doc.Staged ||
+		doc.Clusters != 3 || doc.Pending != 2 || doc.Failed != 1 || len(doc.FailedClusters) != 1 || len(doc.RolledBack) != 1 || !strings.HasPrefix(doc.Message, "halted at wave 1/2") ||
+		len(doc.Waves) != 2 || !doc.Waves[0].Canary || doc.Waves[0].State != "halted" || doc.Waves[1].State != "waiting" || len(doc.Waves[1].Clusters) != 2 {
+		t.Errorf("status -o json: %+v", doc)
+	}
+	if code, stdout, _ := runMain(t, "rollout", "status", "agent-0123456789ab", "--kubeconfig", kc, "--wait", "1s", "-o", "json"); code != 0 || !strings.Contains(stdout, `"phase": "Complete"`) {
+		t.Errorf("status --wait of a complete rollout: exit %d %s, want 0", code, stdout)
+	}
+	if code, _, stderr := runMain(t, "rollout", "status", "agent-missing", "--kubeconfig", kc, "--wait", "1s"); code != 2 || !strings.Contains(stderr, "AgentRollout agent-missing") || !strings.Contains(stderr, "not found") {
+		t.Errorf("status --wait of a missing rollout: exit %d %q, want 2 (could not ask), naming it", code, stderr)
+	}
 
 	get := func() *fleet.AgentRollout {
 		ro := &fleet.AgentRollout{}
@@ -80,8 +112,8 @@ func TestRollout_CommandsShowAndSteerTheCurrentRollout(t *testing.T) {
 	if _, err := runCLI(t, "rollout", "resume", "--kubeconfig", kc); err == nil || !strings.Contains(err.Error(), "aborted") {
 		t.Fatalf("resume after abort: %v, want a refusal that says it was aborted", err)
 	}
-	if _, err := runCLI(t, "rollout", "pause", "agent-0123456789ab", "--kubeconfig", kc); err == nil || !strings.Contains(err.Error(), "Complete") {
-		t.Fatalf("pause of a complete rollout: %v, want a refusal", err)
+	if _, err := runCLI(t, "rollout", "pause", "agent-0123456789ab", "--kubeconfig", kc); exitCode(err) != 1 || !strings.Contains(err.Error(), "Complete") {
+		t.Fatalf("pause of a complete rollout: %v, want a refusal (exit 1)", err)
 	}
 	if _, err := runCLI(t, "rollout", "status", "agent-missing", "--kubeconfig", kc); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("status of a missing rollout: %v", err)

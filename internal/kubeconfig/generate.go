@@ -39,30 +39,20 @@ type Request struct {
 // returns the kubeconfig's YAML and what the caller should be warned of; a
 // Cluster that does not exist is an error.
 func Generate(ctx context.Context, req Request) ([]byte, []string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = req.Kubeconfig
-	upstream, err := rules.Load()
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading your kubeconfig: %w", err)
-	}
-	if len(upstream.Contexts) == 0 {
-		return nil, nil, errors.New("your kubeconfig has no context (looked at --kubeconfig, $KUBECONFIG, ~/.kube/config): point it at the upstream (fleet management) cluster")
-	}
-	out, err := ForCluster(upstream, req.Cluster, req.Options)
+	upstream, err := LoadUpstream(req.Kubeconfig, req.Context)
 	if err != nil {
 		return nil, nil, err
 	}
-	ctxName := req.Context
-	if ctxName == "" {
-		ctxName = upstream.CurrentContext
-	}
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(*upstream, ctxName, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
+	opts := req.Options
+	opts.Context = upstream.Context
+	out, err := ForCluster(upstream.Raw, req.Cluster, opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("context %q: %w", ctxName, err)
+		return nil, nil, err
 	}
+	cfg := upstream.REST
 	warnings, err := Check(ctx, cfg, req.Cluster)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, upstream.explainCheck(err)
 	}
 	if !req.NoDirect {
 		name := req.ContextName
@@ -106,7 +96,7 @@ func Check(ctx context.Context, cfg *rest.Config, ref ClusterRef) ([]string, err
 	case apierrors.IsForbidden(err):
 		warnings = append(warnings, fmt.Sprintf("you may not read Cluster %q in workspace %q, so whether it exists is not checked", ref.Name, ref.Workspace))
 	default:
-		return nil, fmt.Errorf("reading Cluster %s on %s: %w", ref, cfg.Host, err)
+		return nil, &requestError{what: "Cluster " + ref.String(), err: err}
 	}
 
 	review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{

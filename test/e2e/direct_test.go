@@ -107,7 +107,7 @@ func testDirect(t *testing.T, name, dev, mode string) {
 	grantProxy(t, user, name)
 	upKubeconfig := writeKubeconfig(t, upstreamUser(t, user, teamGroup))
 	out := filepath.Join(t.TempDir(), name+".kubeconfig")
-	msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", upKubeconfig, "--cluster", ws+"/"+name, "-o", out)
+	msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", upKubeconfig, "--cluster", ws+"/"+name, "--output-file", out)
 	if err != nil {
 		t.Fatalf("fleet kubeconfig: %v\n%s", err, msg)
 	}
@@ -174,7 +174,7 @@ func testDirect(t *testing.T, name, dev, mode string) {
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: reader}},
 		}))
 		roOut := filepath.Join(t.TempDir(), "ro.kubeconfig")
-		msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", writeKubeconfig(t, upstreamUser(t, reader, teamGroup)), "--cluster", ws+"/"+name, "-o", roOut)
+		msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", writeKubeconfig(t, upstreamUser(t, reader, teamGroup)), "--cluster", ws+"/"+name, "--output-file", roOut)
 		if err != nil || !strings.Contains(msg, "only the verbs [get]") {
 			t.Fatalf("fleet kubeconfig for a get-only user: %v %s; want a warning naming the verbs", err, msg)
 		}
@@ -285,7 +285,7 @@ func testDirect(t *testing.T, name, dev, mode string) {
 		// And no new one is issued: the kubeconfig has no direct context,
 		// and says why.
 		again := filepath.Join(t.TempDir(), "again")
-		msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", upKubeconfig, "--cluster", ws+"/"+name, "-o", again)
+		msg, err := bin(t, "fleet", "kubeconfig", "--kubeconfig", upKubeconfig, "--cluster", ws+"/"+name, "--output-file", again)
 		b, _ := os.ReadFile(again)
 		if err != nil || !strings.Contains(msg, "you may not get clusters/proxy") || strings.Contains(string(b), directCtx) {
 			t.Errorf("fleet kubeconfig after the right is gone: %v %s; want a kubeconfig without %s and a warning naming the missing right", err, msg, directCtx)
