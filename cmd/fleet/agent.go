@@ -38,6 +38,7 @@ DIRECT_API_AUDIENCES (comma separated).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			logStart(ctrl.Log, "agent")
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}

@@ -45,6 +45,7 @@ func newProxyCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog)))
+			logStart(ctrl.Log, "proxy")
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}

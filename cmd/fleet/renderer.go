@@ -26,6 +26,7 @@ credential: it refuses to start when a ServiceAccount token is mounted.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := zap.New(zap.UseDevMode(devLog))
 			ctrl.SetLogger(log)
+			logStart(log, "renderer")
 			return renderservice.Serve(logr.NewContext(cmd.Context(), log), opts)
 		},
 	}
