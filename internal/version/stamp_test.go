@@ -1,0 +1,102 @@
+package version_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gitops-fleet/fleet/internal/version"
+)
+
+// TestMakeBuild_StampsVersionAndCommit builds bin/fleet the way users and
+// the images do (`make build`, into a temporary BIN) and asks it: `fleet
+// version` gives charts/fleet's appVersion (what the image is tagged and
+// the chart pulls), the checked-out commit (-dirty with changes), the
+// embedded agent chart's version; `fleet --version` gives the same first
+// line. VERSION=... overrides the version (make -n: the same flags).
+func TestMakeBuild_StampsVersionAndCommit(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	commit := git("rev-parse", "HEAD")
+	if git("status", "--porcelain") != "" {
+		commit += "-dirty"
+	}
+	make := exec.Command("make", "-C", repo, "build", "BIN="+bin)
+	make.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := make.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+
+	chart, err := os.ReadFile(filepath.Join(repo, "charts", "fleet", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion: *"?([^"\s]+)"?`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("charts/fleet/Chart.yaml has no appVersion")
+	}
+	appVersion := string(m[1])
+
+	fleet := filepath.Join(bin, "fleet")
+	out, err := exec.Command(fleet, "version", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("fleet version -o json: %v", err)
+	}
+	var got struct {
+		version.Info
+		AgentChart struct{ Name, Version, AppVersion string } `json:"agentChart"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("fleet version -o json is not JSON: %v\n%s", err, out)
+	}
+	if got.Version != appVersion || got.Commit != commit || !strings.HasPrefix(got.GoVersion, "go") || got.Platform == "" {
+		t.Errorf("fleet version: %+v; want version %s (charts/fleet appVersion), commit %s", got.Info, appVersion, commit)
+	}
+	if got.AgentChart.Name != "fleet-agent" || got.AgentChart.Version == "" {
+		t.Errorf("fleet version: agent chart %+v", got.AgentChart)
+	}
+
+	text, err := exec.Command(fleet, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := exec.Command(fleet, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := strings.SplitN(string(text), "\n", 2)[0]
+	if want := "fleet " + appVersion + " (commit " + commit + ","; !strings.HasPrefix(first, want) {
+		t.Errorf("fleet version first line %q, want it to start %q", first, want)
+	}
+	if strings.TrimSpace(string(short)) != first {
+		t.Errorf("fleet --version %q, fleet version's first line %q", short, first)
+	}
+	if !strings.Contains(string(text), "agent chart: fleet-agent "+got.AgentChart.Version) {
+		t.Errorf("fleet version does not name the agent chart:\n%s", text)
+	}
+
+	dry, err := exec.Command("make", "-C", repo, "-n", "build", "images", "VERSION=9.8.7-rc.1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n: %v\n%s", err, dry)
+	}
+	// bin/fleet and the image's binary both stamped, the image tagged the same.
+	for want, n := range map[string]int{"internal/version.Version=9.8.7-rc.1": 2, "internal/version.Commit=" + commit: 2, "--tag 9.8.7-rc.1": 1} {
+		if got := strings.Count(string(dry), want); got != n {
+			t.Errorf("make -n build images VERSION=9.8.7-rc.1: %q %d times, want %d:\n%s", want, got, n, dry)
+		}
+	}
+}
