@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/version"
 )
 
@@ -98,5 +99,29 @@ func TestMakeBuild_StampsVersionAndCommit(t *testing.T) {
 		if got := strings.Count(string(dry), want); got != n {
 			t.Errorf("make -n build images VERSION=9.8.7-rc.1: %q %d times, want %d:\n%s", want, got, n, dry)
 		}
+	}
+}
+
+// TestOneVersionEverywhere: both charts' appVersion (their default image
+// tag, and `make images`' VERSION) and the controller's built-in agent
+// image (used when the ConfigMap names none) are the same release.
+func TestOneVersionEverywhere(t *testing.T) {
+	appVersion := func(chart string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", "charts", chart, "Chart.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^appVersion: *"?([^"\s]+)"?`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("charts/%s/Chart.yaml has no appVersion", chart)
+		}
+		return string(m[1])
+	}
+	fleet, agent := appVersion("fleet"), appVersion("fleet-agent")
+	if fleet != agent {
+		t.Errorf("charts/fleet appVersion %s, charts/fleet-agent appVersion %s: one release, one version", fleet, agent)
+	}
+	if want := "gitops-fleet/fleet:" + fleet; config.DefaultAgentImage != want {
+		t.Errorf("config.DefaultAgentImage %s, want %s (charts/fleet appVersion)", config.DefaultAgentImage, want)
 	}
 }
