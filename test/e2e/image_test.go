@@ -61,7 +61,10 @@ func TestImageFromRegistry(t *testing.T) {
 	pushed := regexp.MustCompile(`pushed (\S+)@(sha256:[0-9a-f]{64})`)
 	push := func(args ...string) (ref, digest string) {
 		t.Helper()
-		cmd := exec.CommandContext(t.Context(), "make", append([]string{"-C", env.RepoDir, "push-images", "INSECURE=1", "BIN=" + t.TempDir()}, args...)...)
+		// COMMIT is bin/fleet's: the suite may have left files in the work
+		// tree since `make images`, which would make the Makefile's own
+		// answer "-dirty" (that computation is internal/version's test).
+		cmd := exec.CommandContext(t.Context(), "make", append([]string{"-C", env.RepoDir, "push-images", "INSECURE=1", "BIN=" + t.TempDir(), "COMMIT=" + want.Commit}, args...)...)
 		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("make push-images %v: %v\n%s", args, err, b)
