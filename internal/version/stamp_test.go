@@ -1,6 +1,7 @@
 package version_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/version"
@@ -18,7 +20,8 @@ import (
 // version` gives charts/fleet's appVersion (what the image is tagged and
 // the chart pulls), the checked-out commit (-dirty with changes), the
 // embedded agent chart's version; `fleet --version` gives the same first
-// line. VERSION=... overrides the version (make -n: the same flags).
+// line; the controller, agent, proxy and renderer log the same version and
+// commit first. VERSION=... overrides the version (make -n: the same flags).
 func TestMakeBuild_StampsVersionAndCommit(t *testing.T) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
@@ -95,6 +98,26 @@ func TestMakeBuild_StampsVersionAndCommit(t *testing.T) {
 	}
 	if !strings.Contains(string(text), "agent chart: fleet-agent "+got.AgentChart.Version) {
 		t.Errorf("fleet version does not name the agent chart:\n%s", text)
+	}
+
+	// Each component's first log line names the same build. Without a
+	// cluster or credentials each stops at once, after that line.
+	for _, args := range [][]string{
+		{"controller", "--kubeconfig", filepath.Join(bin, "missing.kubeconfig")},
+		{"agent", "--kubeconfig", filepath.Join(bin, "missing.kubeconfig")},
+		{"proxy", "--kubeconfig", filepath.Join(bin, "missing.kubeconfig")},
+		{"renderer", "--credentials-dir", filepath.Join(bin, "missing"), "--listen", "127.0.0.1:0"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		cmd := exec.CommandContext(ctx, fleet, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG=", "KUBERNETES_SERVICE_HOST=")
+		out, _ := cmd.CombinedOutput()
+		cancel()
+		var line struct{ Msg, Version, Commit string }
+		first, _, _ := strings.Cut(string(out), "\n")
+		if err := json.Unmarshal([]byte(first), &line); err != nil || line.Msg != "starting fleet "+args[0] || line.Version != got.Version || line.Commit != got.Commit {
+			t.Errorf("fleet %s: first log line %q; want msg %q with version %s and commit %s", args[0], first, "starting fleet "+args[0], got.Version, got.Commit)
+		}
 	}
 
 	dry, err := exec.Command("make", "-C", repo, "-n", "build", "images", "VERSION=9.8.7-rc.1").CombinedOutput()
