@@ -5,11 +5,31 @@ export GOFLAGS ?= -mod=mod
 export CGO_ENABLED ?= 0
 
 BIN := $(CURDIR)/bin
+comma := ,
 CONTROLPLANE_BINS := kube-apiserver kube-controller-manager etcd
 NODE_BINS := kube-scheduler kubelet
 DEV_PACKAGES := containerd runc containernetworking-plugins iptables iproute2
 GO_TEST_FLAGS ?= -count=1 -timeout 25m
 DEMO_ARGS ?=
+
+# Every binary says what it is (`fleet version`): the release, charts/fleet's
+# appVersion unless VERSION=... is given, and the commit, "-dirty" when the
+# work tree has changes. Images are tagged IMAGE_REPO:VERSION, the charts'
+# default image.
+ifndef VERSION
+VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/fleet/Chart.yaml)
+endif
+ifndef COMMIT
+COMMIT := $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { [ -z "$$(git status --porcelain 2>/dev/null)" ] || c=$$c-dirty; echo $$c; })
+endif
+IMAGE_REPO ?= docker.io/gitops-fleet/fleet
+LDFLAGS := -X github.com/gitops-fleet/fleet/internal/version.Version=$(VERSION) -X github.com/gitops-fleet/fleet/internal/version.Commit=$(COMMIT)
+# push-images: where (REGISTRY=host[:port]/path; the image is REGISTRY/fleet:VERSION),
+# for which platforms, and INSECURE=1 for a registry served over plain http.
+PLATFORMS ?= linux/amd64,linux/arm64
+REGISTRY ?=
+INSECURE ?=
+ARCHIVE ?=
 
 .PHONY: all
 all: build controlplane-bins ## Build the fleet binary and the local control planes.
@@ -21,8 +41,8 @@ help: ## List the targets.
 .PHONY: build
 # No -trimpath: the build then shares its compiled packages with go vet and
 # go test, which saves minutes on a cold cache.
-build: ## Build bin/fleet.
-	go build -o $(BIN)/fleet ./cmd/fleet
+build: ## Build bin/fleet (VERSION and COMMIT stamped; `bin/fleet version`).
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/fleet ./cmd/fleet
 
 .PHONY: controlplane-bins
 controlplane-bins: ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (skipped when current).
@@ -44,11 +64,29 @@ dev-deps: ## Install containerd, runc, CNI plugins and iptables from Debian when
 		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; fi
 
 .PHONY: images
-images: build ## Build the fleet and pause images (static binaries, no registry) into bin/images/images.tar.
+images: build ## Build IMAGE_REPO:VERSION and the dev clusters' pause image (static binaries, no registry) into bin/images/images.tar, and the fleet image alone into bin/images/fleet.tar.
 	mkdir -p $(BIN)/images
-	CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/images/fleet ./cmd/fleet
+	CGO_ENABLED=0 go build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/images/fleet ./cmd/fleet
 	CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/images/pause ./cmd/pause
-	$(BIN)/fleet dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause --out $(BIN)/images/images.tar
+	$(BIN)/fleet dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause \
+		--repo $(IMAGE_REPO) --tag $(VERSION) --out $(BIN)/images/images.tar --fleet-out $(BIN)/images/fleet.tar
+
+.PHONY: push-images
+push-images: ## Push the multi-arch image REGISTRY/fleet:VERSION for PLATFORMS (INSECURE=1: plain http); ARCHIVE=bin/images/fleet.tar pushes that archive's image instead.
+	@if [ -z "$(REGISTRY)" ]; then echo "REGISTRY is required: make push-images REGISTRY=host[:port]/path (the image is REGISTRY/fleet:$(VERSION))" >&2; exit 2; fi
+	@if [ -n "$(ARCHIVE)" ]; then \
+		set -x; go run ./hack/push-images --image $(REGISTRY)/fleet:$(VERSION) --archive $(ARCHIVE) $(if $(INSECURE),--insecure); \
+	else \
+		args=(); for p in $(subst $(comma), ,$(PLATFORMS)); do \
+			IFS=/ read -r os arch variant <<<"$$p"; \
+			if [ -z "$$arch" ] || [ -n "$$variant" ]; then echo "PLATFORMS: $$p must be os/arch (linux/amd64,linux/arm64)" >&2; exit 2; fi; \
+			out=$(BIN)/release/$$os-$$arch/fleet; \
+			echo "building $$out"; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -ldflags '-s -w $(LDFLAGS)' -o $$out ./cmd/fleet; \
+			args+=(--binary "$$p=$$out"); \
+		done; \
+		set -x; go run ./hack/push-images --image $(REGISTRY)/fleet:$(VERSION) "$${args[@]}" $(if $(INSECURE),--insecure); \
+	fi
 
 $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum
 	hack/build-tools.sh controller-gen

@@ -39,6 +39,7 @@ DIRECT_API_AUDIENCES (comma separated) and LOG_LEVEL.`,
 			if _, err := logs.setup(); err != nil {
 				return err
 			}
+			logStart(ctrl.Log, "agent")
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}

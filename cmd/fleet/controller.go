@@ -25,6 +25,7 @@ func newControllerCommand() *cobra.Command {
 			if _, err := logs.setup(); err != nil {
 				return err
 			}
+			logStart(ctrl.Log, "controller")
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
 	"github.com/gitops-fleet/fleet/internal/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/dev/images"
+	"github.com/gitops-fleet/fleet/internal/version"
 )
 
 func newDevCommand() *cobra.Command {
@@ -76,31 +77,42 @@ func (s *stepper) progress(cluster, step string, took time.Duration) {
 }
 
 func newDevImagesCommand() *cobra.Command {
-	var fleetBin, pauseBin, out, tag string
+	var fleetBin, pauseBin, out, fleetOut, repo, tag string
 	cmd := &cobra.Command{
 		Use:   "images",
 		Short: "Pack static fleet and pause binaries into an image archive containerd imports",
+		Long: `Pack static fleet and pause binaries into one image archive the dev clusters
+import (--out), and the fleet image alone into another (--fleet-out) for pushing
+to a registry: crane push bin/images/fleet.tar REGISTRY/fleet:TAG.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 				return err
 			}
-			err := images.WriteArchive(out,
-				images.Spec{Ref: "docker.io/gitops-fleet/fleet:" + tag, Binary: fleetBin, Entrypoint: "fleet", User: "1000",
-					Files: map[string]string{"etc/ssl/certs/ca-certificates.crt": "/etc/ssl/certs/ca-certificates.crt"}},
+			ref := repo + ":" + tag
+			fleetImage := images.FleetSpec(ref, fleetBin, nil)
+			err := images.WriteArchive(out, fleetImage,
 				// The kubelet's sandbox image, and what the example Bundle runs.
 				images.Spec{Ref: "registry.k8s.io/pause:3.10", Binary: pauseBin, Entrypoint: "pause", User: "65535"},
 			)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: docker.io/gitops-fleet/fleet:%s, registry.k8s.io/pause:3.10\n", out, tag)
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s, registry.k8s.io/pause:3.10\n", out, ref)
+			if fleetOut != "" {
+				if err := images.WriteArchive(fleetOut, fleetImage); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s\n", fleetOut, ref)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&fleetBin, "fleet-binary", "bin/images/fleet", "static fleet binary")
 	cmd.Flags().StringVar(&pauseBin, "pause-binary", "bin/images/pause", "static pause binary")
-	cmd.Flags().StringVar(&out, "out", "bin/images/images.tar", "archive to write")
-	cmd.Flags().StringVar(&tag, "tag", devenv.ImageTag, "tag of the fleet image")
+	cmd.Flags().StringVar(&out, "out", "bin/images/images.tar", "archive to write (fleet and pause images)")
+	cmd.Flags().StringVar(&fleetOut, "fleet-out", "", "also write the fleet image alone to this archive")
+	cmd.Flags().StringVar(&repo, "repo", "docker.io/gitops-fleet/fleet", "repository of the fleet image")
+	cmd.Flags().StringVar(&tag, "tag", version.Version, "tag of the fleet image (the charts' default is their appVersion)")
 	return cmd
 }
 

@@ -35,6 +35,8 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
+	root.SetVersionTemplate(versionLine(version.Get()) + "\n")
 	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand())
+	root.AddCommand(newVersionCommand())
 	return root
 }

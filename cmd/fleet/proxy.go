@@ -47,6 +47,7 @@ func newProxyCommand() *cobra.Command {
 			if _, err := logs.setup(); err != nil {
 				return err
 			}
+			logStart(ctrl.Log, "proxy")
 			if kubeconfig != "" {
 				_ = os.Setenv("KUBECONFIG", kubeconfig)
 			}

@@ -26,6 +26,7 @@ credential: it refuses to start when a ServiceAccount token is mounted.`,
 			if err != nil {
 				return err
 			}
+			logStart(log, "renderer")
 			return renderservice.Serve(logr.NewContext(cmd.Context(), log), opts)
 		},
 	}

@@ -391,9 +391,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[8]q
     conf_dir = %[9]q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[10]q
 `, filepath.Join(d, "containerd", "root"), filepath.Join(d, "containerd", "state"), c.sock(),
 		filepath.Join(d, "containerd", "ttrpc.sock"), filepath.Join(d, "containerd", "debug.sock"),
-		filepath.Join(d, "containerd", "opt"), filepath.Join(d, "runc"), cniBinDir, filepath.Join(d, "cni"))
+		filepath.Join(d, "containerd", "opt"), filepath.Join(d, "runc"), cniBinDir, filepath.Join(d, "cni"),
+		c.registryConfigDir())
 	if err := os.WriteFile(filepath.Join(d, "containerd.toml"), []byte(containerd), 0o644); err != nil {
 		return err
 	}

@@ -35,9 +35,6 @@ import (
 // SystemNamespace is where the controller and manager-initiated agents run.
 const SystemNamespace = "cattle-fleet-system"
 
-// ImageTag is the tag `make images` gives the fleet image.
-const ImageTag = "dev"
-
 // Env is a dev environment with the product's paths.
 type Env struct {
 	State *devcluster.State
@@ -72,14 +69,16 @@ func (e *Env) helm(c *devcluster.Cluster, args ...string) error {
 }
 
 // InstallController runs `helm upgrade --install fleet charts/fleet` in the
-// upstream cluster with the dev image, telling agents to reach the upstream
-// through its Service address with strict TLS. set adds --set values.
+// upstream cluster with the image `make images` imported into the nodes
+// (the chart's default: its appVersion; never pulled), telling agents to
+// reach the upstream through its Service address with strict TLS. set adds
+// --set values.
 func (e *Env) InstallController(ctx context.Context, set ...string) error {
 	up := e.Upstream()
 	caFile := filepath.Join(up.Dir, "pki", "ca.crt")
 	args := []string{"upgrade", "--install", "fleet", filepath.Join(e.RepoDir, "charts", "fleet"),
 		"-n", SystemNamespace, "--create-namespace",
-		"--set", "image.tag=" + ImageTag, "--set", "image.imagePullPolicy=Never",
+		"--set", "image.imagePullPolicy=Never",
 		"--set", "agent.image.imagePullPolicy=Never", "--set", "agent.tlsMode=strict",
 		"--set", "apiServerURL=" + up.Server(), "--set-file", "apiServerCA=" + caFile,
 		"--wait", "--timeout", "3m"}

@@ -34,6 +34,9 @@ type Spec struct {
 	Files map[string]string
 	// User the image runs as by default.
 	User string
+	// Platform is the image's platform; nil means linux and the binary's
+	// architecture. A binary for another architecture is refused.
+	Platform *v1.Platform
 }
 
 // epoch makes the archive reproducible: the same binary gives the same
@@ -42,8 +45,19 @@ var epoch = time.Unix(0, 0)
 
 // Build returns the image for spec.
 func Build(spec Spec) (v1.Image, error) {
-	if err := checkStatic(spec.Binary); err != nil {
+	arch, err := checkStatic(spec.Binary)
+	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	platform := v1.Platform{OS: "linux", Architecture: arch}
+	if spec.Platform != nil {
+		platform = *spec.Platform
+		if platform.OS != "linux" {
+			return nil, fmt.Errorf("image %s: platform %s: only linux images can be built", spec.Ref, platform)
+		}
+		if arch != platform.Architecture {
+			return nil, fmt.Errorf("image %s: %s is a %s binary, not %s: build it with GOOS=linux GOARCH=%s", spec.Ref, spec.Binary, arch, platform, platform.Architecture)
+		}
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -100,7 +114,7 @@ func Build(spec Spec) (v1.Image, error) {
 	}
 	cf = cf.DeepCopy()
 	// containerd imports only images for its platform.
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.OS, cf.Architecture, cf.Variant = platform.OS, platform.Architecture, platform.Variant
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.Entrypoint = []string{"/" + spec.Entrypoint}
 	cf.Config.User = spec.User
@@ -108,25 +122,35 @@ func Build(spec Spec) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
+// goarch names the architecture of an ELF machine as GOARCH does.
+var goarch = map[elf.Machine]string{
+	elf.EM_X86_64: "amd64", elf.EM_AARCH64: "arm64", elf.EM_ARM: "arm", elf.EM_386: "386",
+	elf.EM_PPC64: "ppc64le", elf.EM_S390: "s390x", elf.EM_RISCV: "riscv64",
+}
+
 // checkStatic refuses a dynamically linked binary: the images hold no
 // dynamic loader, so its container would exit at once (runc then fails
 // to join the sandbox's namespaces, far from the cause). CGO_ENABLED=1 in
-// the environment of `go build` makes one.
-func checkStatic(path string) error {
+// the environment of `go build` makes one. It returns the binary's
+// architecture (GOARCH), or this machine's when it is not one Go knows.
+func checkStatic(path string) (string, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return err
+			return "", err
 		}
-		return fmt.Errorf("%s is not an ELF executable: %w", path, err)
+		return "", fmt.Errorf("%s is not an ELF executable: %w", path, err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked, and the image has no dynamic loader: build it with CGO_ENABLED=0", path)
+			return "", fmt.Errorf("%s is dynamically linked, and the image has no dynamic loader: build it with CGO_ENABLED=0", path)
 		}
 	}
-	return nil
+	if arch, ok := goarch[f.Machine]; ok {
+		return arch, nil
+	}
+	return runtime.GOARCH, nil
 }
 
 // WriteArchive writes the images into one docker archive at path.
@@ -148,4 +172,13 @@ func WriteArchive(path string, specs ...Spec) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// FleetSpec is the fleet image: the static fleet binary as /fleet, run as
+// user 1000, with this machine's CA bundle (agents and the controller
+// verify servers with the system store unless told otherwise). platform
+// nil means the binary's own.
+func FleetSpec(ref, binary string, platform *v1.Platform) Spec {
+	return Spec{Ref: ref, Binary: binary, Entrypoint: "fleet", User: "1000", Platform: platform,
+		Files: map[string]string{"etc/ssl/certs/ca-certificates.crt": "/etc/ssl/certs/ca-certificates.crt"}}
 }

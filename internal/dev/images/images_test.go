@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -135,4 +137,28 @@ func minimalELF(prog elf.ProgType) []byte {
 	_ = binary.Write(&b, binary.LittleEndian, hdr)
 	_ = binary.Write(&b, binary.LittleEndian, elf.Prog64{Type: uint32(prog)})
 	return b.Bytes()
+}
+
+// An image's platform is its binary's: without one given, the ELF header
+// says it; given one, a binary of another architecture is refused (a node
+// of that platform would fail to exec it, far from the cause).
+func TestBuild_PlatformIsTheBinarys(t *testing.T) {
+	dir := t.TempDir()
+	b := minimalELF(elf.PT_LOAD)
+	b[18] = byte(elf.EM_AARCH64) // e_machine
+	arm := filepath.Join(dir, "arm")
+	if err := os.WriteFile(arm, b, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	img, err := Build(Spec{Ref: "example/x:1", Binary: arm, Entrypoint: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf, _ := img.ConfigFile(); cf.OS != "linux" || cf.Architecture != "arm64" {
+		t.Errorf("an arm64 binary's image is %s/%s", cf.OS, cf.Architecture)
+	}
+	_, err = Build(Spec{Ref: "example/x:1", Binary: arm, Entrypoint: "x", Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}})
+	if err == nil || !strings.Contains(err.Error(), "GOARCH=amd64") {
+		t.Errorf("an arm64 binary as linux/amd64: %v; want a refusal saying how to build it", err)
+	}
 }
