@@ -45,6 +45,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand())
+	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand(), newUninstallCommand())
 	return root
 }
