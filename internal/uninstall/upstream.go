@@ -544,4 +544,3 @@ func nsNames(refs []ref) string {
 	}
 	return strings.Join(s, ", ")
 }
-
