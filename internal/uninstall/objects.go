@@ -52,11 +52,14 @@ var (
 	kindNamespace     = k("", "v1", "Namespace", "namespaces")
 	kindConfigMap     = k("", "v1", "ConfigMap", "configmaps")
 	kindSecret        = k("", "v1", "Secret", "secrets")
+	kindPod           = k("", "v1", "Pod", "pods")
 )
 
 // fleetObjectKinds are the fleet kinds other than Clusters and tokens, which
-// go first: what is left once the Clusters are gone.
-var fleetObjectKinds = []kind{kindBundle, kindGroup, kindRollout, kindRegistration, kindDeployment}
+// go first: what is left once the Clusters are gone. AgentRollouts are not
+// among them: the running controller records one for the current agent
+// revision whenever there is none, so they go once it has stopped.
+var fleetObjectKinds = []kind{kindBundle, kindGroup, kindRegistration, kindDeployment}
 
 // labelledKinds are the kinds of everything the charts render and the
 // controller and agent make at runtime outside the fleet kinds; fleet's are

@@ -31,8 +31,13 @@ import (
 // stops the controller making objects again).
 const FieldManager = "fleet-uninstall"
 
-// ControllerDeployment is the controller's Deployment in its namespace.
+// ControllerDeployment is the controller's Deployment in its namespace
+// (with shards, fleet-controller-shard-<i>).
 const ControllerDeployment = "fleet-controller"
+
+// controllerLabels select the controller's Deployments and pods (the
+// chart's fleet.labels).
+var controllerLabels = map[string]string{"app.kubernetes.io/name": "fleet-controller", "app.kubernetes.io/part-of": "fleet"}
 
 // Upstream uninstalls fleet from the upstream (management) cluster.
 type Upstream struct {
@@ -152,7 +157,7 @@ func (u *Upstream) Run(ctx context.Context) (*Result, error) {
 	}
 
 	// 3. The other fleet objects; their finalizers need the controller too.
-	p.printf("deleting Bundles, BundleDeployments, ClusterGroups, ClusterRegistrations and AgentRollouts")
+	p.printf("deleting Bundles, BundleDeployments, ClusterGroups and ClusterRegistrations")
 	if err := u.deleteKinds(ctx, p, fleetObjectKinds...); err != nil {
 		return nil, err
 	}
@@ -175,6 +180,14 @@ func (u *Upstream) Run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	if err := deleteAll(ctx, u.Client, pols); err != nil {
+		return nil, err
+	}
+	// The AgentRollouts, once the controller that records them has gone
+	// (a terminating controller pod may record one more: deleted too).
+	if err := u.deleteAndWait(ctx, p, "controller pods", func() ([]ref, error) { return u.controllerPods(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := u.deleteKinds(ctx, p, kindRollout); err != nil {
 		return nil, err
 	}
 
@@ -215,7 +228,8 @@ func (u *Upstream) needs() []access {
 
 func (u *Upstream) writeNeeds() []access {
 	needs := readWrite(kindToken, kindCluster)
-	needs = append(needs, readWrite(fleetObjectKinds...)...)
+	needs = append(needs, readWrite(append(fleetObjectKinds, kindRollout)...)...)
+	needs = append(needs, readWrite(kindPod)...)
 	needs = append(needs, readWrite(labelledKinds...)...)
 	needs = append(needs, readWrite(kindPolicy, kindPolicyBinding, kindCRD, kindNamespace)...)
 	needs = append(needs, access{verb: "update", kind: kindConfigMap, namespace: u.Namespace})
@@ -238,7 +252,7 @@ func (u *Upstream) plan(ctx context.Context) (*plan, error) {
 		}
 		pl.clusterList = l.Items
 	}
-	for _, k := range fleetObjectKinds {
+	for _, k := range append(fleetObjectKinds, kindRollout) {
 		refs, _, err := list(ctx, u.Client, k)
 		if err != nil {
 			return nil, err
@@ -299,7 +313,7 @@ func (u *Upstream) printPlan(p *progress, pl *plan) {
 // Terminating, and so would their CRDs.
 func (u *Upstream) controllerRunsIfNeeded(ctx context.Context, pl *plan) error {
 	var held []ref
-	for _, kinds := range [][]kind{{kindCluster}, fleetObjectKinds} {
+	for _, kinds := range [][]kind{{kindCluster}, fleetObjectKinds, {kindRollout}} {
 		for _, k := range kinds {
 			_, items, err := list(ctx, u.Client, k)
 			if err != nil {
@@ -315,15 +329,19 @@ func (u *Upstream) controllerRunsIfNeeded(ctx context.Context, pl *plan) error {
 	if len(held) == 0 {
 		return nil
 	}
-	d := &appsv1.Deployment{}
-	err := u.Client.Get(ctx, client.ObjectKey{Namespace: u.Namespace, Name: ControllerDeployment}, d)
-	if err == nil && d.Status.AvailableReplicas > 0 {
+	// One Deployment per shard; each reconciles its share of the Clusters.
+	ds := &appsv1.DeploymentList{}
+	if err := u.Client.List(ctx, ds, client.InNamespace(u.Namespace), client.MatchingLabels(controllerLabels)); err != nil {
+		return fmt.Errorf("reading the controller's Deployments: %w", err)
+	}
+	running := len(ds.Items) > 0
+	for _, d := range ds.Items {
+		running = running && d.Status.AvailableReplicas > 0
+	}
+	if running {
 		return nil
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading the controller's Deployment: %w", err)
-	}
-	return fmt.Errorf("%d fleet objects carry finalizers that only the controller removes (%s), and Deployment %s/%s has no available replica: "+
+	return fmt.Errorf("%d fleet objects carry finalizers that only the controller removes (%s), and the controller (Deployment %s/%s) has no available replica: "+
 		"start the controller again (reinstall the chart with the values you installed it with, or `kubectl -n %s scale deployment %s --replicas=1`) and run the uninstall again; "+
 		"nothing was changed (if the controller cannot run any more, see docs/operations.md \"Uninstall\" for removing the finalizers by hand)",
 		len(held), names(held, 3), u.Namespace, ControllerDeployment, u.Namespace, ControllerDeployment)
@@ -462,6 +480,13 @@ func (u *Upstream) leftAgents(ctx context.Context, clusters []fleet.Cluster, sta
 		}
 	}
 	return out, nil
+}
+
+// controllerPods are the controller's pods (a Deployment's pods outlive
+// it by their termination grace period).
+func (u *Upstream) controllerPods(ctx context.Context) ([]ref, error) {
+	refs, _, err := list(ctx, u.Client, kindPod, client.InNamespace(u.Namespace), client.MatchingLabels(controllerLabels))
+	return refs, err
 }
 
 // policyRefs are the admission policies and bindings fleet ships.
