@@ -11,15 +11,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	agentaccess "github.com/gitops-fleet/fleet/agent/access"
-	"github.com/gitops-fleet/fleet/agent/deployer"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
-
-// directLabel marks the Secret and ConfigMap of the agent's direct endpoint
-// (agent/direct.go).
-const directLabel = "fleet.cattle.io/agent-direct"
 
 // Agent uninstalls an agent from a downstream cluster: what `helm uninstall
 // fleet-agent` or the controller's push made (labelled as fleet's), and what
@@ -168,7 +162,7 @@ func (a *Agent) objects(ctx context.Context) ([]ref, error) {
 		}
 	}
 	for _, k := range []kind{kindConfigMap, kindSecret} {
-		for _, sel := range []map[string]string{{deployer.InventoryLabel: "true"}, {directLabel: "true"}} {
+		for _, sel := range []map[string]string{{registration.InventoryLabel: "true"}, {registration.DirectLabel: "true"}} {
 			refs, _, err := list(ctx, a.Client, k, client.InNamespace(a.Namespace), client.MatchingLabels(sel))
 			if err != nil {
 				return nil, err
@@ -190,9 +184,9 @@ func (a *Agent) namespaces(ctx context.Context) ([]ref, error) {
 	}
 	var out []ref
 	for _, ns := range l.Items {
-		byName := []string{config.DefaultSystemNamespace, agentaccess.Namespace}
+		byName := []string{config.DefaultSystemNamespace, registration.ImpersonationNamespace}
 		if ns.Name == a.Namespace && ns.Name != config.DefaultSystemNamespace {
-			byName = []string{agentaccess.Namespace}
+			byName = []string{registration.ImpersonationNamespace}
 		}
 		if isFleetNamespace(&ns, byName...) {
 			out = append(out, ref{kind: kindNamespace, name: ns.Name})

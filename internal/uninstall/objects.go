@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 // kind is one resource the uninstall lists and deletes.
@@ -89,7 +91,7 @@ var labelledKinds = []kind{
 var fleetSelectors = []map[string]string{
 	{"app.kubernetes.io/part-of": "fleet"},
 	{"fleet.cattle.io/managed": "true"},
-	{"fleet.cattle.io/impersonator": "true"},
+	{registration.ImpersonatorLabel: "true"},
 }
 
 // kubeNamespaces are never deleted, whatever their labels say.
