@@ -110,7 +110,8 @@ namespace cattle-impersonation-system; then its namespace when it is
 cattle-fleet-system or fleet made it.
 
 Run it after "fleet uninstall" upstream (an agent whose Cluster still exists may be
-pushed again). What your Bundles deployed stays.`,
+pushed again). What your Bundles deployed stays. It refuses in a cluster where the
+fleet controller runs: "fleet uninstall" removes the local agent there.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := af.client("downstream")

@@ -70,6 +70,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("you may not %s: uninstalling the agent needs cluster-admin rights on this cluster; nothing was changed", strings.Join(missing, ", "))
 	}
 
+	// The fleet controller's cluster holds fleet's objects beside its local
+	// agent's: only `fleet uninstall` removes them in an order that leaves
+	// nothing stuck.
+	ctrls, _, err := list(ctx, a.Client, kindDeploymentApps, client.MatchingLabels(controllerLabels))
+	if err != nil {
+		return err
+	}
+	if len(ctrls) > 0 {
+		return fmt.Errorf("this cluster runs the fleet controller (%s): run `fleet uninstall` against it, which removes its local agent too; nothing was changed", names(ctrls, 2))
+	}
+
 	objs, err := a.objects(ctx)
 	if err != nil {
 		return err

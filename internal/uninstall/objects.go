@@ -47,14 +47,15 @@ var (
 	kindRegistration = k(fleetGroup, "v1alpha1", "ClusterRegistration", "clusterregistrations")
 	kindDeployment   = k(fleetGroup, "v1alpha1", "BundleDeployment", "bundledeployments")
 
-	kindCRD           = k("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions")
-	kindAPIService    = k("apiregistration.k8s.io", "v1", "APIService", "apiservices")
-	kindPolicy        = k("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies")
-	kindPolicyBinding = k("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings")
-	kindNamespace     = k("", "v1", "Namespace", "namespaces")
-	kindConfigMap     = k("", "v1", "ConfigMap", "configmaps")
-	kindSecret        = k("", "v1", "Secret", "secrets")
-	kindPod           = k("", "v1", "Pod", "pods")
+	kindCRD            = k("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions")
+	kindAPIService     = k("apiregistration.k8s.io", "v1", "APIService", "apiservices")
+	kindPolicy         = k("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies")
+	kindPolicyBinding  = k("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings")
+	kindNamespace      = k("", "v1", "Namespace", "namespaces")
+	kindConfigMap      = k("", "v1", "ConfigMap", "configmaps")
+	kindSecret         = k("", "v1", "Secret", "secrets")
+	kindPod            = k("", "v1", "Pod", "pods")
+	kindDeploymentApps = k("apps", "v1", "Deployment", "deployments")
 )
 
 // fleetObjectKinds are the fleet kinds other than Clusters and tokens, which
@@ -68,7 +69,7 @@ var fleetObjectKinds = []kind{kindBundle, kindGroup, kindRegistration, kindDeplo
 // found by the labels in fleetSelectors. Workloads first, so nothing
 // running makes more while the rest goes.
 var labelledKinds = []kind{
-	k("apps", "v1", "Deployment", "deployments"),
+	kindDeploymentApps,
 	kindAPIService,
 	k("", "v1", "Service", "services"),
 	k("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets"),

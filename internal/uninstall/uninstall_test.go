@@ -250,6 +250,27 @@ func TestUpstream_RemovesFleetLeavesTheUsers(t *testing.T) {
 	}
 }
 
+func TestAgent_RefusedOnTheControllersCluster(t *testing.T) {
+	c := admin()
+	ns := testenv.Namespace(t, c, "fleet-")
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-controller",
+		Labels: map[string]string{"app.kubernetes.io/name": "fleet-controller", "app.kubernetes.io/part-of": "fleet"}}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](0),
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "fleet-controller"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "fleet-controller"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "controller", Image: "fleet"}}}}}}
+	must(t, c.Create(t.Context(), d))
+	t.Cleanup(func() { _ = c.Delete(suite.Context(), d) })
+
+	err := (&uninstall.Agent{Client: c}).Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "runs the fleet controller") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("uninstall agent where the controller runs: want a refusal, got %v", err)
+	}
+	if !exists(t, d) {
+		t.Error("the refused uninstall agent deleted the controller")
+	}
+}
+
 func TestAgent_RemovesWhatHelmLeaves(t *testing.T) {
 	c := admin()
 	part := map[string]string{"app.kubernetes.io/part-of": "fleet"}

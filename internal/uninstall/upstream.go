@@ -382,6 +382,9 @@ func (u *Upstream) stopMaking(ctx context.Context, p *progress) error {
 	if cm.Data[config.ConfigMapKey] == string(b) {
 		return nil
 	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
 	cm.Data[config.ConfigMapKey] = string(b)
 	if err := u.Client.Update(ctx, cm, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("turning off the local cluster and Cluster API auto-registration in %s/%s: %w", u.Namespace, config.ConfigMapName, err)
@@ -420,7 +423,7 @@ func (u *Upstream) deleteKinds(ctx context.Context, p *progress, kinds ...kind) 
 		return err
 	}
 	if len(left) > 0 {
-		return fmt.Errorf("after %s, %d objects are still there: %s; their finalizers are the controller's: look at its log (`kubectl -n %s logs deploy/%s`) and the objects' events, then run the uninstall again",
+		return fmt.Errorf("after %s, %d objects are still there: %s; something holds them (a finalizer the controller did not remove, or something making them again): look at the controller's log (`kubectl -n %s logs deploy/%s`) and the objects' events, then run the uninstall again",
 			u.Timeout, len(left), names(left, 5), u.Namespace, ControllerDeployment)
 	}
 	return nil
