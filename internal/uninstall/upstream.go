@@ -124,7 +124,7 @@ func (u *Upstream) Run(ctx context.Context) (*Result, error) {
 		}
 		return &Result{}, nil
 	}
-	if err := u.controllerRunsIfNeeded(ctx, pl); err != nil {
+	if err := u.controllerRunsIfNeeded(ctx); err != nil {
 		return nil, err
 	}
 
@@ -311,7 +311,7 @@ func (u *Upstream) printPlan(p *progress, pl *plan) {
 // controllerRunsIfNeeded refuses to start when objects carry finalizers
 // that only the controller removes and it does not run: they would stay
 // Terminating, and so would their CRDs.
-func (u *Upstream) controllerRunsIfNeeded(ctx context.Context, pl *plan) error {
+func (u *Upstream) controllerRunsIfNeeded(ctx context.Context) error {
 	var held []ref
 	for _, kinds := range [][]kind{{kindCluster}, fleetObjectKinds, {kindRollout}} {
 		for _, k := range kinds {
