@@ -30,6 +30,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/direct"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 // The authorized cluster endpoint (docs/cluster-access.md): every replica
@@ -59,7 +60,7 @@ const directStateKey = "state.json"
 
 // directManagedLabel marks the Secret and ConfigMap the agent made for the
 // endpoint (a TLS Secret without it is the operator's, never replaced).
-const directManagedLabel = "fleet.cattle.io/agent-direct"
+const directManagedLabel = registration.DirectLabel
 
 // runDirect serves the direct endpoint until ctx ends, starting again
 // when the stored credential names another Cluster.

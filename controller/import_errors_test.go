@@ -18,6 +18,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 func kubeconfigWith(t *testing.T, mutate func(cfg *rest.Config)) []byte {
@@ -239,4 +240,62 @@ func TestCluster_DeletionRemovesEverythingUpstreamAndTheAgentDownstream(t *testi
 		return nil
 	})
 	_ = ptr.To(0)
+}
+
+// An agent makes objects at runtime that no chart renders: its identity
+// Secret, inventories, its direct endpoint's state, its impersonators.
+// Deleting its Cluster removes them too, also when the agent's namespace
+// was there before the push (an operator's, which stays with what the
+// operator put in it).
+func TestCluster_DeletionRemovesWhatTheAgentMadeAtRuntime(t *testing.T) {
+	ds := env.Downstreams[1]
+	agentNS := testenv.Namespace(t, ds.Client, "operator-agent-")
+	operators := []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "operator-settings"}},
+		// The operator's certificate for the direct endpoint: no label.
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "fleet-agent-direct-tls"}},
+	}
+	for _, o := range operators {
+		if err := ds.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := managerCluster(t, ds, func(c *fleet.Cluster) { c.Spec.AgentNamespace = agentNS })
+	got := waitImported(t, c, 0)
+
+	imp := map[string]string{registration.ImpersonatorLabel: "true"}
+	runtime := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: registration.IdentitySecretName}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "fleet-inventory-hello", Labels: map[string]string{registration.InventoryLabel: "true"}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "fleet-agent-direct-state", Labels: map[string]string{registration.DirectLabel: "true"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: registration.ImpersonationNamespace, Labels: imp}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cattle-impersonation-" + agentNS, Labels: imp}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "cattle-impersonation-" + agentNS, Labels: imp},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cattle-impersonation-" + agentNS}},
+	}
+	for _, o := range runtime {
+		if err := client.IgnoreAlreadyExists(ds.Client.Create(t.Context(), o)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := up.Delete(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "what the agent made at runtime removed downstream", func() error {
+		for _, o := range runtime {
+			err := ds.Client.Get(t.Context(), client.ObjectKeyFromObject(o), o)
+			if err == nil && o.GetDeletionTimestamp().IsZero() {
+				return fmt.Errorf("%T %s still there", o, o.GetName())
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, o := range append(operators, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNS}}) {
+		if err := ds.Client.Get(t.Context(), client.ObjectKeyFromObject(o), o); err != nil || !o.GetDeletionTimestamp().IsZero() {
+			t.Errorf("the operator's %T %s was deleted: %v", o, o.GetName(), err)
+		}
+	}
 }

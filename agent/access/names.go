@@ -11,11 +11,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 const (
 	// Namespace holds the impersonators' ServiceAccounts.
-	Namespace = "cattle-impersonation-system"
+	Namespace = registration.ImpersonationNamespace
 	// NamePrefix starts the name of each impersonator object.
 	NamePrefix = "cattle-impersonation-"
 	// Prefix starts every downstream user and group name.
@@ -29,7 +30,7 @@ const (
 	// (RFC 3339, written at most hourly).
 	AnnotationLastUsed = "fleet.cattle.io/last-used"
 	// LabelImpersonator marks the impersonator objects (value "true").
-	LabelImpersonator = "fleet.cattle.io/impersonator"
+	LabelImpersonator = registration.ImpersonatorLabel
 )
 
 // ImpersonatorID is the <id> of the impersonator of an upstream user: the

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 const (
@@ -25,7 +26,7 @@ const (
 	InventoryPrefix = "fleet-inventory-"
 	// InventoryLabel marks inventory ConfigMaps, so a restarted agent finds
 	// them all.
-	InventoryLabel = "fleet.cattle.io/inventory"
+	InventoryLabel = registration.InventoryLabel
 	// InventoryBundleDeploymentAnnotation holds the full BundleDeployment
 	// name (the ConfigMap name may be shortened).
 	InventoryBundleDeploymentAnnotation = "fleet.cattle.io/bundle-deployment"

@@ -36,7 +36,7 @@ func newRootCommand() *cobra.Command {
 		Version:       version.Version,
 	}
 	root.SetVersionTemplate(versionLine(version.Get()) + "\n")
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand())
+	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand(), newUninstallCommand())
 	root.AddCommand(newVersionCommand())
 	return root
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -387,9 +388,30 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	if err := rc.Client.Get(ctx, client.ObjectKey{Name: nsName}, ns); err == nil && createdByFleet(ns) {
 		del = append(del, ns)
 	}
+	// What the agent made at runtime, which goes with its namespace only
+	// when fleet made that: its identity (key and recovery token), and
+	// below its inventories, its direct endpoint's state and its
+	// impersonators.
+	del = append(del, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: registration.IdentitySecretName}})
+	imp := &corev1.Namespace{}
+	if err := rc.Client.Get(ctx, client.ObjectKey{Name: registration.ImpersonationNamespace}, imp); err == nil && imp.Labels[registration.ImpersonatorLabel] == "true" {
+		del = append(del, imp)
+	}
 	var errs []error
 	for _, o := range del {
 		if err := rc.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	for _, label := range []string{registration.InventoryLabel, registration.DirectLabel} {
+		for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}} {
+			if err := rc.Client.DeleteAllOf(ctx, o, client.InNamespace(nsName), client.MatchingLabels{label: "true"}); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, o := range []client.Object{&rbacv1.ClusterRoleBinding{}, &rbacv1.ClusterRole{}} {
+		if err := rc.Client.DeleteAllOf(ctx, o, client.MatchingLabels{registration.ImpersonatorLabel: "true"}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}

@@ -618,4 +618,9 @@ func TestE2E(t *testing.T) {
 			t.Errorf("agent Bundle of dev-1 still there (%v)", err)
 		}
 	})
+
+	// Last: it removes what every test above shares.
+	t.Run("uninstall: nothing of fleet left upstream or downstream, nothing Terminating, the user's namespaces untouched", func(t *testing.T) {
+		testUninstall(t, dev2Name)
+	})
 }
