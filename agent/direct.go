@@ -33,7 +33,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
-// The authorized cluster endpoint (docs/cluster-access.md): every replica
+// The authorized cluster endpoint (docs/design/cluster-access.md): every replica
 // serves it on its own, from what it keeps downstream, so that it works
 // while the upstream is unreachable: the agent's credential (which Cluster
 // this is), the signing keys and the revocation list it last read (Secret

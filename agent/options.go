@@ -48,7 +48,7 @@ type Options struct {
 	// DisableDeployer runs registration and heartbeat only (benchmarks of
 	// registration).
 	DisableDeployer bool
-	// Access runs the cluster-access side (docs/cluster-access.md) in every
+	// Access runs the cluster-access side (docs/design/cluster-access.md) in every
 	// replica, leader or not: a tunnel to the upstream's fleet-proxy and
 	// the handler that serves users' requests as per-user impersonators.
 	Access bool

@@ -18,7 +18,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
-// Cluster access (docs/cluster-access.md): every replica, leader or not,
+// Cluster access (docs/design/cluster-access.md): every replica, leader or not,
 // holds a tunnel to the upstream and serves what comes through it with the
 // access handler, so the cluster stays reachable while one agent pod is
 // gone. The replicas share the request identity the leader keeps in the

@@ -22,7 +22,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
-// The authorized cluster endpoint (docs/cluster-access.md): fleet-proxy
+// The authorized cluster endpoint (docs/design/cluster-access.md): fleet-proxy
 // issues direct tokens (POST .../clusters/<name>/token) to users with
 // clusters/proxy on the Cluster, for no longer than the credential they ask
 // with, records each (registry.go), rechecks while they live that their

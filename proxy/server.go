@@ -1,5 +1,5 @@
 // Package proxy is fleet-proxy, the upstream server of the aggregated API
-// proxy.fleet.cattle.io/v1alpha1 (docs/cluster-access.md): the upstream API
+// proxy.fleet.cattle.io/v1alpha1 (docs/design/cluster-access.md): the upstream API
 // server forwards users' requests for
 // /apis/proxy.fleet.cattle.io/v1alpha1/namespaces/<ws>/clusters/<name>/proxy/<path>
 // to it; it believes the forwarded identity only from the aggregator's
@@ -66,7 +66,7 @@ type KeySet interface {
 // Attacher serves agents' tunnels: GET .../namespaces/<ws>/clusters/<name>/attach
 // (a WebSocket upgrade) by the authenticated caller u. It must map u to its
 // own Cluster from upstream objects and refuse any other key
-// (docs/cluster-access.md, "Agents"). The tunnel server implements it.
+// (docs/design/cluster-access.md, "Agents"). The tunnel server implements it.
 type Attacher interface {
 	ServeAttach(w http.ResponseWriter, r *http.Request, key string, u user.Info)
 }

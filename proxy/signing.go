@@ -27,7 +27,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/assertion"
 )
 
-// fleet-proxy's signing keys (docs/cluster-access.md, "The identity
+// fleet-proxy's signing keys (docs/design/cluster-access.md, "The identity
 // assertion"): each replica makes its own Ed25519 key at start and keeps it
 // in memory only, so no private key is ever at rest where another identity
 // (the controller reads every Secret) could read it. A replica publishes its

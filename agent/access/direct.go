@@ -26,7 +26,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
-// The authorized cluster endpoint (docs/cluster-access.md): users present a
+// The authorized cluster endpoint (docs/design/cluster-access.md): users present a
 // direct token fleet-proxy issued them for this cluster; the agent verifies
 // it offline (the signing keys it holds, expiry, audience, the revocation
 // list it keeps in step with fleet-proxy) and serves the request through the

@@ -1,5 +1,5 @@
 // Package access is the agent's side of cluster access through the manager
-// (docs/cluster-access.md): the one handler the tunnel delivers user requests
+// (docs/design/cluster-access.md): the one handler the tunnel delivers user requests
 // to. For each request it verifies the identity assertion fleet-proxy
 // signed, refuses Impersonate-* headers, strips credentials and proxy
 // headers, ensures the user's impersonator (a ServiceAccount whose

@@ -202,7 +202,7 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 }
 
 // TestFleetChart_ProxyRBACIsTheReviewedList: fleet-proxy's rights and the
-// two ClusterRoles for users (docs/cluster-access.md, "API group and
+// two ClusterRoles for users (docs/design/cluster-access.md, "API group and
 // rights"), rule by rule.
 func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 	ch, err := renderer.LoadChartDir("../../charts/fleet")

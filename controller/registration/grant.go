@@ -458,7 +458,7 @@ func workspaceRules(cluster string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"clusters"}, ResourceNames: []string{cluster}, Verbs: []string{"get"}},
 		{APIGroups: []string{fleet.GroupVersion.Group}, Resources: []string{"clusters/status"}, ResourceNames: []string{cluster}, Verbs: []string{"get", "patch", "update"}},
-		// The agent's tunnel (docs/cluster-access.md): the upstream API
+		// The agent's tunnel (docs/design/cluster-access.md): the upstream API
 		// server lets the WebSocket to the aggregated proxy API through
 		// only with this right; fleet-proxy then maps the identity to this
 		// Cluster itself and refuses any other. Only its own Cluster.

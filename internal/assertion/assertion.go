@@ -1,6 +1,6 @@
 // Package assertion is the signed identity assertion fleet-proxy adds to each
 // user request it sends through a cluster's tunnel, and the agent verifies
-// before it acts as that user (docs/cluster-access.md, "The identity
+// before it acts as that user (docs/design/cluster-access.md, "The identity
 // assertion").
 //
 // An assertion is a compact JWS signed with Ed25519 (alg EdDSA) whose kid is

@@ -15,7 +15,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 )
 
-// Direct tokens (docs/cluster-access.md, "Authorized cluster endpoint") are
+// Direct tokens (docs/design/cluster-access.md, "Authorized cluster endpoint") are
 // bearer tokens fleet-proxy issues to a user for one cluster's direct
 // endpoint: the same keys and the same identity claims as an assertion, a
 // different issuer (so neither is ever accepted as the other), a lifetime of

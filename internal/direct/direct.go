@@ -1,5 +1,5 @@
 // Package direct is the contract of the authorized cluster endpoint
-// (docs/cluster-access.md, "Authorized cluster endpoint"): the wire types
+// (docs/design/cluster-access.md, "Authorized cluster endpoint"): the wire types
 // and paths fleet-proxy, the agent and `fleet kubeconfig` share. Users get a
 // direct token for one cluster from fleet-proxy (their upstream identity,
 // upstream RBAC on clusters/proxy); the agent verifies it offline against

@@ -1,6 +1,6 @@
 // Package kubeconfig builds the kubeconfig of `fleet kubeconfig`: one that
 // reaches a fleet Cluster through the upstream API server's cluster proxy
-// (docs/cluster-access.md) as the caller's own upstream user.
+// (docs/design/cluster-access.md) as the caller's own upstream user.
 //
 // File references of the caller's kubeconfig (certificate authority, client
 // certificate and key, token file, an exec plugin's command given as a path)

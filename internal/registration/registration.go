@@ -103,7 +103,7 @@ const (
 )
 
 // ProxyAPIGroup is the aggregated API of cluster access (fleet-proxy,
-// docs/cluster-access.md). The grant gives a request identity get on
+// docs/design/cluster-access.md). The grant gives a request identity get on
 // clusters/attach of its own Cluster in it: the agent's tunnel.
 const ProxyAPIGroup = "proxy.fleet.cattle.io"
 

@@ -21,7 +21,7 @@ import (
 )
 
 // API names of the attach subresource the agents open their tunnel at
-// (docs/cluster-access.md).
+// (docs/design/cluster-access.md).
 const (
 	ProxyGroup   = registration.ProxyAPIGroup
 	ProxyVersion = "v1alpha1"

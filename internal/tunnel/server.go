@@ -1,5 +1,5 @@
 // Package tunnel is the reverse tunnel between fleet-proxy (upstream) and
-// the agents (docs/cluster-access.md), on github.com/rancher/remotedialer:
+// the agents (docs/design/cluster-access.md), on github.com/rancher/remotedialer:
 // an agent opens a WebSocket to fleet-proxy through the upstream API server
 // (.../clusters/<name>/attach) and fleet-proxy sends HTTP requests back over
 // it, to the one handler the agent serves in process.

@@ -1,5 +1,5 @@
 // Package connected reports, on each Cluster, whether its agent's tunnel is
-// up (docs/cluster-access.md, "As built: status of cluster access"): the
+// up (docs/design/cluster-access.md, "As built: status of cluster access"): the
 // condition Connected, written by fleet-proxy alone by server-side apply of
 // that one condition under field manager "fleet-proxy", and the events
 // TunnelConnected and TunnelDisconnected.

@@ -1,5 +1,5 @@
 // Package access_test runs cluster access through the manager end to end
-// with its real parts (docs/cluster-access.md, "Wired together"): two
+// with its real parts (docs/design/cluster-access.md, "Wired together"): two
 // envtest control planes, fleet-proxy in the test process behind the real
 // upstream aggregator with the tunnel server and the identity mapping of
 // cmd/fleet's `fleet proxy`, and an agent played by the test process: a
