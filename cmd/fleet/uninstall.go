@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/uninstall"
 )
@@ -30,6 +31,15 @@ func (f *uninstallFlags) bind(cmd *cobra.Command, which string) {
 }
 
 func (f *uninstallFlags) client(which string) (client.Client, error) {
+	if which == "upstream" {
+		// The same words for a missing or wrong upstream as every command
+		// that talks to it.
+		up, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
+		if err != nil {
+			return nil, err
+		}
+		return client.New(up.REST, client.Options{Scheme: scheme.Scheme})
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()

@@ -55,8 +55,9 @@ func TestUpstreamCommands_OneWordingForAMissingOrUnreachableUpstream(t *testing.
 		"rollout pause":         {"rollout", "pause"},
 		"kubeconfig":            {"kubeconfig", "--cluster", "fleet-default/dev-1"},
 		"diff --live":           {"diff", "--base", sideDir, "--head", sideDir, "--live"},
+		"uninstall":             {"uninstall", "--dry-run"},
 	}
-	wantCode := map[string]int{"rollout status": 2, "rollout status --wait": 2, "rollout pause": 2, "kubeconfig": 1, "diff --live": 2}
+	wantCode := map[string]int{"rollout status": 2, "rollout status --wait": 2, "rollout pause": 2, "kubeconfig": 1, "diff --live": 2, "uninstall": 1}
 	for name, args := range commands {
 		t.Run(name, func(t *testing.T) {
 			for _, tt := range []struct {
@@ -81,8 +82,8 @@ func TestUpstreamCommands_OneWordingForAMissingOrUnreachableUpstream(t *testing.
 					t.Errorf("%s: stderr %q has client-go's stale hint", tt.what, stderr)
 				}
 			}
-			if name == "diff --live" {
-				return // nothing to ask when no cluster's agent is deployed again
+			if name == "diff --live" || name == "uninstall" {
+				return // diff: nothing to ask when no cluster's agent is deployed again; uninstall: its requests name what they ask for
 			}
 			code, _, stderr := runMain(t, append(append([]string{}, args...), "--kubeconfig", closed)...)
 			want := fmt.Sprintf("cannot reach the upstream API server %s (context \"up\" of your kubeconfig)", server)
