@@ -70,17 +70,23 @@ func (d *directAgent) waitRefused(t *testing.T, what, token string) time.Duratio
 // jwtExp reads the exp claim of a JWT (unverified).
 func jwtExp(t *testing.T, tok string) time.Time {
 	t.Helper()
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
-		t.Fatal("not a JWT")
-	}
-	b, err := base64.RawURLEncoding.DecodeString(parts[1])
-	must(t, err)
 	var c struct {
 		Exp int64 `json:"exp"`
 	}
-	must(t, json.Unmarshal(b, &c))
+	jwtClaims(t, tok, &c)
 	return time.Unix(c.Exp, 0)
+}
+
+// jwtClaims decodes the claims of a compact JWS into c (unverified).
+func jwtClaims(t *testing.T, tok string, c any) {
+	t.Helper()
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWS: %d parts", len(parts))
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	must(t, err)
+	must(t, json.Unmarshal(b, c))
 }
 
 // rawTokenRequest posts body as a token request for cluster through the
