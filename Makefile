@@ -41,8 +41,9 @@ help: ## List the targets.
 .PHONY: build
 # No -trimpath: the build then shares its compiled packages with go vet and
 # go test, which saves minutes on a cold cache.
-build: ## Build bin/fleet (VERSION and COMMIT stamped; `bin/fleet version`).
+build: ## Build bin/fleet, the product (VERSION and COMMIT stamped; `bin/fleet version`), and bin/fleet-dev, the dev harness (dev clusters, images, benchmarks).
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/fleet ./cmd/fleet
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/fleet-dev ./dev/cmd/fleet-dev
 
 .PHONY: controlplane-bins
 controlplane-bins: ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (skipped when current).
@@ -67,8 +68,8 @@ dev-deps: ## Install containerd, runc, CNI plugins and iptables from Debian when
 images: build ## Build IMAGE_REPO:VERSION and the dev clusters' pause image (static binaries, no registry) into bin/images/images.tar, and the fleet image alone into bin/images/fleet.tar.
 	mkdir -p $(BIN)/images
 	CGO_ENABLED=0 go build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/images/fleet ./cmd/fleet
-	CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/images/pause ./cmd/pause
-	$(BIN)/fleet dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause \
+	CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/images/pause ./dev/cmd/pause
+	$(BIN)/fleet-dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause \
 		--repo $(IMAGE_REPO) --tag $(VERSION) --out $(BIN)/images/images.tar --fleet-out $(BIN)/images/fleet.tar
 
 .PHONY: push-images
@@ -166,19 +167,19 @@ fuzz: ## Run every fuzz target (FUZZ_PKGS, default all) for FUZZTIME (default 10
 
 BENCH_ARGS ?=
 .PHONY: bench
-bench: controlplane-bins build ## Run the Go benchmarks and `fleet bench` (BENCH_ARGS=--quick for a smoke run); writes bench.json.
+bench: controlplane-bins build ## Run the Go benchmarks and `fleet-dev bench` (BENCH_ARGS=--quick for a smoke run); writes bench.json.
 	go test -run '^$$' -bench . -benchmem ./renderer/
-	FLEET_BIN_DIR=$(BIN) $(BIN)/fleet bench --json bench.json $(BENCH_ARGS)
+	FLEET_BIN_DIR=$(BIN) $(BIN)/fleet-dev bench --json bench.json $(BENCH_ARGS)
 
 .PHONY: demo
 demo: dev-deps dev-bins helm images ## Real upstream + two downstream clusters, both registration flows, a Bundle (DEMO_ARGS=--exit: stop once Ready).
-	FLEET_BIN_DIR=$(BIN) $(BIN)/fleet dev demo $(DEMO_ARGS)
+	FLEET_BIN_DIR=$(BIN) $(BIN)/fleet-dev demo $(DEMO_ARGS)
 
 .PHONY: dev-down
 dev-down: build ## Stop the demo's clusters and remove everything they left on the machine.
-	$(BIN)/fleet dev down
+	$(BIN)/fleet-dev down
 
 .PHONY: clean
 clean: ## Remove built binaries (keeps the slow control-plane builds unless CLEAN_ALL=1).
-	rm -f $(BIN)/fleet
+	rm -f $(BIN)/fleet $(BIN)/fleet-dev
 	if [ "$${CLEAN_ALL:-}" = 1 ]; then rm -rf $(BIN); fi

@@ -21,11 +21,11 @@ import (
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/renderenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 

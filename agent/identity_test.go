@@ -13,7 +13,7 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 )
 
 var clustersLine = regexp.MustCompile(`^fleet_clusters\{state="([^"]*)",workspace="([^"]*)"\} (\S+)$`)

@@ -20,7 +20,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/renderer"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"

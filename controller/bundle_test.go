@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/targeting"

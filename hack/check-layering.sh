@@ -56,7 +56,7 @@ rule() {
 }
 
 # Test helpers: packages only tests import (renderer/renderertest,
-# charts/chartstest, internal/dev/testenv).
+# charts/chartstest, dev/testenv).
 helpers="^$m/(.*/)?([a-z0-9]*test|testenv)\$"
 
 # Forbidden: the Helm SDK and kustomize's build engine (kustomize/api, the
@@ -75,13 +75,29 @@ rule "agent without Helm or kustomize" \
 
 rule "no test code in production packages" \
 	"^$m(/|\$)" "$helpers" \
-	"^testing\$|$helpers" "" \
-	"only _test.go files and test helper packages may import testing or a test helper (test helpers belong in internal/dev/testenv)"
+	"^testing\$|$helpers" '^helm\.sh/helm/v4/' \
+	"only _test.go files and test helper packages may import testing or a test helper (test helpers belong in dev/testenv)"
 
-rule "production code does not start control planes" \
-	"^$m/(controller|agent|renderer)(/|\$)" "$helpers" \
-	"^$m/internal/dev(/|\$)" "" \
-	"controller/, agent/ and renderer/ must not import internal/dev (test control planes, dev clusters and environment, images, benchmarks; use internal/scheme for the scheme)"
+# The product is every package of the module but the harness (dev/), the
+# suites that run several parts together (test/), the build helpers (hack/)
+# and the test helpers.
+product_except="^$m/(dev|test|hack)(/|\$)|$helpers"
+
+rule "the product does not link the dev harness" \
+	"^$m(/|\$)" "$product_except" \
+	"^$m/dev(/|\$)" "" \
+	"no product package may import dev/ (test control planes, the test environment, dev clusters, images, benchmarks, fleet-dev): the harness links the product, never the reverse"
+
+# The product binary, cmd/fleet, is the image's only program and the CLI
+# users install: its whole dependency graph, third-party packages included,
+# holds no harness, no test helper and no test control plane. Go's own
+# testing package is allowed only where Helm v4 links it: its
+# pkg/chart/common and internal/version call testing.Testing() in non-test
+# code (helm/helm#32047, open upstream); nothing of ours may.
+rule "the product binary holds no harness and no test code" \
+	"^$m/cmd/fleet\$" "" \
+	"^$m/dev(/|\$)|$helpers|(^|/)envtest(/|\$)|^testing\$|^$m(/.*)?/[a-z0-9]*test\$" '^helm\.sh/helm/v4/' \
+	"the image and the CLI run product code only: fleet-dev (dev/cmd/fleet-dev) is the binary of the dev clusters, benchmarks and test environments"
 
 if [[ $failed != 0 ]]; then
 	exit 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the tests with the race detector: first the unit packages (in
 # parallel, as go test does), then the envtest suites (packages whose tests
-# import internal/dev/testenv or internal/dev/controlplane, so start control planes)
+# import dev/testenv or dev/controlplane, so start control planes)
 # one package at a time: under the race detector they need several times
 # the CPU, and their bounded waits must hold on a loaded 2-core machine.
 # test/e2e is left out: it runs real clusters (make e2e).
@@ -19,7 +19,7 @@ while read -r pkg imports; do
 	"$module/test/e2e") continue ;;
 	esac
 	case " $imports " in
-	*" $module/internal/dev/testenv "* | *" $module/internal/dev/controlplane "*) envtest+=("$pkg") ;;
+	*" $module/dev/testenv "* | *" $module/dev/controlplane "*) envtest+=("$pkg") ;;
 	*) unit+=("$pkg") ;;
 	esac
 done < <(go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...)

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"
 )

@@ -24,8 +24,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	fleetnames "github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/proxy"
 )

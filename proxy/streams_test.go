@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 )
 
 // rawUpgrade sends an upgrade request (proto: SPDY/3.1 as a POST, websocket

@@ -10,7 +10,6 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"testing/fstest"
 
 	"helm.sh/helm/v3/pkg/chartutil"
 	"sigs.k8s.io/yaml"
@@ -237,14 +236,10 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 	switch {
 	case opts.Helm != nil && opts.Helm.Chart != "":
 		chartDir := path.Clean(opts.Helm.Chart)
-		fsys := fstest.MapFS{}
-		for p, data := range files {
-			fsys[p] = &fstest.MapFile{Data: data}
-		}
 		if _, ok := files[path.Join(chartDir, "Chart.yaml")]; !ok {
 			return nil, fmt.Errorf("helm.chart %q: the Bundle has no %s", opts.Helm.Chart, path.Join(chartDir, "Chart.yaml"))
 		}
-		ch, err := LoadChartFS(fsys, chartDir)
+		ch, err := loadChartFiles(files, chartDir)
 		if err != nil {
 			return nil, err
 		}

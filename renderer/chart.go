@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -100,7 +101,7 @@ func LoadChartDir(dir string) (*Chart, error) {
 // LoadChartFS parses the chart at root within fsys (an embedded chart, or a
 // Bundle's files).
 func LoadChartFS(fsys fs.FS, root string) (*Chart, error) {
-	var files []*loader.BufferedFile
+	files := map[string][]byte{}
 	err := fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -109,17 +110,39 @@ func LoadChartFS(fsys fs.FS, root string) (*Chart, error) {
 		if err != nil {
 			return err
 		}
-		rel := p
-		if root != "." {
-			rel = p[len(root)+1:]
-		}
-		files = append(files, &loader.BufferedFile{Name: path.Clean(rel), Data: data})
+		files[p] = data
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading chart %s: %w", root, err)
 	}
-	ch, err := loader.LoadFiles(files)
+	return loadChartFiles(files, root)
+}
+
+// loadChartFiles parses the chart at root among files (paths relative to
+// the same base, as a Bundle's resources are); files outside root are not
+// read.
+func loadChartFiles(files map[string][]byte, root string) (*Chart, error) {
+	root = path.Clean(root)
+	var buffered []*loader.BufferedFile
+	for p, data := range files {
+		rel := path.Clean(p)
+		if root != "." {
+			var ok bool
+			if rel, ok = strings.CutPrefix(rel, root+"/"); !ok {
+				continue
+			}
+		}
+		buffered = append(buffered, &loader.BufferedFile{Name: rel, Data: data})
+	}
+	// The loader keeps files in the order given: in a directory walk's
+	// order (by name within each directory), the chart's digest and archive
+	// do not depend on map order and stay what they were when charts were
+	// read with fs.WalkDir.
+	sort.Slice(buffered, func(i, j int) bool {
+		return slices.Compare(strings.Split(buffered[i].Name, "/"), strings.Split(buffered[j].Name, "/")) < 0
+	})
+	ch, err := loader.LoadFiles(buffered)
 	if err != nil {
 		return nil, fmt.Errorf("loading chart %s: %w", root, err)
 	}

@@ -9,8 +9,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/apply"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"

@@ -12,8 +12,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 )
 
 // TestUnknownKeyRefreshes rotates the signing key: an assertion by the new

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 )
 
 // Tests of the deployer's trust boundaries (shared/SPEC.md §6): a Bundle

@@ -182,7 +182,7 @@ func TestFleetChart_RefusesMistakes(t *testing.T) {
 }
 
 // TestFleetChart_DefaultsAndDocumentedValuesRender: the schema refuses
-// nothing users are told to write: the defaults, the install of `fleet dev`
+// nothing users are told to write: the defaults, the install of `fleet-dev`
 // and the e2e suite, and every "# charts/fleet values" block of
 // docs/operations.md; the controller accepts what each renders.
 func TestFleetChart_DefaultsAndDocumentedValuesRender(t *testing.T) {
@@ -192,7 +192,7 @@ func TestFleetChart_DefaultsAndDocumentedValuesRender(t *testing.T) {
 	}
 	cases := [][]string{
 		nil,
-		// internal/dev/devenv InstallController, with the e2e suite's value.
+		// dev/devenv InstallController, with the e2e suite's value.
 		{"--set", "image.tag=dev", "--set", "image.imagePullPolicy=Never", "--set", "agent.image.imagePullPolicy=Never",
 			"--set", "agent.tlsMode=strict", "--set", "apiServerURL=https://10.0.0.1:6443", "--set-file", "apiServerCA=" + ca,
 			"--set", "capi.namespaces={capi}"},

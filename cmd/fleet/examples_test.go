@@ -31,11 +31,11 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
@@ -404,7 +404,7 @@ func TestGitopsExample_ClustersRenderWithFleetRenderAgent(t *testing.T) {
 
 // TestGitopsExample_AppliedToARealUpstream applies the kustomize build to a
 // real API server (CRD schemas, CEL rules and admission policies apply) with
-// dev-1's kubeconfig pointing at a real downstream, as `fleet dev demo`
+// dev-1's kubeconfig pointing at a real downstream, as `fleet-dev demo`
 // does, runs the controller with the example config, and checks it acts on
 // every object: the agent is pushed to dev-1, the token gets its values,
 // the group counts dev-1, and dev-1 gets the hello Bundle's manifests.

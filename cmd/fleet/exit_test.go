@@ -73,20 +73,6 @@ func TestExitStatus_UsageErrorsExit2AndSayWhatWasMeant(t *testing.T) {
 	}
 }
 
-// TestDevUpHelp_NamesTheValues: the value of --bin-dir and --images is a
-// DIR and a FILE in the help, not the words of the make target.
-func TestDevUpHelp_NamesTheValues(t *testing.T) {
-	code, out, _ := runMain(t, "dev", "up", "--help")
-	if code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	for _, want := range []string{"--bin-dir DIR ", "--images FILE ", "make dev-bins builds them"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("dev up --help lacks %q:\n%s", want, out)
-		}
-	}
-}
-
 // writeFile writes content to name in dir and returns its path.
 func writeFile(t *testing.T, dir, name, content string) string {
 	t.Helper()

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 )
 
 // TestKubeconfig_BadClusterIsAClearError: the command refuses a --cluster

@@ -1,4 +1,4 @@
-// Command fleet is the one binary of the project: the upstream controller,
+// Command fleet is the product binary: the upstream controller,
 // the downstream agent, the offline renderer and the development tools, as
 // subcommands.
 package main
@@ -30,13 +30,13 @@ func main() {
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "fleet",
-		Short:         "GitOps-native cluster registration: controller, agent, renderer and dev tools",
+		Short:         "GitOps-native cluster registration: controller, agent, proxy, renderer and the review tools",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.Version,
 	}
 	root.SetVersionTemplate(versionLine(version.Get()) + "\n")
-	root.AddCommand(newDevCommand(), newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newBenchCommand(), newDiffCommand(), newRolloutCommand(), newUninstallCommand())
+	root.AddCommand(newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newDiffCommand(), newRolloutCommand(), newUninstallCommand())
 	root.AddCommand(newVersionCommand())
 	return root
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 )
 
 // asFleetEnv makes this test binary run main, as the fleet binary, with its

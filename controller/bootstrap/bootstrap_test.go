@@ -22,8 +22,8 @@ import (
 	"github.com/gitops-fleet/fleet/controller/bootstrap"
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/token"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )

@@ -24,9 +24,9 @@ import (
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/token"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/renderer"
 )

@@ -14,7 +14,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/clusterns"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )

@@ -1,7 +1,7 @@
 // Package manageroptions is how the fleet controller's controller-runtime
 // manager reads the API: its scheme and what it caches. controller.New
 // builds its manager from it, and so do tests that assemble a manager of
-// their own (internal/dev/testenv), so they read the API as the controller does.
+// their own (dev/testenv), so they read the API as the controller does.
 package manageroptions
 
 import (

@@ -19,8 +19,8 @@ import (
 	"github.com/gitops-fleet/fleet/controller/admission"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	ctrlreg "github.com/gitops-fleet/fleet/controller/registration"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 

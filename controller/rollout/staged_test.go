@@ -20,7 +20,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/cluster"
 	"github.com/gitops-fleet/fleet/controller/rollout"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 )
 
 const clusters = 12

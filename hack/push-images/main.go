@@ -33,7 +33,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/gitops-fleet/fleet/internal/dev/images"
+	"github.com/gitops-fleet/fleet/dev/images"
 )
 
 // options are the command's flags.

@@ -20,7 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/gitops-fleet/fleet/internal/dev/images"
+	"github.com/gitops-fleet/fleet/dev/images"
 )
 
 // newRegistry serves a real OCI distribution registry (go-containerregistry's

@@ -3,8 +3,8 @@ package reconciler_test
 import (
 	"testing"
 
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 )
 
 // env is a real kube-apiserver and etcd (no controller manager: nothing

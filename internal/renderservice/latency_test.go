@@ -12,7 +12,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/charts"
-	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
+	"github.com/gitops-fleet/fleet/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/renderer"
 )

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/renderer"

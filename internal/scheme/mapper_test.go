@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 

@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/devenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/apply"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/uninstall"
 )

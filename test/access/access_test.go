@@ -39,9 +39,9 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	clustercontroller "github.com/gitops-fleet/fleet/controller/cluster"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/proxyenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"

@@ -25,8 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/proxy"
 )

@@ -26,8 +26,8 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent/access"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/proxy"
 )

@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/proxyenv"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/renderer"
 )

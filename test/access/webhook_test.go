@@ -24,13 +24,13 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/gitops-fleet/fleet/agent/access"
+	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // The downstream API server uses a token webhook served by the test
-// process (mode webhook of the direct endpoint, as `fleet dev` sets it up):
+// process (mode webhook of the direct endpoint, as `fleet-dev` sets it up):
 // its address and certificate exist before the control planes start; the
 // handler is the agent's, once a test sets it (until then every review is
 // unauthenticated).
@@ -77,7 +77,7 @@ func startTokenWebhook() ([]string, error) {
 	return []string{
 		"authentication-token-webhook-config-file=" + path,
 		"authentication-token-webhook-version=v1",
-		// A revocation is seen at once (fleet dev uses 10 s).
+		// A revocation is seen at once (fleet-dev uses 10 s).
 		"authentication-token-webhook-cache-ttl=1s",
 	}, nil
 }

@@ -30,7 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 

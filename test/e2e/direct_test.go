@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
 	"github.com/gitops-fleet/fleet/proxy"
 )
 
@@ -78,7 +78,7 @@ func nodeAddress(t *testing.T, dev string) string {
 // testDirect: the authorized cluster endpoint of Cluster name (dev cluster
 // dev), published on a port of its node: served by the agent (mode agent),
 // or by the dev cluster's API server with the agent as its token webhook
-// (mode webhook; `fleet dev` set its flags). A user with clusters/proxy
+// (mode webhook; `fleet-dev` set its flags). A user with clusters/proxy
 // gets a kubeconfig with a direct context from `fleet kubeconfig`; kubectl
 // reaches the cluster with it with the user's rights, also while the
 // upstream's API server is stopped and fleet-proxy is gone; tokens that are

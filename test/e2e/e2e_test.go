@@ -1,4 +1,4 @@
-// Package e2e runs the product on real local clusters (internal/dev/devcluster):
+// Package e2e runs the product on real local clusters (dev/devcluster):
 // the controller installed with helm in the upstream, agents as real pods in
 // downstream clusters, registered both ways, with real rollouts. `make e2e`
 // runs it alone; `make test` includes it.
@@ -28,9 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/devcluster"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/apply"
-	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
@@ -72,7 +72,7 @@ func run(m *testing.M) (code int) {
 		// dev-1's API server asks its agent about direct tokens.
 		DirectWebhook: []string{"dev-1"},
 	})
-	// fleet dev down's promise is checked here too: after the suite,
+	// fleet-dev down's promise is checked here too: after the suite,
 	// nothing of the four clusters may remain on the machine.
 	defer func() {
 		if _, err := devcluster.Down(stateDir); err != nil {

@@ -22,7 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 )
 
 // fleetVersion is the part of `fleet version -o json` both sides must agree on.

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 )
 
 // testRenderer: the chart-installed renderer (Deployment fleet-renderer)

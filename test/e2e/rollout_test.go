@@ -18,8 +18,8 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/rollout"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/names"
 )
 

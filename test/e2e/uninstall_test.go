@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/dev/devcluster"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 	"github.com/gitops-fleet/fleet/internal/uninstall"
 )
 

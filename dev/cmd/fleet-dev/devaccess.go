@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -19,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
+	"github.com/gitops-fleet/fleet/dev/devcluster"
+	"github.com/gitops-fleet/fleet/dev/devenv"
 )
 
 // The demo's last part: an upstream user reaches every registered cluster
@@ -105,7 +104,7 @@ func nodeIP(ctx context.Context, c *devcluster.Cluster) (string, error) {
 
 // demoAccess grants the demo user access to every cluster, turns on the
 // direct endpoints (dev-1: the agent as its API server's token webhook,
-// which `fleet dev` wired; the others: served by the agent on a node port),
+// which `fleet-dev` wired; the others: served by the agent on a node port),
 // and prints, per cluster, the `fleet kubeconfig` command and `kubectl get
 // nodes` through the manager and directly.
 func demoAccess(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags, upc client.Client, dev2Name string) error {
@@ -188,7 +187,7 @@ func demoAccess(ctx context.Context, st *stepper, s *devcluster.State, f *devFla
 	if err := clientcmd.WriteToFile(*kc, userKC); err != nil {
 		return err
 	}
-	self, err := os.Executable()
+	self, err := fleetBinary()
 	if err != nil {
 		return err
 	}

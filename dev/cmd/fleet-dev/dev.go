@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
-	"github.com/gitops-fleet/fleet/internal/dev/devenv"
-	"github.com/gitops-fleet/fleet/internal/dev/images"
+	"github.com/gitops-fleet/fleet/dev/devcluster"
+	"github.com/gitops-fleet/fleet/dev/devenv"
+	"github.com/gitops-fleet/fleet/dev/images"
 	"github.com/gitops-fleet/fleet/internal/version"
 )
 
@@ -120,7 +120,7 @@ func newDevUpCommand() *cobra.Command {
 	var f devFlags
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Start an upstream and N downstream real clusters (stay up until `fleet dev down`)",
+		Short: "Start an upstream and N downstream real clusters (stay up until `fleet-dev down`)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st := &stepper{out: cmd.OutOrStdout(), start: time.Now()}
 			s, err := devUp(cmd.Context(), &f, st)
@@ -153,7 +153,7 @@ func devUp(ctx context.Context, f *devFlags, st *stepper) (*devcluster.State, er
 	err = devcluster.Up(ctx, s, devcluster.Options{BinDir: bin, Images: []string{f.images}, Progress: st.progress,
 		DirectWebhook: []string{"dev-1"}})
 	if err != nil {
-		return s, fmt.Errorf("step 'clusters up' failed: %w\n(`fleet dev down --state-dir %s` removes what was started)", err, f.stateDir)
+		return s, fmt.Errorf("step 'clusters up' failed: %w\n(`fleet-dev down --state-dir %s` removes what was started)", err, f.stateDir)
 	}
 	return s, nil
 }
@@ -222,12 +222,12 @@ func newDevDemoCommand() *cobra.Command {
 			down := func() {
 				st.printf("stopping the clusters")
 				if err := devDown(cmd.OutOrStdout(), f.stateDir); err != nil {
-					st.printf("fleet dev down: %v", err)
+					st.printf("fleet-dev down: %v", err)
 				}
 			}
 			if err := runDemo(ctx, st, s, &f, repo); err != nil {
 				st.printf("FAILED: %v", err)
-				st.printf("the clusters stay up for inspection; `fleet dev down --state-dir %s` stops them", f.stateDir)
+				st.printf("the clusters stay up for inspection; `fleet-dev down --state-dir %s` stops them", f.stateDir)
 				return fmt.Errorf("demo failed")
 			}
 			if exit {

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 )
 

@@ -1,5 +1,5 @@
 // Package proxyenv wires fleet-proxy and agents' tunnels on local control
-// planes (internal/dev/controlplane) for the access tests and the
+// planes (dev/controlplane) for the access tests and the
 // benchmark: it registers a fleet-proxy listening on this machine with the
 // upstream aggregator, as charts/fleet does in a cluster, makes what a grant
 // leaves for an agent's identity, and runs an agent's tunnel with its

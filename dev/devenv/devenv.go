@@ -1,7 +1,7 @@
 // Package devenv installs and registers the product on dev clusters the way
 // users do: `helm install` of charts/fleet upstream, examples/gitops
 // applied with kustomize (manager-initiated), `helm install` of
-// charts/fleet-agent with a token's values (agent-initiated). `fleet dev
+// charts/fleet-agent with a token's values (agent-initiated). `fleet-dev
 // demo` and the e2e suite share it.
 package devenv
 
@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/devcluster"
 	"github.com/gitops-fleet/fleet/internal/apply"
-	"github.com/gitops-fleet/fleet/internal/dev/devcluster"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )

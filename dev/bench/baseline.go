@@ -17,8 +17,8 @@ import (
 const RegressionFactor = 3.0
 
 // Baseline is the p50 latencies recorded in the repository
-// (internal/dev/bench/baseline.json) for each mode of the run, against
-// which a run is checked (fleet bench --baseline).
+// (dev/bench/baseline.json) for each mode of the run, against
+// which a run is checked (fleet-dev bench --baseline).
 type Baseline struct {
 	// Modes maps "quick" or "full" to its recorded figures.
 	Modes map[string]Recorded `json:"modes"`

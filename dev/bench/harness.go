@@ -21,9 +21,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/renderenv"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
 )
 

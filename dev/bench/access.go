@@ -31,9 +31,9 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent/access"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
+	"github.com/gitops-fleet/fleet/dev/proxyenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
-	"github.com/gitops-fleet/fleet/internal/dev/proxyenv"
 	directapi "github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 	"github.com/gitops-fleet/fleet/proxy"

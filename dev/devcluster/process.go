@@ -19,7 +19,7 @@ var components = map[string]bool{
 }
 
 // process is a component started detached from the caller's session, so a
-// cluster outlives `fleet dev up`; down finds it again by its command line.
+// cluster outlives `fleet-dev up`; down finds it again by its command line.
 type process struct {
 	name   string
 	log    string

@@ -13,7 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/gitops-fleet/fleet/internal/dev/bench"
+	"github.com/gitops-fleet/fleet/dev/bench"
 )
 
 func newBenchCommand() *cobra.Command {
@@ -37,7 +37,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 			// remotedialer logs through logrus, at info every tunnel's end:
 			// a thousand lines when the idle tunnels stop.
 			logrus.SetLevel(logrus.WarnLevel)
-			self, err := os.Executable()
+			self, err := fleetBinary()
 			if err != nil {
 				return err
 			}
@@ -91,7 +91,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 	f.StringSliceVar(&opts.Only, "only", nil, "run only these scenario groups: "+strings.Join(bench.Groups, ", ")+" (default: all)")
 	f.StringVar(&opts.Render, "render", bench.RenderRemote, "where Bundles render: "+bench.RenderRemote+" (a fleet renderer process the controller reaches over TLS, as the chart installs it) or "+bench.RenderInPod+" (workers that are children of the controller, renderer.enabled=false)")
 	f.IntVar(&opts.Tunnels, "tunnels", 0, "idle tunnels in the tunnels-idle scenario (default 1000, 100 with --quick)")
-	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a registration scenario is more than 3× the value recorded for this mode in this file (internal/dev/bench/baseline.json)")
+	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a registration scenario is more than 3× the value recorded for this mode in this file (dev/bench/baseline.json)")
 	f.StringVar(&recordFile, "record-baseline", "", "record this run's registration p50s for its mode in this file")
 	f.StringVar(&recordNote, "record-note", "", "with --record-baseline: where the figures were taken (machine, load)")
 	f.StringVar(&opts.ProfileDir, "profile", "", "write CPU profiles of the controller(s), the upstream API server and this process (its stand-in agents), and the controllers' heap, taken during the scale scenario, to this directory")

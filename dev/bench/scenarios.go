@@ -21,8 +21,8 @@ import (
 
 	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/dev/controlplane"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"

@@ -1,7 +1,7 @@
 // Package devcluster runs real single-node Kubernetes clusters on this
 // machine: etcd, kube-apiserver, kube-controller-manager (all controllers),
 // kube-scheduler, a kubelet and its own containerd per cluster, every
-// listener on 127.0.0.1. It backs `fleet dev up/down/demo` and the e2e suite.
+// listener on 127.0.0.1. It backs `fleet-dev up/down/demo` and the e2e suite.
 //
 // Several clusters (and several environments, by slot) coexist: each has its
 // own ports, directories, CNI bridge and subnet, service range, cgroup root
