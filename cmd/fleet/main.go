@@ -1,6 +1,7 @@
-// Command fleet is the product binary: the upstream controller,
-// the downstream agent, the offline renderer and the development tools, as
-// subcommands.
+// Command fleet is the product binary, the image's only program and the CLI
+// users install: the upstream controller, the downstream agent, fleet-proxy,
+// the renderer and the review tools (render, diff, kubeconfig, rollout,
+// uninstall), as subcommands. The dev harness is dev/cmd/fleet-dev.
 package main
 
 import (
