@@ -30,8 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
@@ -108,7 +108,7 @@ type Options struct {
 	// the CA its agent reported), returned with each token; an error
 	// (wrapping ErrNoDirectEndpoint when it has none) refuses the token and
 	// says what to set.
-	DirectEndpoint func(ctx context.Context, ws, name string) (direct.Endpoint, error)
+	DirectEndpoint func(ctx context.Context, ws, name string) (proxyv1.DirectEndpoint, error)
 	// DirectTokenMaxLifetime bounds what a user may ask (zero: 24 h).
 	DirectTokenMaxLifetime time.Duration
 	// DirectTokenUnverifiedMaxLifetime bounds a token whose caller's

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
@@ -190,16 +190,16 @@ func (t *TunnelServer) AuthorizeAgent(ctx context.Context, u user.Info, ws, name
 // cache): an error for a Cluster that does not exist, has no direct
 // endpoint (wrapping ErrNoDirectEndpoint) or whose agent has not reported
 // the endpoint's CA yet.
-func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (direct.Endpoint, error) {
+func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (proxyv1.DirectEndpoint, error) {
 	c := &fleet.Cluster{}
 	if err := t.reader.Get(ctx, client.ObjectKey{Namespace: ws, Name: name}, c); err != nil {
-		return direct.Endpoint{}, fmt.Errorf("reading Cluster %s/%s: %w", ws, name, err)
+		return proxyv1.DirectEndpoint{}, fmt.Errorf("reading Cluster %s/%s: %w", ws, name, err)
 	}
 	if c.Spec.AgentDirectEndpoint == nil || c.Spec.AgentDirectEndpoint.URL == "" {
-		return direct.Endpoint{}, fmt.Errorf("%w: Cluster %s/%s has no spec.agentDirectEndpoint: set its url (docs/operations.md, \"Direct access\")", ErrNoDirectEndpoint, ws, name)
+		return proxyv1.DirectEndpoint{}, fmt.Errorf("%w: Cluster %s/%s has no spec.agentDirectEndpoint: set its url (docs/operations.md, \"Direct access\")", ErrNoDirectEndpoint, ws, name)
 	}
 	if c.Status.Agent.DirectEndpointCA == "" {
-		return direct.Endpoint{}, fmt.Errorf("the agent of Cluster %s/%s has not reported its direct endpoint's CA yet (status.agent.directEndpointCA): wait for the agent with the endpoint to run", ws, name)
+		return proxyv1.DirectEndpoint{}, fmt.Errorf("the agent of Cluster %s/%s has not reported its direct endpoint's CA yet (status.agent.directEndpointCA): wait for the agent with the endpoint to run", ws, name)
 	}
-	return direct.Endpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA}, nil
+	return proxyv1.DirectEndpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA}, nil
 }

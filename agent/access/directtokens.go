@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // The authorized cluster endpoint (docs/design/cluster-access.md): users present a
@@ -47,7 +47,7 @@ func NewRevocations() *Revocations { return &Revocations{revoked: map[string]tim
 // Set replaces the set with list (the upstream's list is complete). A
 // token once revoked stays revoked until it expires, even when a later
 // list (an older fleet-proxy cache) omits it.
-func (r *Revocations) Set(list []direct.Revoked, now time.Time) (changed bool) {
+func (r *Revocations) Set(list []proxyv1.RevokedToken, now time.Time) (changed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, exp := range r.revoked {
@@ -74,14 +74,14 @@ func (r *Revocations) Revoked(jti string) bool {
 }
 
 // List returns the set, sorted by jti.
-func (r *Revocations) List() []direct.Revoked {
+func (r *Revocations) List() []proxyv1.RevokedToken {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]direct.Revoked, 0, len(r.revoked))
+	out := make([]proxyv1.RevokedToken, 0, len(r.revoked))
 	for id, exp := range r.revoked {
-		out = append(out, direct.Revoked{ID: id, Expiry: exp})
+		out = append(out, proxyv1.RevokedToken{ID: id, Expiry: exp})
 	}
-	slices.SortFunc(out, func(a, b direct.Revoked) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b proxyv1.RevokedToken) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
