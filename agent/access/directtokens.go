@@ -24,6 +24,7 @@ import (
 
 	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/headers"
 )
 
 // The authorized cluster endpoint (docs/design/cluster-access.md): users present a
@@ -128,7 +129,7 @@ func bearer(r *http.Request) string {
 // impersonator, limited to the verbs the token carries.
 func (h *Handler) ServeDirect(rev *Revocations) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if name, ok := impersonationHeader(r.Header); ok {
+		if name, ok := headers.Impersonation(r.Header); ok {
 			writeStatus(w, r, apierrors.NewBadRequest(fmt.Sprintf(
 				"impersonation headers (%s) are not accepted by the direct endpoint: it serves the identity of its token", name)))
 			return
@@ -172,7 +173,7 @@ func (h *Handler) serveAs(w http.ResponseWriter, r *http.Request, id assertion.I
 		return
 	}
 	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d, rejected: func() { h.imp.invalidate(id.User, token) }}))
-	sanitize(out.Header, httpstream.IsUpgradeRequest(r))
+	headers.Clean(out.Header, httpstream.IsUpgradeRequest(r))
 	h.proxy.ServeHTTP(w, out)
 }
 
