@@ -167,7 +167,7 @@ func setup(s *testenv.Suite) error {
 	if keys, err = proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: "test"}); err != nil {
 		return err
 	}
-	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Asserter: keys, Keys: keys,
+	srv, err := proxy.NewServer(proxy.ServerOptions{Client: up.Clientset, Tunnels: tunnels, Asserter: keys, Keys: keys,
 		StreamRecheckInterval: time.Second})
 	if err != nil {
 		return err

@@ -631,7 +631,10 @@ func TestZZ_NoTokenInTheLogs(t *testing.T) {
 // refuses an attach whose caller maps to no Cluster (test/access runs it
 // end to end).
 func TestTunnelServer_RefusesWithoutSessionOrIdentity(t *testing.T) {
-	ts := proxy.NewTunnelServer(env.Upstream.Client, tunnel.NewServer(nil, nil))
+	ts, err := proxy.NewTunnelServer(env.Upstream.Client, proxy.TunnelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := ts.Dialer("fleet-default/nowhere"); ok {
 		t.Error("a dialer for a cluster without a session")
 	}

@@ -74,8 +74,8 @@ type Attacher interface {
 // AssertionHeader carries the signed identity assertion to the agent.
 const AssertionHeader = assertion.HeaderName
 
-// Options configure a Server.
-type Options struct {
+// ServerOptions configure a Server.
+type ServerOptions struct {
 	// Client is the upstream clientset: it reads the
 	// extension-apiserver-authentication ConfigMap and makes
 	// SubjectAccessReviews.
@@ -123,15 +123,16 @@ type Options struct {
 
 // Server is fleet-proxy's HTTPS handler.
 type Server struct {
-	opts    Options
+	opts    ServerOptions
 	authn   *requestHeaderAuth
 	authz   authorizer.Authorizer
 	metrics *metrics
 	handler http.Handler
 }
 
-// New makes a server. Start must run before it serves.
-func New(opts Options) (*Server, error) {
+// NewServer makes fleet-proxy's HTTPS handler from its parts (New wires
+// them as `fleet proxy` runs them). Start must run before it serves.
+func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Client == nil || opts.Tunnels == nil || opts.Asserter == nil {
 		return nil, errors.New("proxy: Client, Tunnels and Asserter are required")
 	}
