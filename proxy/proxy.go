@@ -78,7 +78,7 @@ type Options struct {
 	// Log (zero: controller-runtime's logger).
 	Log logr.Logger
 
-	// Direct tokens: see ServerOptions and RegistryOptions (zero: their
+	// Direct tokens: see serverOptions and RegistryOptions (zero: their
 	// defaults); DirectRecheckInterval is how often the holders of live
 	// tokens are checked (zero: 10 s).
 	DirectTokenMaxLifetime           time.Duration
@@ -92,7 +92,7 @@ type Options struct {
 	// ConnectedSweepInterval (zero: connected.DefaultSweepInterval).
 	TunnelRecheckPeriod    time.Duration
 	ConnectedSweepInterval time.Duration
-	// StreamRecheckInterval: see ServerOptions.
+	// StreamRecheckInterval: see serverOptions.
 	StreamRecheckInterval time.Duration
 }
 
@@ -198,7 +198,7 @@ func New(o Options) (*Proxy, error) {
 		PerUser: o.DirectTokensPerUser, IssueLimit: o.DirectTokenIssueLimit, IssueWindow: o.DirectTokenIssueWindow}); err != nil {
 		return nil, err
 	}
-	if p.server, err = NewServer(ServerOptions{Client: cs, Registerer: o.Registerer,
+	if p.server, err = newServer(serverOptions{Client: cs, Registerer: o.Registerer,
 		Tunnels: p.tunnels, Attacher: p.tunnels, Agents: p.tunnels, DirectEndpoint: p.tunnels.DirectEndpoint,
 		Peer: p.tunnels.Server.PeerHandler(), Asserter: p.keys, Keys: p.keys, DirectIssuer: p.keys, Registry: p.registry,
 		DirectTokenMaxLifetime: o.DirectTokenMaxLifetime, DirectTokenUnverifiedMaxLifetime: o.DirectTokenUnverifiedMaxLifetime,

@@ -109,8 +109,8 @@ func TestProxy_UserWithTheRightReachesOnlyThatCluster(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
-	tunnels.connect(ws + "/c2")
+	connect(t, ws + "/c1")
+	connect(t, ws + "/c2")
 
 	resp := eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api/v1/namespaces/default/pods?limit=1"), nil)
@@ -166,7 +166,7 @@ func TestProxy_ConnectionNamedHeadersDroppedThroughTheUpstream(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	h := http.Header{
 		"Connection":        {"X-Secret, X-Fleet-Assertion"},
 		"X-Secret":          {"s3cr3t"},
@@ -193,7 +193,7 @@ func TestProxy_ConnectionNamedHeadersDroppedThroughTheUpstream(t *testing.T) {
 func TestProxy_ImpersonationHeadersNamedInConnectionNeverReachTheCluster(t *testing.T) {
 	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
 	grant(t, ws, "carol", "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	cert, err := env.Upstream.FrontProxyClientCertificate()
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestProxy_ImpersonationHeadersNamedInConnectionNeverReachTheCluster(t *test
 func TestProxy_DirectRequestsWithoutTheFrontProxyCertificateRefused(t *testing.T) {
 	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
 	grant(t, ws, "system:admin", "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	admin, err := tls.X509KeyPair(env.Upstream.Config.CertData, env.Upstream.Config.KeyData)
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestProxy_WatchStreams(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -292,7 +292,7 @@ func TestProxy_UpgradeThroughTheUpstream(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -368,7 +368,7 @@ func TestProxy_AccessEndsWithTheRight(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -402,7 +402,7 @@ func TestProxy_OpenStreamsEndWithTheRight(t *testing.T) {
 	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
 	grant(t, ws, alice.name, "c1")
 	grant(t, ws, bob.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	for _, u := range []*user{alice, bob} {
 		eventuallyStatus(t, u.name+" reaching c1", http.StatusOK, func() *http.Response {
 			return u.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
@@ -503,7 +503,7 @@ func TestMetrics_ProxiedRequestsCounted(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -574,7 +574,7 @@ func TestProxy_ImpersonationIsDecidedUpstream(t *testing.T) {
 	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
 	grant(t, ws, alice.name, "c1")
 	grant(t, ws, "dave", "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws + "/c1")
 	as := http.Header{"Impersonate-User": {"dave"}}
 
 	code, msg := status(t, alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), as))

@@ -74,8 +74,8 @@ type Attacher interface {
 // AssertionHeader carries the signed identity assertion to the agent.
 const AssertionHeader = assertion.HeaderName
 
-// ServerOptions configure a Server.
-type ServerOptions struct {
+// serverOptions configure a Server.
+type serverOptions struct {
 	// Client is the upstream clientset: it reads the
 	// extension-apiserver-authentication ConfigMap and makes
 	// SubjectAccessReviews.
@@ -123,16 +123,16 @@ type ServerOptions struct {
 
 // Server is fleet-proxy's HTTPS handler.
 type Server struct {
-	opts    ServerOptions
+	opts    serverOptions
 	authn   *requestHeaderAuth
 	authz   authorizer.Authorizer
 	metrics *metrics
 	handler http.Handler
 }
 
-// NewServer makes fleet-proxy's HTTPS handler from its parts (New wires
+// newServer makes fleet-proxy's HTTPS handler from its parts (New wires
 // them as `fleet proxy` runs them). Start must run before it serves.
-func NewServer(opts ServerOptions) (*Server, error) {
+func newServer(opts serverOptions) (*Server, error) {
 	if opts.Client == nil || opts.Tunnels == nil || opts.Asserter == nil {
 		return nil, errors.New("proxy: Client, Tunnels and Asserter are required")
 	}
@@ -201,10 +201,6 @@ func NewServer(opts ServerOptions) (*Server, error) {
 // them current until ctx ends.
 func (s *Server) Start(ctx context.Context) error { return s.authn.start(ctx) }
 
-// Authorizer is the server's SubjectAccessReview authorizer (with its
-// cache), for Registry.RunRecheck.
-func (s *Server) Authorizer() authorizer.Authorizer { return s.authz }
-
 // RunDirectRecheck rechecks the holders of live direct tokens every
 // interval (zero: 10 s) until ctx ends (Registry.RunRecheck).
 func (s *Server) RunDirectRecheck(ctx context.Context, interval time.Duration) {
@@ -216,10 +212,6 @@ func (s *Server) RunDirectRecheck(ctx context.Context, interval time.Duration) {
 	}
 	s.opts.Registry.RunRecheck(ctx, s.authz, interval, func(n int) { s.metrics.directRevoked.Add(float64(n)) })
 }
-
-// Handler serves the API; its listener must request (not require) client
-// certificates: see TLSConfig.
-func (s *Server) Handler() http.Handler { return s.handler }
 
 // TLSConfig is the listener's TLS configuration for a serving certificate:
 // it asks for a client certificate, which the requestheader authenticator
