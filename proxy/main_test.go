@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,8 +181,7 @@ func setup(s *testenv.Suite) error {
 		return err
 	}
 	if fleetProxy, err = proxy.New(proxy.Options{Config: up.Config, Namespace: proxyNamespace, Replica: "test",
-		Listener: l, Certificate: &cert, ServingCA: certPEM, Registerer: prometheus.NewRegistry(),
-		StreamRecheckInterval: time.Second}); err != nil {
+		Listener: l, Certificate: &cert, ServingCA: certPEM, StreamRecheckInterval: time.Second}); err != nil {
 		return err
 	}
 	keys = fleetProxy.SigningKeys()
