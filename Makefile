@@ -139,6 +139,10 @@ layering: ## Check the import rules: the agent links no Helm or kustomize, no te
 check-monitoring: ## Parse the example PrometheusRule's PromQL with Prometheus's parser (a module of its own: examples/monitoring/check).
 	cd examples/monitoring/check && GOWORK=off go test -count=1 ./...
 
+.PHONY: test-remotedialer
+test-remotedialer: ## Run upstream's tests of the remotedialer fork (a module of its own: third_party/remotedialer, see its FORK.md).
+	cd third_party/remotedialer && CGO_ENABLED=1 go test -race -count=1 ./...
+
 .PHONY: verify
 verify: generate lint layering ## Fail when generated files are stale, code is not formatted or an import rule is broken.
 	go mod tidy

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/headers"
 )
 
 // The right a user needs on a Cluster (SPEC §5).
@@ -108,7 +109,7 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 
 	out := r.Clone(ctx)
-	out.Header = sanitize(r.Header, httpstream.IsUpgradeRequest(r))
+	headers.Clean(out.Header, httpstream.IsUpgradeRequest(r))
 	out.Header.Set(AssertionHeader, assertion)
 	out.URL.Path, out.URL.RawPath = inner.Path, inner.RawPath
 
@@ -131,41 +132,6 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	rec := newRecorder(w)
 	h.ServeHTTP(rec, out)
 	s.metrics.done(key, rec.code(), start, rec.bytes)
-}
-
-// sanitize returns the headers the agent gets, in this order: every header
-// the Connection header names is dropped (except Upgrade, for upgrade
-// requests); then credentials (Authorization, Proxy-Authorization),
-// Impersonate-*, X-Remote-*, X-Forwarded-*, Forwarded, any incoming
-// assertion and the hop-by-hop headers. An upgrade keeps "Connection:
-// Upgrade" and its Upgrade header, nothing else of the kind.
-func sanitize(in http.Header, upgrade bool) http.Header {
-	h := in.Clone()
-	for _, v := range h.Values("Connection") {
-		for _, f := range strings.Split(v, ",") {
-			if f = strings.TrimSpace(f); f != "" && !strings.EqualFold(f, "Upgrade") {
-				h.Del(f)
-			}
-		}
-	}
-	for k := range h {
-		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, "impersonate-") || strings.HasPrefix(lk, "x-remote-") || strings.HasPrefix(lk, "x-forwarded-") {
-			delete(h, k)
-		}
-	}
-	for _, k := range []string{
-		"Authorization", "Proxy-Authorization", "Forwarded", AssertionHeader,
-		"Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Proxy-Authenticate",
-	} {
-		h.Del(k)
-	}
-	if upgrade {
-		h.Set("Connection", "Upgrade")
-	} else {
-		h.Del("Upgrade")
-	}
-	return h
 }
 
 // innerURL is the path after .../clusters/<name>/proxy, escaped as the user
@@ -192,8 +158,8 @@ func innerURL(r *http.Request, ws, name string) (*url.URL, error) {
 
 // lastHop is the transport to the agent. The reverse proxy inside
 // UpgradeAwareHandler adds X-Forwarded-For (with fleet-proxy's peer, the
-// aggregator) on both its paths; lastHop removes X-Forwarded-* again as the
-// request leaves, for plain requests (RoundTrip) and upgrades (WrapRequest,
+// aggregator) on both its paths; lastHop removes it (headers.DropIdentity)
+// again as the request leaves, for plain requests (RoundTrip) and upgrades (WrapRequest,
 // then a dial through the wrapped transport).
 type lastHop struct{ t *http.Transport }
 
@@ -206,11 +172,7 @@ func (l lastHop) WrappedRoundTripper() http.RoundTripper { return l.t }
 
 func (l lastHop) WrapRequest(r *http.Request) (*http.Request, error) {
 	r = r.Clone(r.Context())
-	for k := range r.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-forwarded-") {
-			delete(r.Header, k)
-		}
-	}
+	headers.DropIdentity(r.Header)
 	return r, nil
 }
 

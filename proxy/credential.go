@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // A direct token never outlives the credential that asked for it
@@ -48,7 +48,7 @@ const (
 // credentialExpiry returns when the credential the request was made with
 // expires, as c shows it (zero: unknown), and, when c is given but proves
 // nothing, why (for the caller). A malformed c is an error.
-func credentialExpiry(ctx context.Context, cs kubernetes.Interface, u user.Info, c *direct.Credential) (time.Time, string, error) {
+func credentialExpiry(ctx context.Context, cs kubernetes.Interface, u user.Info, c *proxyv1.Credential) (time.Time, string, error) {
 	if c == nil || (c.Token == "" && c.ClientCertificate == "") {
 		return time.Time{}, "", nil
 	}
@@ -129,7 +129,7 @@ func jwtExpiry(tok string) time.Time {
 // default) within a minute and maxLife, and, lest it outlive the caller's
 // credential, no longer than that credential's remaining life less the
 // agents' clock skew (credExpiry; zero: unknown, then unverifiedMax). It
-// returns the lifetime, why it is less than asked (a direct.LimitedBy*
+// returns the lifetime, why it is less than asked (a proxyv1.LimitedBy*
 // value, "" when it is not), or a refusal saying what to fix.
 func directLifetime(asked, maxLife, unverifiedMax time.Duration, credExpiry, now time.Time) (time.Duration, string, error) {
 	if asked == 0 {
@@ -138,9 +138,9 @@ func directLifetime(asked, maxLife, unverifiedMax time.Duration, credExpiry, now
 	if asked < time.Minute || asked > maxLife {
 		return 0, "", fmt.Errorf("a direct token lives between 60 s and %d s (fleet-proxy's --direct-token-max-lifetime)", int64(maxLife/time.Second))
 	}
-	limit, why := unverifiedMax, direct.LimitedByUnverifiedCredential
+	limit, why := unverifiedMax, proxyv1.LimitedByUnverifiedCredential
 	if !credExpiry.IsZero() {
-		limit, why = credExpiry.Sub(now)-assertion.Skew, direct.LimitedByCredential
+		limit, why = credExpiry.Sub(now)-assertion.Skew, proxyv1.LimitedByCredential
 	}
 	if asked <= limit {
 		return asked, "", nil

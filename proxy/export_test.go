@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/gitops-fleet/fleet/internal/direct"
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 )
 
 // IssueForTest records a token for user as an issue does after signing:
@@ -26,6 +26,6 @@ func (r *Registry) IssueForTest(ctx context.Context, key, user, id string, now t
 }
 
 // RevokedForTest is what the agents of Cluster key read.
-func (r *Registry) RevokedForTest(key string, now time.Time) ([]direct.Revoked, string) {
+func (r *Registry) RevokedForTest(key string, now time.Time) ([]proxyv1.RevokedToken, string) {
 	return r.revoked(key, now)
 }

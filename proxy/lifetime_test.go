@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // TestDirectLifetime_NeverOutlivesTheCredential: what is asked, within a
@@ -25,9 +25,9 @@ func TestDirectLifetime_NeverOutlivesTheCredential(t *testing.T) {
 		refused    string
 	}{
 		{"default, long credential", 0, now.Add(8 * time.Hour), time.Hour, "", ""},
-		{"8h asked, 10-minute credential", 8 * time.Hour, now.Add(10 * time.Minute), 10*time.Minute - assertion.Skew, direct.LimitedByCredential, ""},
+		{"8h asked, 10-minute credential", 8 * time.Hour, now.Add(10 * time.Minute), 10*time.Minute - assertion.Skew, proxyv1.LimitedByCredential, ""},
 		{"24h asked, credential for a year", 24 * time.Hour, now.Add(365 * 24 * time.Hour), 24 * time.Hour, "", ""},
-		{"default, unknown credential", 0, time.Time{}, unverified, direct.LimitedByUnverifiedCredential, ""},
+		{"default, unknown credential", 0, time.Time{}, unverified, proxyv1.LimitedByUnverifiedCredential, ""},
 		{"10m asked, unknown credential", 10 * time.Minute, time.Time{}, 10 * time.Minute, "", ""},
 		{"credential ends in 30 s", time.Hour, now.Add(30 * time.Second), 0, "", "renew it"},
 		{"credential expired", time.Hour, now.Add(-time.Minute), 0, "", "renew it"},

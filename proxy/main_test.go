@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -28,9 +29,10 @@ import (
 const proxyNamespace = "fleet-system"
 
 var (
-	env     *controlplane.Env
-	keys    *proxy.SigningKeys
-	tunnels = &fakeTunnels{dial: map[string]proxy.DialFunc{}}
+	env  *controlplane.Env
+	keys *proxy.SigningKeys
+	// fleetProxy is fleet-proxy as `fleet proxy` runs it.
+	fleetProxy *proxy.Proxy
 	// proxyAddr is fleet-proxy's listener, for requests that bypass the
 	// upstream API server.
 	proxyAddr string
@@ -47,26 +49,40 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{}, CaptureLogs: true}, setup)
 }
 
-// fakeTunnels stands in for the tunnel server: a connected cluster's dialer
-// reaches the backend, a real HTTP server playing the agent.
-type fakeTunnels struct {
-	mu   sync.Mutex
-	dial map[string]proxy.DialFunc
-}
-
-func (f *fakeTunnels) Dialer(key string) (proxy.DialFunc, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	d, ok := f.dial[key]
-	return d, ok
-}
-
-func (f *fakeTunnels) connect(key string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.dial[key] = func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, backend.Listener.Addr().String())
+// connect makes what a grant leaves for Cluster key's agent ("<ws>/<name>")
+// and attaches its tunnel through the upstream API server as that request
+// identity, serving the backend (a real HTTP handler playing the agent's
+// access handler) until the test ends. It returns once fleet-proxy holds
+// the session.
+func connect(t *testing.T, key string) {
+	t.Helper()
+	ctx := t.Context()
+	ws, name, _ := strings.Cut(key, "/")
+	sa, err := proxyenv.AgentIdentity(ctx, env.Upstream.Client, ws, name, "reg-"+name, name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	tok, err := env.Upstream.ServiceAccountToken(ctx, sa.Namespace, sa.Name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokensMu.Lock()
+	tokens = append(tokens, tok)
+	tokensMu.Unlock()
+	c, err := proxyenv.TunnelClient(env.Upstream.ConfigForToken(tok), ws, name, http.HandlerFunc(backendHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(agentCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	testenv.Eventually(t, 30*time.Second, "the agent tunnel of "+key, func() error {
+		if !fleetProxy.Tunnels().Server.HasSession(key) {
+			return errors.New("no session")
+		}
+		return nil
+	})
 }
 
 // echo is what the backend answers: what it received.
@@ -164,20 +180,19 @@ func setup(s *testenv.Suite) error {
 	if err := up.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyNamespace}}); err != nil {
 		return err
 	}
-	if keys, err = proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: "test"}); err != nil {
+	if fleetProxy, err = proxy.New(proxy.Options{Config: up.Config, Namespace: proxyNamespace, Replica: "test",
+		Listener: l, Certificate: &cert, ServingCA: certPEM, StreamRecheckInterval: time.Second}); err != nil {
 		return err
 	}
-	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: tunnels, Asserter: keys, Keys: keys,
-		StreamRecheckInterval: time.Second})
-	if err != nil {
-		return err
+	keys = fleetProxy.SigningKeys()
+	s.Go("fleet-proxy", fleetProxy.Run)
+	select {
+	case <-fleetProxy.Started():
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * time.Minute):
+		return errors.New("fleet-proxy did not start within 2 minutes")
 	}
-	if err := srv.Start(ctx); err != nil {
-		return err
-	}
-	s.Go("fleet-proxy", func(ctx context.Context) error {
-		return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert)))
-	})
 
 	// What the chart installs, pointing at this test process.
 	return proxyenv.Register(ctx, up.Client, up.Clientset, proxyNamespace, host, port, certPEM)

@@ -35,7 +35,7 @@ const PeerSecret = "fleet-proxy-peer"
 // PeerPath is where a replica accepts the connections of its peers, on its
 // own listener. Peers dial pod IPs directly; the aggregator forwards only
 // the API group's paths, and the peer token is the only credential this
-// path accepts (Options.Peer).
+// path accepts (serverOptions.Peer).
 const PeerPath = "/fleet-proxy/peer"
 
 // EnsurePeerToken reads the peer token from Secret fleet-proxy-peer in
@@ -96,7 +96,7 @@ type Peering struct {
 // each other's agents: it reads (or makes) the peer token, verifies peers
 // by ServingCA and the name <service>.<namespace>.svc, and keeps the peers
 // set to the other ready endpoints of the Service until ctx ends. Its
-// Options.Peer must be t.Server.PeerHandler(), at PeerPath.
+// serverOptions.Peer must be t.Server.PeerHandler(), at PeerPath.
 func (t *TunnelServer) StartPeering(ctx context.Context, p Peering) error {
 	if p.Client == nil || p.Namespace == "" || p.Service == "" || p.PodIP == "" || p.Port == 0 {
 		return errors.New("peering needs a client, the namespace, the Service, this pod's IP and port")

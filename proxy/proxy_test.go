@@ -109,8 +109,8 @@ func TestProxy_UserWithTheRightReachesOnlyThatCluster(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
-	tunnels.connect(ws + "/c2")
+	connect(t, ws+"/c1")
+	connect(t, ws+"/c2")
 
 	resp := eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api/v1/namespaces/default/pods?limit=1"), nil)
@@ -166,7 +166,7 @@ func TestProxy_ConnectionNamedHeadersDroppedThroughTheUpstream(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	h := http.Header{
 		"Connection":        {"X-Secret, X-Fleet-Assertion"},
 		"X-Secret":          {"s3cr3t"},
@@ -193,7 +193,7 @@ func TestProxy_ConnectionNamedHeadersDroppedThroughTheUpstream(t *testing.T) {
 func TestProxy_ImpersonationHeadersNamedInConnectionNeverReachTheCluster(t *testing.T) {
 	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
 	grant(t, ws, "carol", "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	cert, err := env.Upstream.FrontProxyClientCertificate()
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestProxy_ImpersonationHeadersNamedInConnectionNeverReachTheCluster(t *test
 func TestProxy_DirectRequestsWithoutTheFrontProxyCertificateRefused(t *testing.T) {
 	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
 	grant(t, ws, "system:admin", "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	admin, err := tls.X509KeyPair(env.Upstream.Config.CertData, env.Upstream.Config.KeyData)
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestProxy_WatchStreams(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -292,7 +292,7 @@ func TestProxy_UpgradeThroughTheUpstream(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -368,7 +368,7 @@ func TestProxy_AccessEndsWithTheRight(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -402,7 +402,7 @@ func TestProxy_OpenStreamsEndWithTheRight(t *testing.T) {
 	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
 	grant(t, ws, alice.name, "c1")
 	grant(t, ws, bob.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	for _, u := range []*user{alice, bob} {
 		eventuallyStatus(t, u.name+" reaching c1", http.StatusOK, func() *http.Response {
 			return u.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
@@ -503,7 +503,7 @@ func TestMetrics_ProxiedRequestsCounted(t *testing.T) {
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	eventuallyStatus(t, "alice reaching c1", http.StatusOK, func() *http.Response {
 		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
 	}).Body.Close()
@@ -538,7 +538,10 @@ func TestMetrics_ProxiedRequestsCounted(t *testing.T) {
 	})
 }
 
-func TestAttach_NoTunnelServer503(t *testing.T) {
+// TestAttach_NotAnAgentRefused: a caller with the upstream right to attach to
+// a Cluster that is no agent's request identity gets fleet-proxy's 403, and
+// holds no session (test/access refuses another Cluster's agent too).
+func TestAttach_NotAnAgentRefused(t *testing.T) {
 	ns := testenv.Namespace(t, env.Upstream.Client, "att-")
 	u := newUser(t, ns, "agent")
 	// What the registration grant gives an agent: get on its Cluster's attach.
@@ -557,11 +560,14 @@ func TestAttach_NoTunnelServer503(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	resp := eventuallyStatus(t, "attach reaching fleet-proxy", http.StatusServiceUnavailable, func() *http.Response {
+	resp := eventuallyStatus(t, "attach reaching fleet-proxy", http.StatusForbidden, func() *http.Response {
 		return u.do(t, http.MethodGet, "/apis/"+proxy.GroupVersion+"/namespaces/"+ns+"/clusters/c1/attach", nil)
 	})
-	if _, msg := status(t, resp); !strings.Contains(msg, "serves no cluster tunnels") {
+	if _, msg := status(t, resp); !strings.Contains(msg, "this identity may not hold the tunnel of this cluster") {
 		t.Errorf("message %q", msg)
+	}
+	if fleetProxy.Tunnels().Server.HasSession(ns + "/c1") {
+		t.Error("a caller that is no agent holds a session")
 	}
 }
 
@@ -574,7 +580,7 @@ func TestProxy_ImpersonationIsDecidedUpstream(t *testing.T) {
 	alice, bob := newUser(t, users, "alice"), newUser(t, users, "bob")
 	grant(t, ws, alice.name, "c1")
 	grant(t, ws, "dave", "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	as := http.Header{"Impersonate-User": {"dave"}}
 
 	code, msg := status(t, alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), as))
@@ -631,7 +637,10 @@ func TestZZ_NoTokenInTheLogs(t *testing.T) {
 // refuses an attach whose caller maps to no Cluster (test/access runs it
 // end to end).
 func TestTunnelServer_RefusesWithoutSessionOrIdentity(t *testing.T) {
-	ts := proxy.NewTunnelServer(env.Upstream.Client, tunnel.NewServer(nil, nil))
+	ts, err := proxy.NewTunnelServer(env.Upstream.Client, proxy.TunnelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := ts.Dialer("fleet-default/nowhere"); ok {
 		t.Error("a dialer for a cluster without a session")
 	}

@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // The registry of issued direct tokens: one small ConfigMap per token in
@@ -389,14 +389,14 @@ func (r *Registry) revokeOldest(ctx context.Context, held []*issued, now time.Ti
 
 // revoked returns the revoked tokens of Cluster key that have not expired,
 // sorted by id, and their ETag (a hash of the list).
-func (r *Registry) revoked(key string, now time.Time) ([]direct.Revoked, string) {
-	out := []direct.Revoked{}
+func (r *Registry) revoked(key string, now time.Time) ([]proxyv1.RevokedToken, string) {
+	out := []proxyv1.RevokedToken{}
 	for _, t := range r.records(byCluster, shortHash(key), key) {
 		if t.RevokedAt != nil && !t.expired(now) {
-			out = append(out, direct.Revoked{ID: t.ID, Expiry: t.Expiry})
+			out = append(out, proxyv1.RevokedToken{ID: t.ID, Expiry: t.Expiry})
 		}
 	}
-	slices.SortFunc(out, func(a, b direct.Revoked) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b proxyv1.RevokedToken) int { return strings.Compare(a.ID, b.ID) })
 	h := sha256.New()
 	for _, e := range out {
 		fmt.Fprintf(h, "%s %d\n", e.ID, e.Expiry.Unix())

@@ -30,8 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
@@ -74,8 +74,8 @@ type Attacher interface {
 // AssertionHeader carries the signed identity assertion to the agent.
 const AssertionHeader = assertion.HeaderName
 
-// Options configure a Server.
-type Options struct {
+// serverOptions configure a Server.
+type serverOptions struct {
 	// Client is the upstream clientset: it reads the
 	// extension-apiserver-authentication ConfigMap and makes
 	// SubjectAccessReviews.
@@ -108,7 +108,7 @@ type Options struct {
 	// the CA its agent reported), returned with each token; an error
 	// (wrapping ErrNoDirectEndpoint when it has none) refuses the token and
 	// says what to set.
-	DirectEndpoint func(ctx context.Context, ws, name string) (direct.Endpoint, error)
+	DirectEndpoint func(ctx context.Context, ws, name string) (proxyv1.DirectEndpoint, error)
 	// DirectTokenMaxLifetime bounds what a user may ask (zero: 24 h).
 	DirectTokenMaxLifetime time.Duration
 	// DirectTokenUnverifiedMaxLifetime bounds a token whose caller's
@@ -123,15 +123,16 @@ type Options struct {
 
 // Server is fleet-proxy's HTTPS handler.
 type Server struct {
-	opts    Options
+	opts    serverOptions
 	authn   *requestHeaderAuth
 	authz   authorizer.Authorizer
 	metrics *metrics
 	handler http.Handler
 }
 
-// New makes a server. Start must run before it serves.
-func New(opts Options) (*Server, error) {
+// newServer makes fleet-proxy's HTTPS handler from its parts (New wires
+// them as `fleet proxy` runs them). Start must run before it serves.
+func newServer(opts serverOptions) (*Server, error) {
 	if opts.Client == nil || opts.Tunnels == nil || opts.Asserter == nil {
 		return nil, errors.New("proxy: Client, Tunnels and Asserter are required")
 	}
@@ -200,10 +201,6 @@ func New(opts Options) (*Server, error) {
 // them current until ctx ends.
 func (s *Server) Start(ctx context.Context) error { return s.authn.start(ctx) }
 
-// Authorizer is the server's SubjectAccessReview authorizer (with its
-// cache), for Registry.RunRecheck.
-func (s *Server) Authorizer() authorizer.Authorizer { return s.authz }
-
 // RunDirectRecheck rechecks the holders of live direct tokens every
 // interval (zero: 10 s) until ctx ends (Registry.RunRecheck).
 func (s *Server) RunDirectRecheck(ctx context.Context, interval time.Duration) {
@@ -215,10 +212,6 @@ func (s *Server) RunDirectRecheck(ctx context.Context, interval time.Duration) {
 	}
 	s.opts.Registry.RunRecheck(ctx, s.authz, interval, func(n int) { s.metrics.directRevoked.Add(float64(n)) })
 }
-
-// Handler serves the API; its listener must request (not require) client
-// certificates: see TLSConfig.
-func (s *Server) Handler() http.Handler { return s.handler }
 
 // TLSConfig is the listener's TLS configuration for a serving certificate:
 // it asks for a client certificate, which the requestheader authenticator

@@ -96,6 +96,7 @@ type SigningOptions struct {
 type SigningKeys struct {
 	opts   SigningOptions
 	signer *assertion.Signer
+	// lister reads the ConfigMap (set by Start, under mu).
 	lister cache.Indexer
 	// republish asks the refresh loop to write the entry again now (it
 	// went missing from the ConfigMap).
@@ -114,13 +115,21 @@ var (
 	_ DirectIssuer = (*SigningKeys)(nil)
 )
 
-// StartSigningKeys makes this replica's key (or takes opts.Key), deletes
-// the Secret of earlier releases, publishes the public key and returns once
-// the informer shows it published, so nothing is signed before agents can
-// read the key through any replica. Until ctx ends it refreshes the entry
-// every RefreshInterval (and at once when it goes missing) and drops the
-// entries of replicas not refreshed for Retention.
+// StartSigningKeys is NewSigningKeys, then Start.
 func StartSigningKeys(ctx context.Context, opts SigningOptions) (*SigningKeys, error) {
+	k, err := NewSigningKeys(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.Start(ctx); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// NewSigningKeys makes this replica's key (or takes opts.Key). It signs
+// nothing before Start has published it.
+func NewSigningKeys(opts SigningOptions) (*SigningKeys, error) {
 	if opts.Client == nil || opts.Namespace == "" {
 		return nil, errors.New("proxy: signing keys need a Client and a Namespace")
 	}
@@ -147,10 +156,20 @@ func StartSigningKeys(ctx context.Context, opts SigningOptions) (*SigningKeys, e
 	if err != nil {
 		return nil, err
 	}
-	k := &SigningKeys{opts: opts, signer: signer, republish: make(chan struct{}, 1)}
+	return &SigningKeys{opts: opts, signer: signer, republish: make(chan struct{}, 1)}, nil
+}
+
+// Start deletes the Secret of earlier releases, publishes the public key
+// and returns once the informer shows it published, so nothing is signed
+// before agents can read the key through any replica. Until ctx ends it
+// refreshes the entry every RefreshInterval (and at once when it goes
+// missing) and drops the entries of replicas not refreshed for Retention.
+// Call it once.
+func (k *SigningKeys) Start(ctx context.Context) error {
+	opts := k.opts
 	k.deleteLegacySecret(ctx)
 	if err := k.publish(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	// Only the one ConfigMap (RBAC may limit list and watch to its name).
 	f := informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute, informers.WithNamespace(opts.Namespace),
@@ -163,12 +182,14 @@ func StartSigningKeys(ctx context.Context, opts SigningOptions) (*SigningKeys, e
 		UpdateFunc: func(any, any) { k.checkPublished() },
 		DeleteFunc: func(any) { k.checkPublished() },
 	}); err != nil {
-		return nil, err
+		return err
 	}
+	k.mu.Lock()
 	k.lister = inf.GetIndexer()
+	k.mu.Unlock()
 	f.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", opts.Namespace, SigningKeysConfigMap, ctx.Err())
+		return fmt.Errorf("reading ConfigMap %s/%s: %w", opts.Namespace, SigningKeysConfigMap, ctx.Err())
 	}
 	// The refresh loop runs already: an entry removed meanwhile is written
 	// again.
@@ -176,10 +197,10 @@ func StartSigningKeys(ctx context.Context, opts SigningOptions) (*SigningKeys, e
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return k.publishedUntil().After(k.opts.Now()), nil
 	}); err != nil {
-		return nil, fmt.Errorf("waiting for the signing key %s in ConfigMap %s/%s: %w", k.signer.KeyID(), opts.Namespace, SigningKeysConfigMap, err)
+		return fmt.Errorf("waiting for the signing key %s in ConfigMap %s/%s: %w", k.signer.KeyID(), opts.Namespace, SigningKeysConfigMap, err)
 	}
 	opts.Log.Info("signing key published", "kid", k.signer.KeyID(), "configMap", opts.Namespace+"/"+SigningKeysConfigMap)
-	return k, nil
+	return nil
 }
 
 // KeyID is the kid of this replica's key.
@@ -228,10 +249,13 @@ func (k *SigningKeys) KeySet() *assertion.KeySet {
 // published are the valid entries of the ConfigMap as the informer holds
 // it, by kid.
 func (k *SigningKeys) published() map[string]publishedKey {
-	if k.lister == nil {
+	k.mu.Lock()
+	lister := k.lister
+	k.mu.Unlock()
+	if lister == nil {
 		return nil
 	}
-	obj, ok, err := k.lister.GetByKey(k.opts.Namespace + "/" + SigningKeysConfigMap)
+	obj, ok, err := lister.GetByKey(k.opts.Namespace + "/" + SigningKeysConfigMap)
 	if err != nil || !ok {
 		return nil
 	}

@@ -52,7 +52,7 @@ func TestProxy_StreamsNeedCreate(t *testing.T) {
 	reader, operator := newUser(t, users, "reader"), newUser(t, users, "operator")
 	grantVerbs(t, ws, reader.name, []string{"get"}, "c1")
 	grantVerbs(t, ws, operator.name, []string{"get", "create"}, "c1")
-	tunnels.connect(ws + "/c1")
+	connect(t, ws+"/c1")
 	for _, u := range []*user{reader, operator} {
 		eventuallyStatus(t, u.name+" reading c1", http.StatusOK, func() *http.Response {
 			return u.do(t, http.MethodGet, clusterPath(ws, "c1", "/api/v1/namespaces/default/pods"), nil)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -18,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
@@ -33,8 +35,8 @@ import (
 // one Cluster the caller may hold and the attach URL must name that one.
 // Users' requests then dial tunnel.AccessAddress over the Cluster's session.
 type TunnelServer struct {
-	// Server holds the agents' sessions (its Authenticate is set by
-	// NewTunnelServer: use ServeAttach, not Server.ServeHTTP, for attach).
+	// Server holds the agents' sessions (use ServeAttach, not
+	// Server.ServeHTTP, for attach).
 	Server *tunnel.Server
 	reader client.Reader
 }
@@ -44,14 +46,26 @@ var (
 	_ Attacher = (*TunnelServer)(nil)
 )
 
+// TunnelOptions configure NewTunnelServer.
+type TunnelOptions struct {
+	// Observer is told of agents' sessions starting and ending (the
+	// Connected condition's connected.Changes; nil: nobody).
+	Observer tunnel.Observer
+	// Registerer gets the tunnel metrics (nil: none).
+	Registerer prometheus.Registerer
+	Log        logr.Logger
+}
+
 // NewTunnelServer makes a tunnel server whose sessions are keyed by the
 // Cluster the identity mapping gives. reader reads upstream objects (a
-// cache: ServiceAccounts, ClusterRegistrations, Clusters); server, from
-// tunnel.NewServer, gets its Authenticate replaced.
-func NewTunnelServer(reader client.Reader, server *tunnel.Server) *TunnelServer {
-	t := &TunnelServer{Server: server, reader: reader}
-	server.Authenticate = t.authenticate
-	return t
+// cache: ServiceAccounts, ClusterRegistrations, Clusters).
+func NewTunnelServer(reader client.Reader, o TunnelOptions) (*TunnelServer, error) {
+	ts, err := tunnel.NewServer(tunnel.ServerOptions{Authenticate: authenticateAttach(reader),
+		Observer: o.Observer, Registerer: o.Registerer, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	return &TunnelServer{Server: ts, reader: reader}, nil
 }
 
 type attachKey struct{}
@@ -62,25 +76,28 @@ type attachRequest struct {
 }
 
 // ServeAttach hands an authenticated attach request to the tunnel server,
-// which asks authenticate (below) for the session key and refuses with 403
-// when the caller may hold no tunnel or not this one.
+// which asks authenticateAttach (below) for the session key and refuses
+// with 403 when the caller may hold no tunnel or not this one.
 func (t *TunnelServer) ServeAttach(w http.ResponseWriter, r *http.Request, key string, u user.Info) {
 	ctx := context.WithValue(r.Context(), attachKey{}, attachRequest{key: key, user: u})
 	t.Server.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// authenticate is the tunnel server's Authenticate: only requests that
-// came through ServeAttach, and only for the Cluster the caller maps to.
-func (t *TunnelServer) authenticate(r *http.Request) (string, error) {
-	a, ok := r.Context().Value(attachKey{}).(attachRequest)
-	if !ok || a.user == nil || a.user.GetName() == "" {
-		return "", fmt.Errorf("%w: no authenticated caller", tunnel.ErrNotAnAgent)
+// authenticateAttach is the tunnel server's Authenticate: only requests
+// that came through ServeAttach, and only for the Cluster the caller maps
+// to (reading reader).
+func authenticateAttach(reader client.Reader) func(*http.Request) (string, error) {
+	return func(r *http.Request) (string, error) {
+		a, ok := r.Context().Value(attachKey{}).(attachRequest)
+		if !ok || a.user == nil || a.user.GetName() == "" {
+			return "", fmt.Errorf("%w: no authenticated caller", tunnel.ErrNotAnAgent)
+		}
+		ws, name, ok := strings.Cut(a.key, "/")
+		if !ok || ws == "" || name == "" || strings.Contains(name, "/") {
+			return "", fmt.Errorf("%w: malformed cluster key %q", tunnel.ErrNotAnAgent, a.key)
+		}
+		return tunnel.AuthorizeAttach(r.Context(), reader, a.user.GetName(), a.user.GetUID(), ws, name)
 	}
-	ws, name, ok := strings.Cut(a.key, "/")
-	if !ok || ws == "" || name == "" || strings.Contains(name, "/") {
-		return "", fmt.Errorf("%w: malformed cluster key %q", tunnel.ErrNotAnAgent, a.key)
-	}
-	return tunnel.AuthorizeAttach(r.Context(), t.reader, a.user.GetName(), a.user.GetUID(), ws, name)
 }
 
 // errNotAgentAddress refuses a dial to anything but the agent's handler.
@@ -100,12 +117,12 @@ func (t *TunnelServer) Dialer(key string) (DialFunc, bool) {
 	}, true
 }
 
-// IdentityCache starts a read-only cache of what tunnel.ClusterForIdentity
-// reads (fleet-proxy's RBAC: get, list, watch on exactly these) and waits
-// for it to fill. ServiceAccounts are cached only when they carry a
+// newIdentityCache makes a read-only cache of what tunnel.ClusterForIdentity
+// reads (fleet-proxy's RBAC: get, list, watch on exactly these);
+// startCache fills it. ServiceAccounts are cached only when they carry a
 // registration's label: every request identity does. Its informers tell
 // RecheckOnChange when an identity may have lost its tunnel.
-func IdentityCache(ctx context.Context, cfg *rest.Config) (cache.Cache, error) {
+func newIdentityCache(cfg *rest.Config) (cache.Cache, error) {
 	hasRegistration, err := labels.NewRequirement(registration.RegistrationLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
@@ -120,25 +137,37 @@ func IdentityCache(ctx context.Context, cfg *rest.Config) (cache.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range []client.Object{&corev1.ServiceAccount{}, &fleet.ClusterRegistration{}, &fleet.Cluster{}} {
-		if _, err := c.GetInformer(ctx, o); err != nil {
+	// The informers exist before the cache starts (an informer is not
+	// made on a read: ReaderFailOnMissingInformer).
+	for _, o := range identityObjects() {
+		if _, err := c.GetInformer(context.Background(), o); err != nil {
 			return nil, fmt.Errorf("watching %T: %w", o, err)
 		}
 	}
+	return c, nil
+}
+
+func identityObjects() []client.Object {
+	return []client.Object{&corev1.ServiceAccount{}, &fleet.ClusterRegistration{}, &fleet.Cluster{}}
+}
+
+// startCache starts c until ctx ends and waits (two minutes at most) for
+// it to fill.
+func startCache(ctx context.Context, c cache.Cache) error {
 	go func() { _ = c.Start(ctx) }()
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if !c.WaitForCacheSync(syncCtx) {
-		return nil, errors.New("the cache of ServiceAccounts, ClusterRegistrations and Clusters did not fill")
+		return errors.New("the cache of ServiceAccounts, ClusterRegistrations and Clusters did not fill")
 	}
-	return c, nil
+	return nil
 }
 
 // RecheckOnChange closes the agents' sessions whose identity may no longer
 // hold them (tunnel.Server.Recheck): after a request ServiceAccount, a
 // ClusterRegistration or a Cluster is deleted or changes in what the
 // identity mapping reads, and every period, until ctx ends. identities is
-// the IdentityCache the TunnelServer reads.
+// the identity cache the TunnelServer reads.
 func (t *TunnelServer) RecheckOnChange(ctx context.Context, identities cache.Informers, period time.Duration) error {
 	changed := make(chan struct{}, 1)
 	signal := func() {
@@ -161,7 +190,7 @@ func (t *TunnelServer) RecheckOnChange(ctx context.Context, identities cache.Inf
 		},
 		DeleteFunc: func(any) { signal() },
 	}
-	for _, o := range []client.Object{&corev1.ServiceAccount{}, &fleet.ClusterRegistration{}, &fleet.Cluster{}} {
+	for _, o := range identityObjects() {
 		inf, err := identities.GetInformer(ctx, o)
 		if err != nil {
 			return fmt.Errorf("watching %T: %w", o, err)
@@ -190,16 +219,16 @@ func (t *TunnelServer) AuthorizeAgent(ctx context.Context, u user.Info, ws, name
 // cache): an error for a Cluster that does not exist, has no direct
 // endpoint (wrapping ErrNoDirectEndpoint) or whose agent has not reported
 // the endpoint's CA yet.
-func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (direct.Endpoint, error) {
+func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (proxyv1.DirectEndpoint, error) {
 	c := &fleet.Cluster{}
 	if err := t.reader.Get(ctx, client.ObjectKey{Namespace: ws, Name: name}, c); err != nil {
-		return direct.Endpoint{}, fmt.Errorf("reading Cluster %s/%s: %w", ws, name, err)
+		return proxyv1.DirectEndpoint{}, fmt.Errorf("reading Cluster %s/%s: %w", ws, name, err)
 	}
 	if c.Spec.AgentDirectEndpoint == nil || c.Spec.AgentDirectEndpoint.URL == "" {
-		return direct.Endpoint{}, fmt.Errorf("%w: Cluster %s/%s has no spec.agentDirectEndpoint: set its url (docs/operations.md, \"Direct access\")", ErrNoDirectEndpoint, ws, name)
+		return proxyv1.DirectEndpoint{}, fmt.Errorf("%w: Cluster %s/%s has no spec.agentDirectEndpoint: set its url (docs/operations.md, \"Direct access\")", ErrNoDirectEndpoint, ws, name)
 	}
 	if c.Status.Agent.DirectEndpointCA == "" {
-		return direct.Endpoint{}, fmt.Errorf("the agent of Cluster %s/%s has not reported its direct endpoint's CA yet (status.agent.directEndpointCA): wait for the agent with the endpoint to run", ws, name)
+		return proxyv1.DirectEndpoint{}, fmt.Errorf("the agent of Cluster %s/%s has not reported its direct endpoint's CA yet (status.agent.directEndpointCA): wait for the agent with the endpoint to run", ws, name)
 	}
-	return direct.Endpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA}, nil
+	return proxyv1.DirectEndpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA}, nil
 }

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/headers"
 )
 
 // Options configure a Handler.
@@ -212,7 +212,7 @@ func newForwarder(local *rest.Config, log logr.Logger) (*proxy.UpgradeAwareHandl
 // ServeHTTP serves one user request delivered by the tunnel. Its URL path
 // is the Kubernetes API path (/api/..., /apis/...).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if name, ok := impersonationHeader(r.Header); ok {
+	if name, ok := headers.Impersonation(r.Header); ok {
 		writeStatus(w, r, apierrors.NewBadRequest(fmt.Sprintf(
 			"impersonation headers (%s) are not accepted through the fleet proxy: use kubectl --as against the upstream cluster, which forwards the impersonated identity", name)))
 		return
@@ -345,54 +345,6 @@ func (h *Handler) CollectGarbage(ctx context.Context) (int, error) {
 	return h.imp.collect(ctx, h.opts.UnusedAfter)
 }
 
-// impersonationHeader reports an Impersonate-* header, by name.
-func impersonationHeader(hdr http.Header) (string, bool) {
-	for k := range hdr {
-		if strings.HasPrefix(strings.ToLower(k), "impersonate-") {
-			return k, true
-		}
-	}
-	return "", false
-}
-
-// hopByHop are the hop-by-hop headers (RFC 9110 7.6.1 and the ones
-// httputil.ReverseProxy removes).
-var hopByHop = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-// sanitize removes from an inbound request what must not reach the API
-// server: credentials, the assertion, X-Remote-* and X-Forwarded-*, the
-// headers Connection names, and hop-by-hop headers. An upgrade keeps
-// exactly Connection: Upgrade and its Upgrade header.
-func sanitize(hdr http.Header, upgrade bool) {
-	upgradeTo := hdr.Values("Upgrade")
-	for _, v := range hdr.Values("Connection") {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				hdr.Del(f)
-			}
-		}
-	}
-	for _, k := range hopByHop {
-		hdr.Del(k)
-	}
-	hdr.Del("Authorization")
-	hdr.Del(assertion.HeaderName)
-	for k := range hdr {
-		l := strings.ToLower(k)
-		if strings.HasPrefix(l, "x-remote-") || strings.HasPrefix(l, "x-forwarded-") ||
-			strings.HasPrefix(l, "impersonate-") || l == "forwarded" {
-			delete(hdr, k)
-		}
-	}
-	if upgrade && len(upgradeTo) > 0 {
-		hdr.Set("Connection", "Upgrade")
-		hdr["Upgrade"] = upgradeTo
-	}
-}
-
 // creds are what the last round tripper adds to a forwarded request.
 type creds struct {
 	token string
@@ -422,13 +374,7 @@ func (rt *credentials) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errors.New("access: no impersonator credentials for the request")
 	}
 	req = req.Clone(req.Context())
-	for k := range req.Header {
-		l := strings.ToLower(k)
-		if strings.HasPrefix(l, "impersonate-") || strings.HasPrefix(l, "x-remote-") ||
-			strings.HasPrefix(l, "x-forwarded-") || l == "authorization" {
-			delete(req.Header, k)
-		}
-	}
+	headers.DropIdentity(req.Header)
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Impersonate-User", c.id.User)
 	if c.id.UID != "" {

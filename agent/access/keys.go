@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // maxKeySetSize bounds the signing keys document.
@@ -61,9 +61,9 @@ const maxRevocations = 4 << 20
 
 // UpstreamRevocations returns a function that reads the revoked direct
 // tokens of Cluster ws/name from the upstream API server
-// (direct.RevocationsPath) as the agent's request identity; given the ETag
+// (proxyv1.RevocationsPath) as the agent's request identity; given the ETag
 // of the last answer it returns a nil list when nothing changed.
-func UpstreamRevocations(upstream *rest.Config, ws, name string) (func(ctx context.Context, etag string) ([]direct.Revoked, string, error), error) {
+func UpstreamRevocations(upstream *rest.Config, ws, name string) (func(ctx context.Context, etag string) ([]proxyv1.RevokedToken, string, error), error) {
 	hc, err := rest.HTTPClientFor(upstream)
 	if err != nil {
 		return nil, fmt.Errorf("access: client for the revocation list: %w", err)
@@ -72,8 +72,8 @@ func UpstreamRevocations(upstream *rest.Config, ws, name string) (func(ctx conte
 	if !strings.Contains(host, "://") {
 		host = "https://" + host
 	}
-	u := host + direct.RevocationsPath(ws, name)
-	return func(ctx context.Context, etag string) ([]direct.Revoked, string, error) {
+	u := host + proxyv1.RevocationsPath(ws, name)
+	return func(ctx context.Context, etag string) ([]proxyv1.RevokedToken, string, error) {
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -103,12 +103,12 @@ func UpstreamRevocations(upstream *rest.Config, ws, name string) (func(ctx conte
 		if len(body) > maxRevocations {
 			return nil, "", fmt.Errorf("the revocation list is larger than %d bytes", maxRevocations)
 		}
-		var r direct.Revocations
+		var r proxyv1.DirectTokenRevocations
 		if err := json.Unmarshal(body, &r); err != nil {
 			return nil, "", fmt.Errorf("the revocation list: %w", err)
 		}
 		if r.Revoked == nil {
-			r.Revoked = []direct.Revoked{}
+			r.Revoked = []proxyv1.RevokedToken{}
 		}
 		return r.Revoked, resp.Header.Get("ETag"), nil
 	}, nil

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // TestRevocations: a revoked token stays revoked until it expires, even
@@ -14,13 +14,13 @@ import (
 func TestRevocations(t *testing.T) {
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	r := NewRevocations()
-	if !r.Set([]direct.Revoked{{ID: "a", Expiry: now.Add(time.Hour)}, {ID: "b", Expiry: now.Add(time.Minute)}}, now) {
+	if !r.Set([]proxyv1.RevokedToken{{ID: "a", Expiry: now.Add(time.Hour)}, {ID: "b", Expiry: now.Add(time.Minute)}}, now) {
 		t.Error("a first list changed nothing")
 	}
 	if !r.Revoked("a") || !r.Revoked("b") || r.Revoked("c") {
 		t.Fatalf("revoked: %v", r.List())
 	}
-	if r.Set([]direct.Revoked{{ID: "b", Expiry: now.Add(time.Minute)}}, now.Add(time.Second)) {
+	if r.Set([]proxyv1.RevokedToken{{ID: "b", Expiry: now.Add(time.Minute)}}, now.Add(time.Second)) {
 		t.Error("a list omitting a live revocation changed the set")
 	}
 	if !r.Revoked("a") {
@@ -30,7 +30,7 @@ func TestRevocations(t *testing.T) {
 	if !r.Set(nil, later) || r.Revoked("b") || !r.Revoked("a") {
 		t.Errorf("after b expired: %v", r.List())
 	}
-	if r.Set([]direct.Revoked{{ID: "old", Expiry: now}}, later) || r.Revoked("old") {
+	if r.Set([]proxyv1.RevokedToken{{ID: "old", Expiry: now}}, later) || r.Revoked("old") {
 		t.Error("an expired token was added to the set")
 	}
 }

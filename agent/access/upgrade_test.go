@@ -189,34 +189,6 @@ func TestConnectionHeaderReachesTheHandler(t *testing.T) {
 	}
 }
 
-func TestSanitize(t *testing.T) {
-	hdr := http.Header{
-		"Connection":          {"X-Custom, Upgrade", "Keep-Alive"},
-		"X-Custom":            {"1"},
-		"Upgrade":             {"websocket"},
-		"Keep-Alive":          {"timeout=5"},
-		"Authorization":       {"Bearer x"},
-		"X-Fleet-Assertion":   {"a"},
-		"X-Remote-User":       {"u"},
-		"X-Remote-Extra-Foo":  {"f"},
-		"X-Forwarded-For":     {"1.2.3.4"},
-		"Forwarded":           {"for=1.2.3.4"},
-		"Proxy-Authorization": {"Basic x"},
-		"Te":                  {"trailers"},
-		"Accept":              {"application/json"},
-	}
-	sanitize(hdr, true)
-	want := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Accept": {"application/json"}}
-	if len(hdr) != len(want) || hdr.Get("Connection") != "Upgrade" || hdr.Get("Upgrade") != "websocket" || hdr.Get("Accept") == "" {
-		t.Errorf("after sanitize: %v", hdr)
-	}
-	plain := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}
-	sanitize(plain, false)
-	if len(plain) != 0 {
-		t.Errorf("a plain request keeps %v", plain)
-	}
-}
-
 func TestCredentialsFailClosed(t *testing.T) {
 	var reached bool
 	rt := &credentials{next: roundTripFunc(func(*http.Request) (*http.Response, error) { reached = true; return nil, nil })}
@@ -261,35 +233,4 @@ func TestNames(t *testing.T) {
 	if d.User != "fleet:system:admin" || strings.Join(d.Groups, ",") != "fleet:b,fleet:system:masters" {
 		t.Errorf("%+v", d)
 	}
-}
-
-// FuzzSanitize: whatever headers come in, none that carries a credential,
-// an identity or a proxy's word leaves, and Connection is at most Upgrade.
-func FuzzSanitize(f *testing.F) {
-	f.Add("Connection", "Impersonate-User, Upgrade", "Upgrade", "websocket", true)
-	f.Add("X-Remote-User", "admin", "Authorization", "Bearer x", false)
-	f.Add("Connection", "X-Fleet-Assertion", "X-Forwarded-Host", "h", true)
-	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, upgrade bool) {
-		hdr := http.Header{}
-		hdr.Add(k1, v1)
-		hdr.Add(k2, v2)
-		hdr.Add("Connection", v1)
-		sanitize(hdr, upgrade)
-		for k, vs := range hdr {
-			l := strings.ToLower(k)
-			for _, prefix := range []string{"impersonate-", "x-remote-", "x-forwarded-"} {
-				if strings.HasPrefix(l, prefix) {
-					t.Fatalf("%s kept: %v", k, hdr)
-				}
-			}
-			switch l {
-			case "authorization", "proxy-authorization", "proxy-connection", "x-fleet-assertion", "forwarded",
-				"keep-alive", "te", "trailer", "transfer-encoding":
-				t.Fatalf("%s kept: %v", k, hdr)
-			}
-			if l == "connection" && (len(vs) != 1 || vs[0] != "Upgrade" || !upgrade) {
-				t.Fatalf("Connection %q kept (upgrade %v)", vs, upgrade)
-			}
-		}
-	})
 }

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/agent/access"
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/dev/proxyenv"
@@ -413,7 +414,7 @@ func (ae *accessEnv) setupProbe(ctx context.Context) (*probe, error) {
 		p.stopAgent()
 		return nil, err
 	}
-	var tok *directapi.TokenResponse
+	var tok *proxyv1.DirectToken
 	var tokErr error
 	if err := waitFor(ctx, 30*time.Second, "a direct token from fleet-proxy", func() bool {
 		tok, tokErr = directapi.RequestToken(ctx, up.ConfigForToken(userTok), accessWorkspace, accessCluster, time.Hour)

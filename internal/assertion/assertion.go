@@ -14,7 +14,6 @@ package assertion
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -25,7 +24,6 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 )
 
 const (
@@ -130,26 +128,9 @@ func (s *Signer) PublicKey() ed25519.PublicKey { return s.pub }
 // Sign returns an assertion that id made the request, for audience
 // ("<workspace>/<cluster>"), issued at now.
 func (s *Signer) Sign(id Identity, audience string, now time.Time) (string, error) {
-	if id.User == "" {
-		return "", errors.New("assertion: no user name")
-	}
-	if audience == "" {
-		return "", errors.New("assertion: no audience")
-	}
-	var jti [16]byte
-	if _, err := rand.Read(jti[:]); err != nil {
-		return "", fmt.Errorf("assertion: %w", err)
-	}
 	id = filter(id)
-	std := jwt.Claims{
-		Issuer:   Issuer,
-		Subject:  id.User,
-		Audience: jwt.Audience{audience},
-		IssuedAt: jwt.NewNumericDate(now),
-		Expiry:   jwt.NewNumericDate(now.Add(s.lifetime)),
-		ID:       hex.EncodeToString(jti[:]),
-	}
-	return jwt.Signed(s.signer).Claims(std).Claims(claims{UID: id.UID, Groups: id.Groups, Extra: id.Extra}).Serialize()
+	raw, _, err := s.sign(assertionToken, id, audience, now, now.Add(s.lifetime), claims{UID: id.UID, Groups: id.Groups, Extra: id.Extra})
+	return raw, err
 }
 
 // KeySet is a set of public keys by kid.

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 )
 
 var (
@@ -57,64 +54,16 @@ func (v *Verifier) Keys() *KeySet {
 func refuse(reason string) error { return fmt.Errorf("%w: %s", ErrInvalid, reason) }
 
 // Verify checks token for audience at now and returns the identity it names.
-// It refuses (an error wrapping ErrInvalid) a token that is not a compact
-// JWS, not signed with alg EdDSA by a key of the set (by kid), not issued by
-// fleet-proxy, not for exactly audience, expired, issued in the future,
-// living longer than MaxLifetime, without a subject or jti, or whose jti it
-// accepted before.
+// It refuses (an error wrapping ErrInvalid) a token that checkClaims refuses
+// for an assertion (issuer fleet-proxy, lifetime at most MaxLifetime), or
+// whose jti it accepted before.
 func (v *Verifier) Verify(token, audience string, now time.Time) (Identity, error) {
-	if token == "" {
-		return Identity{}, refuse("missing")
-	}
-	if len(token) > 64<<10 {
-		return Identity{}, refuse("too large")
-	}
-	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{Algorithm})
-	if err != nil {
-		return Identity{}, refuse("not a compact JWS with alg EdDSA")
-	}
-	if len(tok.Headers) != 1 {
-		return Identity{}, refuse("not exactly one signature")
-	}
-	h := tok.Headers[0]
-	if h.Algorithm != string(Algorithm) {
-		return Identity{}, refuse("alg is not EdDSA")
-	}
-	key, ok := v.Keys().Key(h.KeyID)
-	if !ok {
-		return Identity{}, ErrUnknownKey
-	}
-	var std jwt.Claims
 	var priv claims
-	if err := tok.Claims(key, &std, &priv); err != nil {
-		return Identity{}, refuse("bad signature or claims")
+	std, err := v.checkClaims(token, assertionToken, audience, now, &priv)
+	if err != nil {
+		return Identity{}, err
 	}
-	switch {
-	case std.Issuer != Issuer:
-		return Identity{}, refuse("wrong issuer")
-	case len(std.Audience) != 1 || std.Audience[0] != audience:
-		return Identity{}, refuse("wrong audience")
-	case std.Subject == "":
-		return Identity{}, refuse("no subject")
-	case std.ID == "" || len(std.ID) > 128:
-		return Identity{}, refuse("no jti")
-	case std.IssuedAt == nil || std.Expiry == nil:
-		return Identity{}, refuse("no iat or exp")
-	}
-	iat, exp := std.IssuedAt.Time(), std.Expiry.Time()
-	switch {
-	case !exp.After(iat):
-		return Identity{}, refuse("exp not after iat")
-	case exp.Sub(iat) > MaxLifetime:
-		return Identity{}, refuse("lifetime too long")
-	case iat.After(now.Add(Skew)):
-		return Identity{}, refuse("issued in the future")
-	case !now.Before(exp.Add(Skew)):
-		return Identity{}, refuse("expired")
-	case std.NotBefore != nil && std.NotBefore.Time().After(now.Add(Skew)):
-		return Identity{}, refuse("not yet valid")
-	}
-	if err := v.remember(std.ID, exp.Add(Skew), now); err != nil {
+	if err := v.remember(std.ID, std.Expiry.Time().Add(Skew), now); err != nil {
 		return Identity{}, err
 	}
 	return filter(Identity{User: std.Subject, UID: priv.UID, Groups: priv.Groups, Extra: priv.Extra}), nil

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/direct"
@@ -138,7 +139,7 @@ func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, 
 	}
 	tok, err := direct.RequestToken(ctx, cfg, ref.Workspace, ref.Name, ttl)
 	switch {
-	case apierrors.ReasonForError(err) == direct.NoEndpointReason:
+	case apierrors.ReasonForError(err) == proxyv1.NoDirectEndpointReason:
 		return nil, nil
 	case err != nil:
 		return []string{fmt.Sprintf("no direct token for Cluster %s, so no context %s: %v", ref, name, err)}, nil
@@ -154,9 +155,9 @@ func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, 
 		warnings = append(warnings, fmt.Sprintf("the direct token carries only the verbs %v (those you hold on clusters/proxy of Cluster %s)", tok.Status.Verbs, ref))
 	}
 	switch tok.Status.LimitedBy {
-	case direct.LimitedByCredential:
+	case proxyv1.LimitedByCredential:
 		warnings = append(warnings, "the direct token expires with the credential you asked with (a direct token never outlives it)")
-	case direct.LimitedByUnverifiedCredential:
+	case proxyv1.LimitedByUnverifiedCredential:
 		warnings = append(warnings, "fleet-proxy could not learn when your credential expires (a client certificate from an exec plugin, a token without an expiry, kubectl --as), so the direct token lives only as long as it allows for such credentials")
 	}
 	warnings = append(warnings, fmt.Sprintf("context %s reaches Cluster %s directly until %s (its token is a credential: keep the kubeconfig secret; run this again for a new one)",

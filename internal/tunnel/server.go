@@ -41,21 +41,9 @@ var ErrNoSession = errors.New("the cluster's agent is not connected")
 // Server is the upstream side: it accepts agents' tunnels (ServeHTTP, to be
 // mounted at the attach subresource) and gives a RoundTripper per Cluster.
 type Server struct {
-	// Authenticate names the Cluster ("<workspace>/<name>") whose tunnel
-	// the request may hold, or refuses it with an error (which is logged
-	// and answered as 403 without details: it may name identities). It
-	// must not trust anything the agent sends but its authenticated
-	// identity.
-	Authenticate func(*http.Request) (clusterKey string, err error)
-	// OnConnect and OnDisconnect, when set, are called (synchronously,
-	// keep them short) when an agent's session for key starts and ends;
-	// sessions is how many the key has afterwards (one per agent replica).
-	// OnConnect runs when the WebSocket upgrade takes the connection, just
-	// before remotedialer registers the session: HasSession may still be
-	// false inside it.
-	OnConnect    func(key string, sessions int)
-	OnDisconnect func(key string, sessions int)
-	Log          logr.Logger
+	authenticate func(*http.Request) (clusterKey string, err error)
+	observer     Observer
+	log          logr.Logger
 
 	rd *remotedialer.Server
 
@@ -93,13 +81,47 @@ func sessionKey(key string) string {
 	return strings.Replace(key, "/", ":", 1)
 }
 
-// NewServer makes a Server. reg, when not nil, gets the tunnel metrics and
-// remotedialer's own (which can be registered on one registry per process
-// only: remotedialer keeps them in package variables).
-func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.Registerer) *Server {
+// Observer is told when an agent's session for a Cluster key starts and
+// ends; sessions is how many the key has on this replica afterwards (one per
+// agent replica). It is called synchronously: keep it short. Connected runs
+// when the WebSocket upgrade takes the connection, just before remotedialer
+// registers the session: HasSession may still be false inside it.
+type Observer interface {
+	Connected(key string, sessions int)
+	Disconnected(key string, sessions int)
+}
+
+// ServerOptions configure NewServer.
+type ServerOptions struct {
+	// Authenticate names the Cluster ("<workspace>/<name>") whose tunnel
+	// the request may hold, or refuses it with an error (which is logged
+	// and answered as 403 without details: it may name identities). It
+	// must not trust anything the agent sends but its authenticated
+	// identity. Required.
+	Authenticate func(*http.Request) (clusterKey string, err error)
+	// Observer, when set, is told of sessions starting and ending.
+	Observer Observer
+	// Registerer, when set, gets the tunnel metrics and remotedialer's own
+	// (which can be registered on one registry per process only:
+	// remotedialer keeps them in package variables).
+	Registerer prometheus.Registerer
+	// Log (zero: discarded).
+	Log logr.Logger
+}
+
+// NewServer makes a Server.
+func NewServer(o ServerOptions) (*Server, error) {
+	if o.Authenticate == nil {
+		return nil, errors.New("tunnel: a server needs Authenticate")
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	reg := o.Registerer
 	s := &Server{
-		Authenticate: authenticate,
-		Log:          logr.Discard(),
+		authenticate: o.Authenticate,
+		observer:     o.Observer,
+		log:          o.Log,
 		sessions:     map[string]int{},
 		attached:     map[*attachedSession]struct{}{},
 		transports:   map[string]*http.Transport{},
@@ -134,7 +156,7 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 		key, ok := req.Context().Value(keyContext{}).(string)
 		return sessionKey(key), ok && key != "", nil
 	}, func(rw http.ResponseWriter, _ *http.Request, code int, err error) {
-		s.Log.V(1).Info("tunnel request failed", "code", code, "error", err.Error())
+		s.log.V(1).Info("tunnel request failed", "code", code, "error", err.Error())
 		http.Error(rw, http.StatusText(code), code)
 	})
 	// The server side never serves connects from agents.
@@ -148,7 +170,7 @@ func NewServer(authenticate func(*http.Request) (string, error), reg prometheus.
 		// that has them).
 		rdMetricsOnce.Do(func() { rdmetrics.MustRegister(reg) })
 	}
-	return s
+	return s, nil
 }
 
 var rdMetricsOnce sync.Once
@@ -160,10 +182,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	// through the API server, so the peer headers are never looked at here.
 	req.Header.Del(remotedialer.ID)
 	req.Header.Del(remotedialer.Token)
-	key, err := s.Authenticate(req)
+	key, err := s.authenticate(req)
 	if err != nil || key == "" {
 		s.refused.Inc()
-		s.Log.Info("refused a tunnel", "path", req.URL.Path, "reason", errString(err))
+		s.log.Info("refused a tunnel", "path", req.URL.Path, "reason", errString(err))
 		http.Error(rw, "this identity may not hold the tunnel of this cluster", http.StatusForbidden)
 		return
 	}
@@ -194,9 +216,9 @@ func (s *Server) connected(sess *attachedSession) {
 	s.sessionsUp.Inc()
 	s.connects.Inc()
 	s.mu.Unlock()
-	s.Log.Info("agent tunnel connected", "cluster", key, "sessions", n)
-	if s.OnConnect != nil {
-		s.OnConnect(key, n)
+	s.log.Info("agent tunnel connected", "cluster", key, "sessions", n)
+	if s.observer != nil {
+		s.observer.Connected(key, n)
 	}
 }
 
@@ -220,9 +242,9 @@ func (s *Server) disconnected(sess *attachedSession) {
 	if t != nil {
 		t.CloseIdleConnections()
 	}
-	s.Log.Info("agent tunnel disconnected", "cluster", key, "sessions", n)
-	if s.OnDisconnect != nil {
-		s.OnDisconnect(key, n)
+	s.log.Info("agent tunnel disconnected", "cluster", key, "sessions", n)
+	if s.observer != nil {
+		s.observer.Disconnected(key, n)
 	}
 }
 
@@ -276,7 +298,7 @@ func (s *Server) PeerHandler() http.Handler {
 		s.mu.Unlock()
 		if s.rd.PeerToken == "" || !known || subtle.ConstantTimeCompare([]byte(token), []byte(s.rd.PeerToken)) != 1 {
 			s.refused.Inc()
-			s.Log.Info("refused a peer connection", "peer", id)
+			s.log.Info("refused a peer connection", "peer", id)
 			http.Error(rw, http.StatusText(http.StatusUnauthorized), http.StatusUnauthorized)
 			return
 		}
@@ -293,7 +315,7 @@ func (s *Server) HasSession(key string) bool {
 }
 
 // Held reports whether the cluster's tunnel is held anywhere: an agent
-// session on this replica (counted from OnConnect on, before remotedialer
+// session on this replica (counted from Observer.Connected on, before remotedialer
 // registers it) or, with peering, one a peer announced.
 func (s *Server) Held(key string) bool {
 	return s.Sessions(key) > 0 || s.rd.HasSession(sessionKey(key))
@@ -317,19 +339,19 @@ func (s *Server) Recheck() int {
 		// The request's context ends with the session; its values (who
 		// attached) are what the check needs.
 		req := sess.req.WithContext(context.WithoutCancel(sess.req.Context()))
-		key, err := s.Authenticate(req)
+		key, err := s.authenticate(req)
 		switch {
 		case err == nil && key == sess.key:
 			continue
 		case err != nil && !errors.Is(err, ErrNotAnAgent):
-			s.Log.Error(err, "could not recheck an agent tunnel, kept until the next check", "cluster", sess.key)
+			s.log.Error(err, "could not recheck an agent tunnel, kept until the next check", "cluster", sess.key)
 			continue
 		}
 		reason := errString(err)
 		if err == nil {
 			reason = "the identity now maps to Cluster " + key
 		}
-		s.Log.Info("closing an agent tunnel: its identity may no longer hold it", "cluster", sess.key, "reason", reason)
+		s.log.Info("closing an agent tunnel: its identity may no longer hold it", "cluster", sess.key, "reason", reason)
 		s.revoked.Inc()
 		_ = sess.conn.Close()
 		closed++

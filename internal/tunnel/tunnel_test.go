@@ -41,10 +41,17 @@ type upstream struct {
 	seen   []string
 }
 
-func newUpstream(t *testing.T, addr string, cert *tls.Certificate) *upstream {
+// newUpstream makes a tunnel server that knows one agent token; observer,
+// when given, is told of its sessions.
+func newUpstream(t *testing.T, addr string, cert *tls.Certificate, observer ...tunnel.Observer) *upstream {
 	t.Helper()
 	u := &upstream{t: t, tokens: map[string]string{"token-a": key}, reg: prometheus.NewRegistry()}
-	u.server = tunnel.NewServer(func(req *http.Request) (string, error) {
+	var obs tunnel.Observer
+	if len(observer) > 0 {
+		obs = observer[0]
+	}
+	var err error
+	u.server, err = tunnel.NewServer(tunnel.ServerOptions{Observer: obs, Registerer: u.reg, Authenticate: func(req *http.Request) (string, error) {
 		token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 		u.mu.Lock()
 		defer u.mu.Unlock()
@@ -53,7 +60,10 @@ func newUpstream(t *testing.T, addr string, cert *tls.Certificate) *upstream {
 			return k, nil
 		}
 		return "", fmt.Errorf("%w: unknown token", tunnel.ErrNotAnAgent)
-	}, u.reg)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	u.start(addr, cert)
 	return u
 }
@@ -191,18 +201,9 @@ func waitSessions(t *testing.T, u *upstream, n int) {
 }
 
 func TestRequestThroughTheTunnelReachesTheAgentsHandler(t *testing.T) {
-	u := newUpstream(t, "", nil)
-	var connected, disconnected atomic.Int32
-	u.server.OnConnect = func(k string, _ int) {
-		if k == key {
-			connected.Add(1)
-		}
-	}
-	u.server.OnDisconnect = func(k string, _ int) {
-		if k == key {
-			disconnected.Add(1)
-		}
-	}
+	obs := &countingObserver{}
+	u := newUpstream(t, "", nil, obs)
+	connected, disconnected := &obs.connected, &obs.disconnected
 	if _, ok := u.server.RoundTripper(key); ok {
 		t.Fatal("RoundTripper before any agent connected")
 	}
@@ -242,7 +243,7 @@ func TestRequestThroughTheTunnelReachesTheAgentsHandler(t *testing.T) {
 		t.Error("Held does not follow the sessions")
 	}
 	if connected.Load() != 1 {
-		t.Errorf("OnConnect called %d times", connected.Load())
+		t.Errorf("Observer.Connected called %d times", connected.Load())
 	}
 	if _, ok := u.server.RoundTripper("fleet-default/cluster-b"); ok {
 		t.Error("a RoundTripper for a cluster without a tunnel")
@@ -254,7 +255,7 @@ func TestRequestThroughTheTunnelReachesTheAgentsHandler(t *testing.T) {
 		t.Error("RoundTripper kept after the session went")
 	}
 	if disconnected.Load() != 1 {
-		t.Errorf("OnDisconnect called %d times", disconnected.Load())
+		t.Errorf("Observer.Disconnected called %d times", disconnected.Load())
 	}
 	if got := testutil.ToFloat64(gauge(t, u.reg, "fleet_proxy_tunnels")); got != 0 {
 		t.Errorf("fleet_proxy_tunnels = %v after disconnect", got)
@@ -531,5 +532,20 @@ func TestRecheck_ClosesSessionsTheIdentityMayNoLongerHold(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(counter(t, u.reg, "fleet_proxy_tunnel_revoked_total")); n != 2 {
 		t.Errorf("revoked counter %v, want 2", n)
+	}
+}
+
+// countingObserver counts the sessions of key that start and end.
+type countingObserver struct{ connected, disconnected atomic.Int32 }
+
+func (o *countingObserver) Connected(k string, _ int) {
+	if k == key {
+		o.connected.Add(1)
+	}
+}
+
+func (o *countingObserver) Disconnected(k string, _ int) {
+	if k == key {
+		o.disconnected.Add(1)
 	}
 }

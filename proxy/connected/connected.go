@@ -6,7 +6,7 @@
 //
 // Several fleet-proxy replicas run and an agent's tunnel may land on any.
 // The replica that holds a tunnel writes Connected=True naming itself in
-// the message; only when no replica holds it (Holder) does a replica write
+// the message; only when no replica holds it (Tunnels.Held) does a replica write
 // False, after a grace so a reconnect does not flap the condition, and only
 // over a True that names itself or a replica that no longer runs: it never
 // overwrites another live replica's True. Every write is made against the
@@ -53,24 +53,77 @@ const DefaultGrace = 5 * time.Second
 // Connected=True names a replica that no longer runs.
 const DefaultSweepInterval = time.Minute
 
-// Holder tells whether a Cluster's tunnel ("<workspace>/<name>") is held
-// by any fleet-proxy replica: this one or a peer. *tunnel.Server is one.
-type Holder interface {
+// Tunnels is what a Reporter asks the tunnel server (*tunnel.Server is
+// one): whether a Cluster's tunnel ("<workspace>/<name>") is held by any
+// fleet-proxy replica, this one or a peer, and how many sessions of it
+// this replica holds.
+type Tunnels interface {
 	Held(key string) bool
+	Sessions(key string) int
+}
+
+// Changes records the tunnel server's session changes for a Reporter: it
+// is the tunnel server's tunnel.Observer, made before the tunnel server,
+// which the Reporter (made after, with the tunnel server as its Tunnels)
+// works off. Each call only queues the key.
+type Changes struct {
+	grace time.Duration
+	now   func() time.Time
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu   sync.Mutex
+	down map[string]time.Time // when the last local session of a key went
+}
+
+// NewChanges returns an empty record. A key whose last session on this
+// replica ended is looked at grace later (zero: DefaultGrace); now is the
+// clock (nil: time.Now).
+func NewChanges(grace time.Duration, now func() time.Time) *Changes {
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Changes{
+		grace: grace, now: now, down: map[string]time.Time{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "connected"}),
+	}
+}
+
+// Connected queues the key: a session started.
+func (c *Changes) Connected(key string, _ int) {
+	c.mu.Lock()
+	delete(c.down, key)
+	c.mu.Unlock()
+	c.queue.Add(key)
+}
+
+// Disconnected queues the key after the grace when its last session on
+// this replica went.
+func (c *Changes) Disconnected(key string, sessions int) {
+	if sessions > 0 {
+		return
+	}
+	c.mu.Lock()
+	c.down[key] = c.now()
+	c.mu.Unlock()
+	c.queue.AddAfter(key, c.grace)
 }
 
 // Options configure a Reporter.
 type Options struct {
+	// Changes are the tunnel server's session changes (the tunnel
+	// server's Observer).
+	Changes *Changes
 	// Client reads Clusters from the API server (not a cache: a decision
 	// is made on the version it writes against) and applies the status.
 	Client client.Client
 	// Lister lists the Clusters a sweep looks at (a cache; default Client).
 	Lister client.Reader
-	// Holder tells whether any replica holds a tunnel.
-	Holder Holder
-	// Local is how many sessions of the Cluster this replica holds
-	// (tunnel.Server.Sessions).
-	Local func(key string) int
+	// Tunnels tells whether any replica holds a tunnel and how many
+	// sessions this one holds (*tunnel.Server).
+	Tunnels Tunnels
 	// Replica names this replica (its pod name), as the condition's
 	// message records it.
 	Replica string
@@ -80,29 +133,25 @@ type Options struct {
 	Running func(ctx context.Context, replica string) (bool, error)
 	// Recorder records the events as fleet-proxy (nil: none).
 	Recorder events.EventRecorder
-	// Grace before False (default DefaultGrace); SweepInterval (default
-	// DefaultSweepInterval); Now (default time.Now).
-	Grace         time.Duration
+	// SweepInterval (default DefaultSweepInterval).
 	SweepInterval time.Duration
-	Now           func() time.Time
 	Log           logr.Logger
 }
 
-// Reporter writes the Connected condition and the events. Its Connected
-// and Disconnected are the tunnel server's OnConnect and OnDisconnect; Run
-// does the writing.
+// Reporter writes the Connected condition and the events for the keys
+// Changes queued and those its sweeps find; Run does the writing.
 type Reporter struct {
 	o     Options
+	grace time.Duration
+	now   func() time.Time
 	queue workqueue.TypedRateLimitingInterface[string]
-
-	mu   sync.Mutex
-	down map[string]time.Time // when the last local session of a key went
+	c     *Changes
 }
 
 // New returns a Reporter.
 func New(o Options) (*Reporter, error) {
-	if o.Client == nil || o.Holder == nil || o.Local == nil || o.Replica == "" || o.Running == nil {
-		return nil, errors.New("connected: Client, Holder, Local, Replica and Running are required")
+	if o.Changes == nil || o.Client == nil || o.Tunnels == nil || o.Replica == "" || o.Running == nil {
+		return nil, errors.New("connected: Changes, Client, Tunnels, Replica and Running are required")
 	}
 	if strings.ContainsAny(o.Replica, " \t\n") {
 		return nil, fmt.Errorf("connected: replica name %q contains white space", o.Replica)
@@ -110,43 +159,13 @@ func New(o Options) (*Reporter, error) {
 	if o.Lister == nil {
 		o.Lister = o.Client
 	}
-	if o.Grace <= 0 {
-		o.Grace = DefaultGrace
-	}
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = DefaultSweepInterval
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
-	return &Reporter{
-		o:     o,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "connected"}),
-		down:  map[string]time.Time{},
-	}, nil
-}
-
-// Connected is the tunnel server's OnConnect: it only queues the key.
-func (r *Reporter) Connected(key string, _ int) {
-	r.mu.Lock()
-	delete(r.down, key)
-	r.mu.Unlock()
-	r.queue.Add(key)
-}
-
-// Disconnected is the tunnel server's OnDisconnect: when the key's last
-// local session went, it is looked at again after the grace.
-func (r *Reporter) Disconnected(key string, sessions int) {
-	if sessions > 0 {
-		return
-	}
-	r.mu.Lock()
-	r.down[key] = r.o.Now()
-	r.mu.Unlock()
-	r.queue.AddAfter(key, r.o.Grace)
+	return &Reporter{o: o, grace: o.Changes.grace, now: o.Changes.now, queue: o.Changes.queue, c: o.Changes}, nil
 }
 
 // Run sweeps at once and every SweepInterval for Trues whose replica is
@@ -206,11 +225,11 @@ func (r *Reporter) sweep(ctx context.Context) error {
 		cond := meta.FindStatusCondition(c.Status.Conditions, fleet.ConnectedCondition)
 		isTrue := cond != nil && cond.Status == metav1.ConditionTrue
 		key := c.Namespace + "/" + c.Name
-		if isTrue == (r.o.Local(key) > 0) {
+		if isTrue == (r.o.Tunnels.Sessions(key) > 0) {
 			continue
 		}
 		if isTrue {
-			if r.o.Holder.Held(key) {
+			if r.o.Tunnels.Held(key) {
 				continue
 			}
 			if holder := HolderOf(cond); holder != r.o.Replica {
@@ -243,9 +262,9 @@ func (r *Reporter) sync(ctx context.Context, key string) error {
 		return client.IgnoreNotFound(err)
 	}
 	cur := meta.FindStatusCondition(c.Status.Conditions, fleet.ConnectedCondition)
-	now := r.o.Now()
+	now := r.now()
 
-	if r.o.Local(key) > 0 {
+	if r.o.Tunnels.Sessions(key) > 0 {
 		msg := upMessage(r.o.Replica)
 		if cur != nil && cur.Status == metav1.ConditionTrue && cur.Message == msg {
 			return nil
@@ -261,23 +280,23 @@ func (r *Reporter) sync(ctx context.Context, key string) error {
 		return nil
 	}
 
-	r.mu.Lock()
-	downAt, wasLocal := r.down[key]
-	r.mu.Unlock()
+	r.c.mu.Lock()
+	downAt, wasLocal := r.c.down[key]
+	r.c.mu.Unlock()
 	if wasLocal {
-		if wait := downAt.Add(r.o.Grace).Sub(now); wait > 0 {
+		if wait := downAt.Add(r.grace).Sub(now); wait > 0 {
 			r.queue.AddAfter(key, wait)
 			return nil
 		}
 	}
 	done := func() {
-		r.mu.Lock()
-		if r.down[key] == downAt {
-			delete(r.down, key)
+		r.c.mu.Lock()
+		if r.c.down[key] == downAt {
+			delete(r.c.down, key)
 		}
-		r.mu.Unlock()
+		r.c.mu.Unlock()
 	}
-	if r.o.Holder.Held(key) {
+	if r.o.Tunnels.Held(key) {
 		// A peer holds it and writes its own True.
 		done()
 		return nil

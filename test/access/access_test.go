@@ -30,8 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,45 +63,49 @@ var (
 	// fleet-proxy's identity with the chart's rights for the status.
 	proxyClient    client.Client
 	proxyClientset kubernetes.Interface
-	// fleet-proxy's server and its registry of direct tokens.
-	srv      *proxy.Server
+	// fleet-proxy's registry of direct tokens.
 	registry *proxy.Registry
 	// proxyKey is fleet-proxy's private signing key.
 	proxyKey ed25519.PrivateKey
 )
 
 // proxyIdentity is a ServiceAccount fleet-proxy with the rules the chart
-// gives fleet-proxy for the Connected condition and the events, and for
-// direct tokens (the SubjectAccessReviews and TokenReviews, the records,
-// the ServiceAccounts and pods tokens are bound to)
-// (charts/fleet/templates/proxy.yaml; the chart test pins them) and
-// clients acting as it.
-func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, metadata.Interface, error) {
+// gives fleet-proxy (charts/fleet/templates/proxy.yaml: its ClusterRole and
+// Role, auth-delegator, the extension-apiserver-authentication reader; the
+// chart test in cmd/fleet pins them), and clients acting as it.
+func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, *rest.Config, error) {
 	c := env.Upstream.Client
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"}}
 	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: proxyNamespace, Name: sa.Name}}
 	objs := []client.Object{
 		sa,
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-status"}, Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, ResourceNames: []string{"v1alpha1.proxy.fleet.cattle.io"}, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusterregistrations", "clusters"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"clusters/status"}, Verbs: []string{"patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
-			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-status"},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy-status"}, Subjects: subjects},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-proxy"}, Subjects: subjects},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy:auth-delegator"},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"}, Subjects: subjects},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "fleet-proxy:extension-apiserver-authentication-reader"},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"}, Subjects: subjects},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"}, Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-tls", "fleet-proxy-peer"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-proxy-signing"}, Verbs: []string{"delete"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"fleet-proxy-signing-keys"}, Verbs: []string{"get", "list", "watch", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy-pods"},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-proxy-pods"}, Subjects: subjects},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: "fleet-proxy"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-proxy"}, Subjects: subjects},
 	}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
@@ -122,8 +125,7 @@ func proxyIdentity(ctx context.Context) (client.Client, kubernetes.Interface, me
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	md, err := metadata.NewForConfig(cfg)
-	return pc, cs, md, err
+	return pc, cs, cfg, nil
 }
 
 func TestMain(m *testing.M) {
@@ -172,62 +174,30 @@ func setup(s *testenv.Suite) error {
 	if _, proxyKey, err = ed25519.GenerateKey(rand.Reader); err != nil {
 		return err
 	}
-	keys, err := proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: replica, Key: proxyKey})
+	// fleet-proxy as `fleet proxy` runs it (proxy.New), as a
+	// ServiceAccount with the chart's rights, with a short sweep of the
+	// Connected condition and a recheck of direct tokens every 500 ms:
+	// the tests wait for both.
+	var proxyConfig *rest.Config
+	if proxyClient, proxyClientset, proxyConfig, err = proxyIdentity(ctx); err != nil {
+		return err
+	}
+	p, err := proxy.New(proxy.Options{Config: proxyConfig, Namespace: proxyNamespace, Replica: replica,
+		Listener: l, Certificate: &cert, ServingCA: certPEM, SigningKey: proxyKey,
+		Registerer: prometheus.NewRegistry(), Log: ctrllog.Log,
+		ConnectedSweepInterval: 2 * time.Second, DirectRecheckInterval: 500 * time.Millisecond})
 	if err != nil {
 		return err
 	}
-	reader, err := proxy.IdentityCache(ctx, up.Config)
-	if err != nil {
-		return err
+	tunnels, registry = p.Tunnels(), p.Registry()
+	s.Go("fleet-proxy", p.Run)
+	select {
+	case <-p.Started():
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * time.Minute):
+		return errors.New("fleet-proxy did not start within 2 minutes")
 	}
-	ts := tunnel.NewServer(nil, prometheus.NewRegistry())
-	tunnels = proxy.NewTunnelServer(reader, ts)
-	// The Connected condition and the tunnel events, as `fleet proxy`
-	// writes them (a short sweep interval: the tests wait for it), as a
-	// ServiceAccount with only the chart's rights for them.
-	var proxyMetadata metadata.Interface
-	if proxyClient, proxyClientset, proxyMetadata, err = proxyIdentity(ctx); err != nil {
-		return err
-	}
-	eb := events.NewBroadcaster(&events.EventSinkImpl{Interface: proxyClientset.EventsV1()})
-	if err := eb.StartRecordingToSinkWithContext(ctx); err != nil {
-		return err
-	}
-	status, err := connected.New(connected.Options{
-		Client: proxyClient, Lister: reader, Holder: ts, Local: ts.Sessions, Replica: replica,
-		Running:       connected.PodRunning(proxyClientset, proxyNamespace),
-		Recorder:      eb.NewRecorder(scheme.Scheme, "fleet-proxy"),
-		SweepInterval: 2 * time.Second,
-		Log:           ctrllog.Log.WithName("connected"),
-	})
-	if err != nil {
-		return err
-	}
-	ts.OnConnect, ts.OnDisconnect = status.Connected, status.Disconnected
-	s.Go("connected", status.Run)
-	// Direct tokens as `fleet proxy` keeps them (recheck every 500 ms: the
-	// tests wait for revocations), as fleet-proxy's identity with the
-	// chart's rights: the SubjectAccessReviews and TokenReviews, the
-	// records, the objects tokens are bound to.
-	if registry, err = proxy.NewRegistry(proxy.RegistryOptions{Client: proxyClientset, Metadata: proxyMetadata, Namespace: proxyNamespace}); err != nil {
-		return err
-	}
-	if err := registry.Start(ctx); err != nil {
-		return err
-	}
-	srv, err = proxy.New(proxy.Options{Client: proxyClientset, Tunnels: tunnels, Attacher: tunnels,
-		Asserter: keys, Keys: keys, Registerer: prometheus.NewRegistry(),
-		DirectIssuer: keys, Registry: registry, Agents: tunnels, DirectEndpoint: tunnels.DirectEndpoint})
-	if err != nil {
-		return err
-	}
-	s.Go("direct-recheck", func(ctx context.Context) error { srv.RunDirectRecheck(ctx, 500*time.Millisecond); return nil })
-	if err := srv.Start(ctx); err != nil {
-		return err
-	}
-	s.Go("fleet-proxy", func(ctx context.Context) error {
-		return srv.Serve(ctx, tls.NewListener(l, proxy.TLSConfig(cert)))
-	})
 
 	// What the chart installs, pointing at this test process.
 	return proxyenv.Register(ctx, up.Client, up.Clientset, proxyNamespace, host, port, certPEM)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/direct"
@@ -95,7 +96,7 @@ func rawTokenRequest(t *testing.T, cfg *rest.Config, cluster, body string) (*htt
 	t.Helper()
 	hc, err := rest.HTTPClientFor(cfg)
 	must(t, err)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, strings.TrimSuffix(cfg.Host, "/")+direct.TokenPath(workspace, cluster), strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, strings.TrimSuffix(cfg.Host, "/")+proxyv1.TokenPath(workspace, cluster), strings.NewReader(body))
 	must(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
@@ -208,7 +209,7 @@ func TestDirectToken_LivesNoLongerThanItsCredential(t *testing.T) {
 	resp, err := tokenRequest(t, shortTok, cluster, int64((8 * time.Hour).Seconds()))
 	must(t, err)
 	exp := resp.Status.ExpirationTimestamp
-	if exp.After(credExp.Add(-assertion.Skew)) || exp.Before(credExp.Add(-assertion.Skew-5*time.Second)) || resp.Status.LimitedBy != direct.LimitedByCredential {
+	if exp.After(credExp.Add(-assertion.Skew)) || exp.Before(credExp.Add(-assertion.Skew-5*time.Second)) || resp.Status.LimitedBy != proxyv1.LimitedByCredential {
 		t.Errorf("a token asked with a credential expiring at %s: expires %s, limited by %q; want the credential's end less %s",
 			credExp, exp, resp.Status.LimitedBy, assertion.Skew)
 	}
@@ -224,9 +225,9 @@ func TestDirectToken_LivesNoLongerThanItsCredential(t *testing.T) {
 	// No credential shown: at most 15 minutes, with a warning.
 	body := `{"kind":"DirectTokenRequest","apiVersion":"proxy.fleet.cattle.io/v1alpha1","spec":{"expirationSeconds":3600}}`
 	raw, b := rawTokenRequest(t, up.ConfigForToken(shortTok), cluster, body)
-	var unproven direct.TokenResponse
+	var unproven proxyv1.DirectToken
 	must(t, json.Unmarshal(b, &unproven))
-	if raw.StatusCode != http.StatusCreated || unproven.Status.LimitedBy != direct.LimitedByUnverifiedCredential ||
+	if raw.StatusCode != http.StatusCreated || unproven.Status.LimitedBy != proxyv1.LimitedByUnverifiedCredential ||
 		unproven.Status.ExpirationTimestamp.After(time.Now().Add(proxy.DefaultDirectUnverifiedLifetime)) ||
 		!strings.Contains(raw.Header.Get("Warning"), "lifetime is unknown") {
 		t.Errorf("a request without its credential: %d, expires %s, limited by %q, warning %q", raw.StatusCode,
@@ -235,9 +236,9 @@ func TestDirectToken_LivesNoLongerThanItsCredential(t *testing.T) {
 	// Another user's credential proves nothing about this one's.
 	body = fmt.Sprintf(`{"kind":"DirectTokenRequest","apiVersion":"proxy.fleet.cattle.io/v1alpha1","spec":{"expirationSeconds":3600,"credential":{"token":%q}}}`, otherTok)
 	raw, b = rawTokenRequest(t, up.ConfigForToken(shortTok), cluster, body)
-	var other direct.TokenResponse
+	var other proxyv1.DirectToken
 	must(t, json.Unmarshal(b, &other))
-	if raw.StatusCode != http.StatusCreated || other.Status.LimitedBy != direct.LimitedByUnverifiedCredential ||
+	if raw.StatusCode != http.StatusCreated || other.Status.LimitedBy != proxyv1.LimitedByUnverifiedCredential ||
 		!strings.Contains(raw.Header.Get("Warning"), "authenticates as") {
 		t.Errorf("a request with another user's token as its credential: %d, limited by %q, warning %q", raw.StatusCode, other.Status.LimitedBy, raw.Header.Get("Warning"))
 	}
@@ -265,14 +266,14 @@ func TestDirectToken_LivesNoLongerThanItsCredential(t *testing.T) {
 	// certificate is recognized, the hour asked is given.
 	cert, err := tokenRequestAs(t, up.Config, cluster, time.Hour)
 	must(t, err)
-	if cert.Status.LimitedBy == direct.LimitedByUnverifiedCredential {
+	if cert.Status.LimitedBy == proxyv1.LimitedByUnverifiedCredential {
 		t.Errorf("a client certificate user's token is limited as unverified (expires %s)", cert.Status.ExpirationTimestamp)
 	}
 }
 
 // tokenRequestAs asks for a direct token as cfg's user, as fleet kubeconfig
 // does.
-func tokenRequestAs(t *testing.T, cfg *rest.Config, cluster string, ttl time.Duration) (*direct.TokenResponse, error) {
+func tokenRequestAs(t *testing.T, cfg *rest.Config, cluster string, ttl time.Duration) (*proxyv1.DirectToken, error) {
 	t.Helper()
 	return direct.RequestToken(t.Context(), cfg, workspace, cluster, ttl)
 }

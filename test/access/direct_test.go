@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/agent/access"
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
@@ -100,7 +101,7 @@ func (d *directAgent) client(t *testing.T, token string) kubernetes.Interface {
 
 // tokenRequest asks fleet-proxy, through the upstream API server, for a
 // direct token for cluster as the upstream user of userToken.
-func tokenRequest(t *testing.T, userToken, cluster string, seconds int64) (*direct.TokenResponse, error) {
+func tokenRequest(t *testing.T, userToken, cluster string, seconds int64) (*proxyv1.DirectToken, error) {
 	t.Helper()
 	return direct.RequestToken(t.Context(), env.Upstream.ConfigForToken(userToken), workspace, cluster, time.Duration(seconds)*time.Second)
 }
@@ -169,7 +170,7 @@ func TestDirectEndpoint(t *testing.T) {
 	grantProxy(t, "direct-bob", bobName, clusterD, "get")
 
 	// A Cluster without a direct endpoint: a clear refusal.
-	if _, err := tokenRequest(t, aliceTok, clusterD, 0); apierrors.ReasonForError(err) != direct.NoEndpointReason || !strings.Contains(err.Error(), "spec.agentDirectEndpoint") {
+	if _, err := tokenRequest(t, aliceTok, clusterD, 0); apierrors.ReasonForError(err) != proxyv1.NoDirectEndpointReason || !strings.Contains(err.Error(), "spec.agentDirectEndpoint") {
 		t.Fatalf("a token for a Cluster without a direct endpoint: want 400 naming spec.agentDirectEndpoint, got %s", statusOf(err))
 	}
 

@@ -115,8 +115,8 @@ func setup(s *testenv.Suite) error {
 	return proxyenv.RegisterReplicas(ctx, up.Client, up.Clientset, proxyNamespace, servingCA, replicas[0].addr)
 }
 
-// startReplica wires a replica as cmd/fleet's proxy command does, with a
-// signing key of its own.
+// startReplica runs a replica as cmd/fleet's proxy command does
+// (proxy.New), with a signing key of its own.
 func startReplica(ctx context.Context, name string, cert tls.Certificate) (*replica, error) {
 	up := env.Upstream
 	ctx, cancel := context.WithCancel(ctx)
@@ -125,44 +125,26 @@ func startReplica(ctx context.Context, name string, cert tls.Certificate) (*repl
 		cancel()
 		return nil, err
 	}
-	keys, err := proxy.StartSigningKeys(ctx, proxy.SigningOptions{Client: up.Clientset, Namespace: proxyNamespace, Replica: name,
-		Log: ctrl.Log.WithName("signing-keys-" + name)})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	r := &replica{name: name, addr: proxyenv.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port}, keys: keys,
+	r := &replica{name: name, addr: proxyenv.Replica{Host: host, Port: l.Addr().(*net.TCPAddr).Port},
 		reg: prometheus.NewRegistry(), ln: &trackingListener{Listener: l}, stopped: make(chan struct{})}
-	identities, err := proxy.IdentityCache(ctx, up.Config)
+	p, err := proxy.New(proxy.Options{Config: up.Config, Namespace: proxyNamespace, Replica: name,
+		Listener: r.ln, Certificate: &cert, ServingCA: servingCA, PodIP: host,
+		Registerer: r.reg, Log: ctrl.Log.WithName(name)})
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	ts := tunnel.NewServer(nil, r.reg)
-	ts.Log = ctrl.Log.WithName("tunnel-" + name)
-	r.tunnels = proxy.NewTunnelServer(identities, ts)
-	if err := r.tunnels.RecheckOnChange(ctx, identities, time.Minute); err != nil {
+	r.keys, r.tunnels = p.SigningKeys(), p.Tunnels()
+	run := testenv.Go(ctx, "fleet-proxy "+name, p.Run)
+	select {
+	case <-p.Started():
+	case <-ctx.Done():
 		cancel()
-		return nil, err
-	}
-	srv, err := proxy.New(proxy.Options{Client: up.Clientset, Tunnels: r.tunnels, Attacher: r.tunnels,
-		Asserter: keys, Keys: keys, Registerer: r.reg, Peer: ts.PeerHandler()})
-	if err != nil {
+		return nil, ctx.Err()
+	case <-time.After(2 * time.Minute):
 		cancel()
-		return nil, err
+		return nil, fmt.Errorf("fleet-proxy %s did not start within 2 minutes", name)
 	}
-	if err := srv.Start(ctx); err != nil {
-		cancel()
-		return nil, err
-	}
-	if err := r.tunnels.StartPeering(ctx, proxy.Peering{Client: up.Clientset, Namespace: proxyNamespace, Service: "fleet-proxy",
-		PodIP: host, Port: r.addr.Port, ServingCA: servingCA}); err != nil {
-		cancel()
-		return nil, err
-	}
-	run := testenv.Go(ctx, "fleet-proxy "+name, func(ctx context.Context) error {
-		return srv.Serve(ctx, tls.NewListener(r.ln, proxy.TLSConfig(cert)))
-	})
 	var once sync.Once
 	r.stop = func() {
 		once.Do(func() {

@@ -88,13 +88,23 @@ func (w *wsWrapper) setupDeadline() {
 		if err := w.conn.SetReadDeadline(time.Now().Add(PingWaitDuration)); err != nil {
 			return err
 		}
-		return w.conn.SetWriteDeadline(time.Now().Add(PingWaitDuration))
+		return w.setWriteDeadline(time.Now().Add(PingWaitDuration))
 	})
 	w.conn.SetPongHandler(func(string) error {
 		if err := w.conn.SetReadDeadline(time.Now().Add(PingWaitDuration)); err != nil {
 			return err
 		}
-		return w.conn.SetWriteDeadline(time.Now().Add(PingWaitDuration))
+		return w.setWriteDeadline(time.Now().Add(PingWaitDuration))
 	})
 
+}
+
+// setWriteDeadline sets the write deadline under the lock the writers hold
+// (fleet fork: the ping and pong handlers run on the reading goroutine and
+// set it while another goroutine writes, which gorilla/websocket forbids
+// and the race detector reports).
+func (w *wsWrapper) setWriteDeadline(t time.Time) error {
+	w.Lock()
+	defer w.Unlock()
+	return w.conn.SetWriteDeadline(t)
 }

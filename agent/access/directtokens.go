@@ -22,8 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
+	"github.com/gitops-fleet/fleet/internal/headers"
 )
 
 // The authorized cluster endpoint (docs/design/cluster-access.md): users present a
@@ -47,7 +48,7 @@ func NewRevocations() *Revocations { return &Revocations{revoked: map[string]tim
 // Set replaces the set with list (the upstream's list is complete). A
 // token once revoked stays revoked until it expires, even when a later
 // list (an older fleet-proxy cache) omits it.
-func (r *Revocations) Set(list []direct.Revoked, now time.Time) (changed bool) {
+func (r *Revocations) Set(list []proxyv1.RevokedToken, now time.Time) (changed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, exp := range r.revoked {
@@ -74,14 +75,14 @@ func (r *Revocations) Revoked(jti string) bool {
 }
 
 // List returns the set, sorted by jti.
-func (r *Revocations) List() []direct.Revoked {
+func (r *Revocations) List() []proxyv1.RevokedToken {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]direct.Revoked, 0, len(r.revoked))
+	out := make([]proxyv1.RevokedToken, 0, len(r.revoked))
 	for id, exp := range r.revoked {
-		out = append(out, direct.Revoked{ID: id, Expiry: exp})
+		out = append(out, proxyv1.RevokedToken{ID: id, Expiry: exp})
 	}
-	slices.SortFunc(out, func(a, b direct.Revoked) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b proxyv1.RevokedToken) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -128,7 +129,7 @@ func bearer(r *http.Request) string {
 // impersonator, limited to the verbs the token carries.
 func (h *Handler) ServeDirect(rev *Revocations) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if name, ok := impersonationHeader(r.Header); ok {
+		if name, ok := headers.Impersonation(r.Header); ok {
 			writeStatus(w, r, apierrors.NewBadRequest(fmt.Sprintf(
 				"impersonation headers (%s) are not accepted by the direct endpoint: it serves the identity of its token", name)))
 			return
@@ -172,7 +173,7 @@ func (h *Handler) serveAs(w http.ResponseWriter, r *http.Request, id assertion.I
 		return
 	}
 	out := r.Clone(withCredentials(r.Context(), &creds{token: token, id: d, rejected: func() { h.imp.invalidate(id.User, token) }}))
-	sanitize(out.Header, httpstream.IsUpgradeRequest(r))
+	headers.Clean(out.Header, httpstream.IsUpgradeRequest(r))
 	h.proxy.ServeHTTP(w, out)
 }
 

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
-	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
 // The authorized cluster endpoint (docs/design/cluster-access.md): fleet-proxy
@@ -191,7 +191,7 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 	}
 	key := ws + "/" + name
 	u := userFrom(ctx)
-	var req direct.TokenRequest
+	var req proxyv1.DirectTokenRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTokenRequestBody+1))
 	if err != nil || len(body) > maxTokenRequestBody {
 		writeStatus(w, apierrors.NewBadRequest("the token request body is unreadable or larger than 64 KiB"))
@@ -199,7 +199,7 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		if err := json.Unmarshal(body, &req); err != nil {
-			writeStatus(w, apierrors.NewBadRequest("the token request is not a "+direct.TokenRequestKind+": "+err.Error()))
+			writeStatus(w, apierrors.NewBadRequest("the token request is not a "+proxyv1.DirectTokenRequestKind+": "+err.Error()))
 			return
 		}
 	}
@@ -227,12 +227,12 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 			u.GetName(), rightGroup, rightResource, rightSubresource, key)))
 		return
 	}
-	var endpoint direct.Endpoint
+	var endpoint proxyv1.DirectEndpoint
 	if s.opts.DirectEndpoint != nil {
 		if endpoint, err = s.opts.DirectEndpoint(ctx, ws, name); err != nil {
 			st := apierrors.NewBadRequest(err.Error())
 			if errors.Is(err, ErrNoDirectEndpoint) {
-				st.ErrStatus.Reason = direct.NoEndpointReason
+				st.ErrStatus.Reason = proxyv1.NoDirectEndpointReason
 			}
 			writeStatus(w, st)
 			return
@@ -295,9 +295,9 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 		"expiry", tok.Expiry, "limitedBy", limitedBy)
 	s.metrics.directTokens.Inc()
 	switch limitedBy {
-	case direct.LimitedByCredential:
+	case proxyv1.LimitedByCredential:
 		w.Header().Add("Warning", fmt.Sprintf(`299 - "the direct token expires at %s, with the credential you asked with"`, tok.Expiry.UTC().Format(time.RFC3339)))
-	case direct.LimitedByUnverifiedCredential:
+	case proxyv1.LimitedByUnverifiedCredential:
 		why := "no credential was shown with the request"
 		if unproven != "" {
 			why = unproven
@@ -305,8 +305,8 @@ func (s *Server) directToken(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Warning", fmt.Sprintf(`299 - "the direct token lives %s, the most for a credential whose lifetime is unknown: %s"`,
 			lifetime, strings.ReplaceAll(why, `"`, "'")))
 	}
-	var resp direct.TokenResponse
-	resp.Kind, resp.APIVersion = direct.TokenResponseKind, direct.APIVersion
+	var resp proxyv1.DirectToken
+	resp.Kind, resp.APIVersion = proxyv1.DirectTokenKind, proxyv1.APIVersion
 	resp.Status.Token, resp.Status.ExpirationTimestamp, resp.Status.Verbs = raw, tok.Expiry, tok.Verbs
 	resp.Status.Endpoint, resp.Status.LimitedBy = endpoint, limitedBy
 	writeJSON(w, http.StatusCreated, resp)
@@ -332,5 +332,5 @@ func (s *Server) revocations(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	writeJSON(w, http.StatusOK, direct.Revocations{Kind: direct.RevocationsKind, APIVersion: direct.APIVersion, Revoked: revoked})
+	writeJSON(w, http.StatusOK, proxyv1.DirectTokenRevocations{TypeMeta: metav1.TypeMeta{Kind: proxyv1.DirectTokenRevocationsKind, APIVersion: proxyv1.APIVersion}, Revoked: revoked})
 }

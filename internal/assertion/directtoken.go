@@ -1,8 +1,6 @@
 package assertion
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,9 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 )
 
 // Direct tokens (docs/design/cluster-access.md, "Authorized cluster endpoint") are
@@ -118,12 +113,6 @@ type directClaims struct {
 // now, living lifetime (zero: DefaultDirectLifetime; more than
 // MaxDirectLifetime: an error).
 func (s *Signer) SignDirect(id Identity, audience string, verbs []string, now time.Time, lifetime time.Duration) (string, DirectToken, error) {
-	if id.User == "" {
-		return "", DirectToken{}, errors.New("assertion: no user name")
-	}
-	if audience == "" {
-		return "", DirectToken{}, errors.New("assertion: no audience")
-	}
 	if lifetime == 0 {
 		lifetime = DefaultDirectLifetime
 	}
@@ -134,27 +123,15 @@ func (s *Signer) SignDirect(id Identity, audience string, verbs []string, now ti
 	if err != nil {
 		return "", DirectToken{}, err
 	}
-	var jti [16]byte
-	if _, err := rand.Read(jti[:]); err != nil {
-		return "", DirectToken{}, fmt.Errorf("assertion: %w", err)
-	}
 	id = filter(id)
 	now = now.Truncate(time.Second) // NumericDate has seconds
-	t := DirectToken{Identity: id, Audience: audience, Verbs: verbs, ID: hex.EncodeToString(jti[:]),
-		IssuedAt: now, Expiry: now.Add(lifetime)}
-	std := jwt.Claims{
-		Issuer:   DirectIssuer,
-		Subject:  id.User,
-		Audience: jwt.Audience{audience},
-		IssuedAt: jwt.NewNumericDate(t.IssuedAt),
-		Expiry:   jwt.NewNumericDate(t.Expiry),
-		ID:       t.ID,
-	}
-	raw, err := jwt.Signed(s.signer).Claims(std).
-		Claims(directClaims{claims: claims{UID: id.UID, Groups: id.Groups, Extra: id.Extra}, Verbs: verbs}).Serialize()
+	t := DirectToken{Identity: id, Audience: audience, Verbs: verbs, IssuedAt: now, Expiry: now.Add(lifetime)}
+	raw, jti, err := s.sign(directToken, id, audience, t.IssuedAt, t.Expiry,
+		directClaims{claims: claims{UID: id.UID, Groups: id.Groups, Extra: id.Extra}, Verbs: verbs})
 	if err != nil {
 		return "", DirectToken{}, err
 	}
+	t.ID = jti
 	return raw, t, nil
 }
 
@@ -177,58 +154,15 @@ func directVerbs(verbs []string) ([]string, error) {
 
 // VerifyDirect checks a direct token for audience at now and returns what it
 // says. It refuses (an error wrapping ErrInvalid; ErrUnknownKey for an
-// unknown kid) a token that is not a compact JWS signed with alg EdDSA by a
-// key of the set, not issued as a direct token (an assertion is refused),
-// not for exactly audience, expired (Skew tolerated), issued in the future,
-// living longer than MaxDirectLifetime, or without a subject, jti or a valid
-// verb. Revocation is the caller's to check, by ID.
+// unknown kid) a token that checkClaims refuses for a direct token (issuer
+// fleet-proxy/direct, so an assertion is refused; lifetime at most
+// MaxDirectLifetime) or without a valid verb. Revocation is the caller's to
+// check, by ID.
 func (v *Verifier) VerifyDirect(token, audience string, now time.Time) (DirectToken, error) {
-	if token == "" {
-		return DirectToken{}, refuse("missing")
-	}
-	if len(token) > 64<<10 {
-		return DirectToken{}, refuse("too large")
-	}
-	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{Algorithm})
-	if err != nil {
-		return DirectToken{}, refuse("not a compact JWS with alg EdDSA")
-	}
-	if len(tok.Headers) != 1 || tok.Headers[0].Algorithm != string(Algorithm) {
-		return DirectToken{}, refuse("not exactly one EdDSA signature")
-	}
-	key, ok := v.Keys().Key(tok.Headers[0].KeyID)
-	if !ok {
-		return DirectToken{}, ErrUnknownKey
-	}
-	var std jwt.Claims
 	var priv directClaims
-	if err := tok.Claims(key, &std, &priv); err != nil {
-		return DirectToken{}, refuse("bad signature or claims")
-	}
-	switch {
-	case std.Issuer != DirectIssuer:
-		return DirectToken{}, refuse("not a direct token")
-	case len(std.Audience) != 1 || std.Audience[0] != audience:
-		return DirectToken{}, refuse("wrong audience")
-	case std.Subject == "":
-		return DirectToken{}, refuse("no subject")
-	case std.ID == "" || len(std.ID) > 128:
-		return DirectToken{}, refuse("no jti")
-	case std.IssuedAt == nil || std.Expiry == nil:
-		return DirectToken{}, refuse("no iat or exp")
-	}
-	iat, exp := std.IssuedAt.Time(), std.Expiry.Time()
-	switch {
-	case !exp.After(iat):
-		return DirectToken{}, refuse("exp not after iat")
-	case exp.Sub(iat) > MaxDirectLifetime:
-		return DirectToken{}, refuse("lifetime too long")
-	case iat.After(now.Add(Skew)):
-		return DirectToken{}, refuse("issued in the future")
-	case !now.Before(exp.Add(Skew)):
-		return DirectToken{}, refuse("expired")
-	case std.NotBefore != nil && std.NotBefore.Time().After(now.Add(Skew)):
-		return DirectToken{}, refuse("not yet valid")
+	std, err := v.checkClaims(token, directToken, audience, now, &priv)
+	if err != nil {
+		return DirectToken{}, err
 	}
 	verbs, err := directVerbs(priv.Verbs)
 	if err != nil {
@@ -236,6 +170,6 @@ func (v *Verifier) VerifyDirect(token, audience string, now time.Time) (DirectTo
 	}
 	return DirectToken{
 		Identity: filter(Identity{User: std.Subject, UID: priv.UID, Groups: priv.Groups, Extra: priv.Extra}),
-		Audience: audience, Verbs: verbs, ID: std.ID, IssuedAt: iat, Expiry: exp,
+		Audience: audience, Verbs: verbs, ID: std.ID, IssuedAt: std.IssuedAt.Time(), Expiry: std.Expiry.Time(),
 	}, nil
 }

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gitops-fleet/fleet/agent/access"
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/direct"
@@ -51,9 +52,9 @@ const (
 // directState is what ConfigMap fleet-agent-direct-state keeps.
 type directState struct {
 	// Audience is "<workspace>/<cluster>" the state belongs to.
-	Audience string           `json:"audience"`
-	Keys     json.RawMessage  `json:"keys,omitempty"`
-	Revoked  []direct.Revoked `json:"revoked"`
+	Audience string                 `json:"audience"`
+	Keys     json.RawMessage        `json:"keys,omitempty"`
+	Revoked  []proxyv1.RevokedToken `json:"revoked"`
 }
 
 const directStateKey = "state.json"
