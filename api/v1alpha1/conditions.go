@@ -199,6 +199,12 @@ func (in *BundleDeployment) GetConditions() []metav1.Condition { return in.Statu
 // SetConditions replaces the BundleDeployment's conditions.
 func (in *BundleDeployment) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
 
+// GetConditions returns the AgentRollout's conditions.
+func (in *AgentRollout) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the AgentRollout's conditions.
+func (in *AgentRollout) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
 // Reasons of the agent's faults that are not its credential's: it keeps its
 // credential and tries again.
 const (
