@@ -201,5 +201,6 @@ func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (dir
 	if c.Status.Agent.DirectEndpointCA == "" {
 		return direct.Endpoint{}, fmt.Errorf("the agent of Cluster %s/%s has not reported its direct endpoint's CA yet (status.agent.directEndpointCA): wait for the agent with the endpoint to run", ws, name)
 	}
-	return direct.Endpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA}, nil
+	return direct.Endpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA,
+		CertificateNames: c.Status.Agent.DirectEndpointCertificateNames}, nil
 }
