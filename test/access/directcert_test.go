@@ -22,10 +22,11 @@ import (
 // host, the certificate's names and who fixes it. Once the certificate
 // names the host, no such warning.
 func TestKubeconfig_WarnsOfADirectCertificateThatDoesNotCoverTheURL(t *testing.T) {
-	const cluster = "direct-cert"
+	// Names of its own, so the test runs again in one suite (go test -count).
+	cluster := fmt.Sprintf("direct-cert-%d", time.Now().UnixNano()%1_000_000)
 	agentIdentity(t, cluster, "reg-"+cluster, cluster)
-	userName, _, userTok := upstreamUser(t, "direct-cert-users", "dana", cluster)
-	grantProxy(t, "direct-cert-dana", userName, cluster, "get", "create", "update", "patch", "delete")
+	userName, _, userTok := upstreamUser(t, "direct-cert-users", "dana-"+cluster, cluster)
+	grantProxy(t, cluster+"-dana", userName, cluster, "get", "create", "update", "patch", "delete")
 	const url = "https://172.18.0.3:30443"
 	enableDirect(t, cluster, url, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"))
 	report := func(names ...string) {
