@@ -51,9 +51,6 @@ type Agent struct {
 	// BundleDeployment deployer is one); each returns when its context ends
 	// or with an error that ends the session.
 	workers []func(ctx context.Context, s *session) error
-
-	// stepHook, set by tests, runs at each step of the handshake.
-	stepHook func(step string)
 }
 
 // New checks the options and connects to the local cluster.

@@ -150,19 +150,23 @@ func (r *runningAgent) stop() {
 	}
 }
 
-func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, hook func(a *agent.Agent, cancel context.CancelFunc)) *runningAgent {
+// startAgent runs an agent in namespace ns of ds; with crash, it ends at
+// that write.
+func startAgent(t *testing.T, ds *controlplane.ControlPlane, ns string, crash *crashPoint) *runningAgent {
 	t.Helper()
 	g := int64(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	local := ds.Config
+	if crash != nil {
+		local = crash.config(local, cancel)
+	}
 	a, err := agent.New(agent.Options{
-		Local: ds.Config, Namespace: ns, PodName: "agent-" + ns,
+		Local: local, Namespace: ns, PodName: "agent-" + ns,
 		CheckinInterval: heartbeat, Generation: &g, RegistrationTimeout: 20 * time.Second, ResyncInterval: 2 * time.Second,
 	})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if hook != nil {
-		hook(a, cancel)
 	}
 	r := &runningAgent{Agent: a, t: t, cancel: cancel, run: testenv.Go(ctx, "agent", a.Run)}
 	t.Cleanup(r.stop)

@@ -30,6 +30,7 @@ import (
 	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/certhost"
 	"github.com/gitops-fleet/fleet/internal/direct"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
@@ -77,6 +78,7 @@ func (a *Agent) serveDirect(ctx context.Context, cred *credential) error {
 	if err != nil {
 		return err
 	}
+	certNames := a.checkDirectCertificate(ctx, cert)
 	state := a.loadDirectState(ctx, audience)
 	keys := assertion.NewKeySet()
 	if len(state.Keys) > 0 {
@@ -163,17 +165,17 @@ func (a *Agent) serveDirect(ctx context.Context, cred *credential) error {
 	})
 	g.Go(func() error { return h.Run(gctx) }) // the keys: at start and every access.DefaultKeysInterval
 	g.Go(func() error {
-		return a.syncDirect(gctx, cred, up, tokens, rev, caPEM, changed, persist, h)
+		return a.syncDirect(gctx, cred, up, tokens, rev, caPEM, certNames, changed, persist, h)
 	})
 	return g.Wait()
 }
 
 // syncDirect, until ctx ends: follows the stored credential (an error when
 // it names another Cluster), reads the revocation list every
-// DirectSyncInterval, reports the endpoint's CA on the Cluster, and keeps
-// the state ConfigMap current.
+// DirectSyncInterval, reports the endpoint's CA and its certificate's names
+// on the Cluster, and keeps the state ConfigMap current.
 func (a *Agent) syncDirect(ctx context.Context, cred *credential, up *rest.Config, tokens *tokenSource, rev *access.Revocations,
-	caPEM []byte, changed func(), persist <-chan struct{}, h *access.Handler) error {
+	caPEM []byte, certNames []string, changed func(), persist <-chan struct{}, h *access.Handler) error {
 	log := a.log.WithName("direct")
 	fetchRevocations, err := access.UpstreamRevocations(up, cred.ClusterNamespace, cred.ClusterName)
 	if err != nil {
@@ -212,9 +214,11 @@ func (a *Agent) syncDirect(ctx context.Context, cred *credential, up *rest.Confi
 					changed()
 				}
 			}
-			if !reported {
-				reported = a.reportDirectCA(ctx, up, cred, a.directCA(caPEM)) == nil
-			}
+		}
+		// The upstream API server takes the report even while fleet-proxy,
+		// which serves the revocation list, does not answer.
+		if !reported {
+			reported = a.reportDirectEndpoint(ctx, up, cred, a.directCA(caPEM), certNames) == nil
 		}
 		// Keep what changed (revocations, keys refreshed by the handler),
 		// then wait for the next round or the next change.
@@ -281,9 +285,33 @@ func (a *Agent) directCA(own []byte) []byte {
 	return own
 }
 
-// reportDirectCA writes the endpoint's CA into the Cluster's
-// status.agent.directEndpointCA when it differs.
-func (a *Agent) reportDirectCA(ctx context.Context, up *rest.Config, cred *credential, caPEM []byte) error {
+// checkDirectCertificate checks that the serving certificate covers the
+// host of the url users dial (mode agent: in mode webhook users dial the API
+// server) and returns its names, for the Cluster's status, where the
+// controller reports a mismatch (condition DirectEndpoint, a Warning event).
+// A certificate that does not cover it is served anyway (it may be the
+// operator's own, and a url may be about to change), and said here too: in
+// the log and as an event on the agent's pod.
+func (a *Agent) checkDirectCertificate(ctx context.Context, cert tls.Certificate) []string {
+	if a.opts.DirectMode == DirectModeWebhook || cert.Leaf == nil {
+		return nil
+	}
+	names := certhost.Names(cert.Leaf)
+	var m *certhost.Mismatch
+	if a.opts.DirectURL != "" && errors.As(certhost.Check(names, a.opts.DirectURL), &m) {
+		msg := fmt.Sprintf("the direct endpoint's serving certificate (Secret %s) does not cover host %q of the endpoint's url %s: %v; kubectl's direct context fails with an x509 error. "+
+			"Make the certificate again with %q among its subject alternative names (or delete the Secret, and the agent makes one that covers it), or set spec.agentDirectEndpoint.url to one of its names",
+			direct.TLSSecretName, m.Host, a.opts.DirectURL, m, m.Host)
+		a.log.WithName("direct").Info(msg, "reason", fleet.DirectCertificateHostMismatchReason)
+		a.event(ctx, corev1.EventTypeWarning, fleet.DirectCertificateHostMismatchReason, msg)
+	}
+	return names
+}
+
+// reportDirectEndpoint writes the endpoint's CA and its certificate's
+// names into the Cluster's status.agent (directEndpointCA,
+// directEndpointCertificateNames) when they differ.
+func (a *Agent) reportDirectEndpoint(ctx context.Context, up *rest.Config, cred *credential, caPEM []byte, certNames []string) error {
 	c, err := newClient(up)
 	if err != nil {
 		return err
@@ -292,15 +320,16 @@ func (a *Agent) reportDirectCA(ctx context.Context, up *rest.Config, cred *crede
 	if err := c.Get(ctx, client.ObjectKey{Namespace: cred.ClusterNamespace, Name: cred.ClusterName}, cluster); err != nil {
 		return err
 	}
-	if cluster.Status.Agent.DirectEndpointCA == string(caPEM) {
+	if cluster.Status.Agent.DirectEndpointCA == string(caPEM) && slices.Equal(cluster.Status.Agent.DirectEndpointCertificateNames, certNames) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"agent": map[string]any{"directEndpointCA": string(caPEM)}}})
+	// null removes names reported before (mode webhook now).
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"agent": map[string]any{"directEndpointCA": string(caPEM), "directEndpointCertificateNames": certNames}}})
 	if err != nil {
 		return err
 	}
 	if err := c.Status().Patch(ctx, cluster, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		a.log.WithName("direct").Error(err, "could not report the direct endpoint's CA on the Cluster")
+		a.log.WithName("direct").Error(err, "could not report the direct endpoint's CA and certificate names on the Cluster")
 		return err
 	}
 	return nil
@@ -322,7 +351,7 @@ func (a *Agent) ensureDirectTLS(ctx context.Context) (tls.Certificate, []byte, e
 	case err == nil:
 		cert, ca, perr := directTLSFrom(s)
 		_, ours := s.Labels[directManagedLabel]
-		if perr == nil && (!ours || time.Until(cert.Leaf.NotAfter) > directCertRenewBefore) {
+		if perr == nil && (!ours || time.Until(cert.Leaf.NotAfter) > directCertRenewBefore && a.coversURL(cert)) {
 			return cert, ca, nil
 		}
 		if !ours {
@@ -368,6 +397,13 @@ func (a *Agent) ensureDirectTLS(ctx context.Context) (tls.Certificate, []byte, e
 		return tls.Certificate{}, nil, fmt.Errorf("Secret %s: %w", key, err)
 	}
 	return cert, ca, nil
+}
+
+// coversURL reports whether cert covers the host of the endpoint's url (or
+// there is no url): a certificate the agent made for an earlier url is made
+// again.
+func (a *Agent) coversURL(cert tls.Certificate) bool {
+	return a.opts.DirectURL == "" || certhost.Check(certhost.Names(cert.Leaf), a.opts.DirectURL) == nil
 }
 
 func directTLSFrom(s *corev1.Secret) (tls.Certificate, []byte, error) {

@@ -2,9 +2,6 @@ package agent
 
 import "context"
 
-// SetStepHook lets tests act at each step of the handshake.
-func (a *Agent) SetStepHook(f func(step string)) { a.stepHook = f }
-
 // ConnectOnce makes one attempt to connect: with the stored credential, or
 // by registering.
 func (a *Agent) ConnectOnce(ctx context.Context) error {

@@ -1,8 +1,8 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/registration"
@@ -27,11 +26,12 @@ func identityKeyOf(t *testing.T, s *corev1.Secret) string {
 	return k.PublicKey()
 }
 
-// TestAgent_IdentityKeyMadeBeforeRegisteringAndKept: the agent makes its
-// identity key before it creates its first registration, signs with it,
-// and a new agent process (a crash after the grant, before the credential
-// was stored) registers again with the same key, which the Cluster records
-// and the heartbeat reports.
+// TestAgent_IdentityKeyMadeBeforeRegisteringAndKept: the agent stores its
+// identity key before it creates its first registration (one stopped
+// before the key was stored made none), signs with it, and a new agent
+// process (a crash after the grant, before the credential was stored)
+// registers again with the same key, which the Cluster records and the
+// heartbeat reports.
 func TestAgent_IdentityKeyMadeBeforeRegisteringAndKept(t *testing.T) {
 	ds := env.Downstreams[0]
 	ws := testenv.Namespace(t, up, "fleet-ws-")
@@ -43,29 +43,36 @@ func TestAgent_IdentityKeyMadeBeforeRegisteringAndKept(t *testing.T) {
 		t.Fatal("the chart rendered the identity Secret: helm uninstall would delete it")
 	}
 
-	var atCreate *corev1.Secret
-	stopped := make(chan struct{})
-	first := startAgent(t, ds, agentNS, func(a *agent.Agent, cancel context.CancelFunc) {
-		a.SetStepHook(func(step string) {
-			switch step {
-			case "registration-created":
-				atCreate, _ = localSecret(t, ds, agentNS, registration.IdentitySecretName)
-			case "credential-received":
-				cancel()
-				close(stopped)
-			}
-		})
-	})
+	// Stopped before its key is stored: no registration was made.
+	crash := newCrashPoint(http.MethodPost, registration.IdentitySecretName, true)
+	zeroth := startAgent(t, ds, agentNS, crash)
 	select {
-	case <-stopped:
+	case <-crash.hit:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent never stored its identity key")
+	}
+	zeroth.stop()
+	if n := countRegistrations(t, ws, clientID); n != 0 {
+		t.Fatalf("%d registrations made before the identity key was stored", n)
+	}
+
+	// Stopped after the grant, before the credential is stored.
+	crash = newCrashPoint(http.MethodPost, registration.AgentCredentialSecretName, true)
+	first := startAgent(t, ds, agentNS, crash)
+	select {
+	case <-crash.hit:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent never received its credential")
 	}
 	first.stop()
-	if atCreate == nil {
-		t.Fatal("no identity Secret when the registration was created")
+	stored, err := localSecret(t, ds, agentNS, registration.IdentitySecretName)
+	if err != nil {
+		t.Fatalf("no identity Secret once the registration was made: %v", err)
 	}
-	key := identityKeyOf(t, atCreate)
+	key := identityKeyOf(t, stored)
+	if n := countRegistrations(t, ws, clientID); n != 1 {
+		t.Fatalf("%d registrations before the restart, want the first one", n)
+	}
 
 	second := startAgent(t, ds, agentNS, nil)
 	_, name := waitRegistered(t, second)

@@ -1,8 +1,8 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gitops-fleet/fleet/agent"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
 func TestAgent_NoBootstrapIsAClearStuckState(t *testing.T) {
@@ -175,31 +175,36 @@ func TestOffline_ClusterTurnsOfflineAndBack(t *testing.T) {
 	waitReady(t, ws, name, metav1.ConditionTrue, fleet.AgentHeartbeatReason)
 }
 
-// TestAgent_RestartAtAnyHandshakeStepConverges stops the agent at each step
-// of the handshake and starts a new one: registration completes, with
-// exactly one Cluster and one registration left.
+// TestAgent_RestartAtAnyHandshakeStepConverges stops the agent at each of
+// its writes in the handshake (before storing its identity key; after the
+// registration was made and granted, before storing the credential; right
+// after storing it; right after deleting the bootstrap Secret) and starts a
+// new one: registration completes, with exactly one Cluster and one
+// registration left.
 func TestAgent_RestartAtAnyHandshakeStepConverges(t *testing.T) {
-	for _, step := range []string{"registration-created", "credential-received", "credential-stored", "bootstrap-deleted"} {
-		t.Run(step, func(t *testing.T) {
+	for _, step := range []struct {
+		name           string
+		method, secret string
+		before         bool
+	}{
+		{"before-identity-stored", http.MethodPost, registration.IdentitySecretName, true},
+		{"before-credential-stored", http.MethodPost, registration.AgentCredentialSecretName, true},
+		{"credential-stored", http.MethodPost, registration.AgentCredentialSecretName, false},
+		{"bootstrap-deleted", http.MethodDelete, registration.BootstrapSecretName, false},
+	} {
+		t.Run(step.name, func(t *testing.T) {
 			ds := env.Downstreams[1]
 			ws := testenv.Namespace(t, up, "fleet-ws-")
 			values := newToken(t, ws, "tok", fleet.ClusterRegistrationTokenSpec{})
 			agentNS := "agent-" + ws
 			clientID := "restart-" + ws
 			helmInstall(t, ds, agentNS, values, map[string]any{"clientID": clientID})
-			stopped := make(chan struct{})
-			first := startAgent(t, ds, agentNS, func(a *agent.Agent, cancel context.CancelFunc) {
-				a.SetStepHook(func(s string) {
-					if s == step {
-						cancel()
-						close(stopped)
-					}
-				})
-			})
+			crash := newCrashPoint(step.method, step.secret, step.before)
+			first := startAgent(t, ds, agentNS, crash)
 			select {
-			case <-stopped:
+			case <-crash.hit:
 			case <-time.After(30 * time.Second):
-				t.Fatalf("the agent never reached step %s", step)
+				t.Fatalf("the agent never reached step %s", step.name)
 			}
 			first.stop()
 			second := startAgent(t, ds, agentNS, nil)

@@ -176,9 +176,6 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 		return nil, upstreamFault(err, upCfg.Host, "creating a ClusterRegistration upstream with "+via.what)
 	}
 	log.Info("registration requested", "registration", reg.Namespace+"/"+reg.Name, "clientID", clientID, "with", via.what)
-	if err := a.step(ctx, "registration-created"); err != nil {
-		return nil, err
-	}
 
 	clear := client.ObjectKey{Namespace: via.clearNamespace, Name: registration.CredentialSecretName(clientID, clientRandom)}
 	granted, clearSecret, err := a.waitForGrant(ctx, upClient, client.ObjectKeyFromObject(reg), clear)
@@ -195,14 +192,8 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 		return nil, fmt.Errorf("the credential in the status of ClusterRegistration %s/%s: %w", reg.Namespace, reg.Name, err)
 	}
 	cred.APIServerURL, cred.APIServerCA, cred.TLSMode, cred.Issued = upCfg.Host, upCfg.CAData, via.tlsMode, time.Now()
-	if err := a.step(ctx, "credential-received"); err != nil {
-		return nil, err
-	}
 	if err := writeCredential(ctx, a.local, a.opts.Namespace, cred); err != nil {
 		return nil, fmt.Errorf("writing the local credential: %w", err)
-	}
-	if err := a.step(ctx, "credential-stored"); err != nil {
-		return nil, err
 	}
 	// The credential is safe locally; the sealed copy upstream is useless
 	// to anyone else and goes with the registration, one in the clear is
@@ -216,9 +207,6 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 		boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
 		if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("deleting the bootstrap Secret: %w", err)
-		}
-		if err := a.step(ctx, "bootstrap-deleted"); err != nil {
-			return nil, err
 		}
 	}
 	log.Info("registered", "cluster", cred.ClusterNamespace+"/"+cred.ClusterName, "clusterNamespace", cred.DeploymentNamespace)
@@ -322,13 +310,4 @@ func (a *Agent) readConfig(ctx context.Context) (*registration.AgentConfig, erro
 		}
 	}
 	return cfg, nil
-}
-
-// step marks a point of the handshake; tests stop the agent there to prove
-// a restart at any point converges.
-func (a *Agent) step(ctx context.Context, name string) error {
-	if a.stepHook != nil {
-		a.stepHook(name)
-	}
-	return ctx.Err()
 }

@@ -230,5 +230,6 @@ func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (pro
 	if c.Status.Agent.DirectEndpointCA == "" {
 		return proxyv1.DirectEndpoint{}, fmt.Errorf("the agent of Cluster %s/%s has not reported its direct endpoint's CA yet (status.agent.directEndpointCA): wait for the agent with the endpoint to run", ws, name)
 	}
-	return proxyv1.DirectEndpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA}, nil
+	return proxyv1.DirectEndpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA,
+		CertificateNames: c.Status.Agent.DirectEndpointCertificateNames}, nil
 }

@@ -23,7 +23,8 @@ import (
 // +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updated`
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pending`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`
-// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AgentRollout struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -127,6 +128,14 @@ const (
 
 // AgentRolloutStatus is the plan and how far it got.
 type AgentRolloutStatus struct {
+	// conditions are Ready (every planned Cluster runs the revision),
+	// Reconciling (a wave is in progress, or the rollout is paused) and
+	// Stalled (halted, aborted, superseded, or a rollout the controller
+	// cannot plan: the message says what to do).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// current marks the rollout of the revision the controller renders

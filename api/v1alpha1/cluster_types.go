@@ -353,6 +353,15 @@ type AgentStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=16384
 	DirectEndpointCA string `json:"directEndpointCA,omitempty"`
+	// directEndpointCertificateNames are the names (DNS, then IP) the
+	// direct endpoint's serving certificate is valid for, as the agent
+	// reports them (mode agent); the controller checks that they cover
+	// the url's host (condition DirectEndpoint).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	DirectEndpointCertificateNames []string `json:"directEndpointCertificateNames,omitempty"`
 	// identityPublicKey is the agent's identity key (Ed25519, base64), as
 	// the agent reports it. For a Cluster without annotation
 	// fleet.cattle.io/agent-identity-key (registered before agents had

@@ -18,6 +18,12 @@ const (
 	// put it back on the previous revision (reason RolledBack). Absent
 	// while the agent is on the current revision.
 	AgentRolloutCondition = "AgentRollout"
+	// DirectEndpointCondition (False only): the serving certificate of the
+	// Cluster's direct endpoint does not cover the host of
+	// spec.agentDirectEndpoint.url (reason
+	// DirectCertificateHostMismatch), so kubectl's direct context fails
+	// TLS. Absent while it covers it, or before the agent reported it.
+	DirectEndpointCondition = "DirectEndpoint"
 	// GrantedCondition: a ClusterRegistration was granted a credential.
 	GrantedCondition = "Granted"
 	// DeployedCondition: a BundleDeployment's manifests were applied.
@@ -30,6 +36,11 @@ const (
 	// under field manager fleet-proxy; the controller keeps it.
 	ConnectedCondition = "Connected"
 )
+
+// DirectCertificateHostMismatchReason (DirectEndpoint): the direct endpoint's
+// certificate does not cover the url's host; the message names the host and
+// the certificate's names.
+const DirectCertificateHostMismatchReason = "DirectCertificateHostMismatch"
 
 // Reasons of the Connected condition.
 const (
@@ -198,6 +209,12 @@ func (in *BundleDeployment) GetConditions() []metav1.Condition { return in.Statu
 
 // SetConditions replaces the BundleDeployment's conditions.
 func (in *BundleDeployment) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetConditions returns the AgentRollout's conditions.
+func (in *AgentRollout) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the AgentRollout's conditions.
+func (in *AgentRollout) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
 
 // Reasons of the agent's faults that are not its credential's: it keeps its
 // credential and tries again.

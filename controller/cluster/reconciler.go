@@ -148,6 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	readyBefore := meta.FindStatusCondition(cluster.Status.Conditions, fleet.ReadyCondition).DeepCopy()
+	directBefore := meta.FindStatusCondition(cluster.Status.Conditions, fleet.DirectEndpointCondition).DeepCopy()
 	cfg := r.Config.Get()
 	p := &pass{cluster: cluster, cfg: cfg, now: reconciler.Clock(r.Now).Now()}
 	err = r.phases().Run(ctx, nil, p)
@@ -157,6 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, errors.Join(out.Err, err)
 	}
 	r.report(ctx, cluster, readyBefore, out)
+	r.reportDirectEndpoint(cluster, directBefore)
 	return out.Result(heartbeatSchedule(cluster, o))
 }
 
@@ -172,6 +174,17 @@ func (r *Reconciler) report(ctx context.Context, cluster *fleet.Cluster, readyBe
 			reconciler.Eventf(r.Recorder, cluster, nil, w.Event, w.Reason, "Reconcile", "%s", w.Message)
 		}
 	}
+}
+
+// reportDirectEndpoint records a Warning event when the direct endpoint's
+// certificate stops covering the url's host (or covers another host no
+// more), once: not on every heartbeat.
+func (r *Reconciler) reportDirectEndpoint(cluster *fleet.Cluster, before *metav1.Condition) {
+	now := meta.FindStatusCondition(cluster.Status.Conditions, fleet.DirectEndpointCondition)
+	if now == nil || (before != nil && before.Message == now.Message) {
+		return
+	}
+	reconciler.Eventf(r.Recorder, cluster, nil, corev1.EventTypeWarning, now.Reason, "Reconcile", "%s", now.Message)
 }
 
 func (r *Reconciler) owns(c *fleet.Cluster) bool {

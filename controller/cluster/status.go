@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/rollout"
 	"github.com/gitops-fleet/fleet/controller/summary"
+	"github.com/gitops-fleet/fleet/internal/certhost"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
@@ -20,7 +22,7 @@ var statusRules = reconciler.Conditions{Ready: fleet.ReadyCondition, Failing: "r
 
 // OwnedConditions are the conditions the Cluster reconciler writes; it
 // keeps every other (Connected, written by fleet-proxy) as it reads it.
-var OwnedConditions = append(statusRules.Owned(), fleet.ImportedCondition, fleet.AgentRolloutCondition)
+var OwnedConditions = append(statusRules.Owned(), fleet.ImportedCondition, fleet.AgentRolloutCondition, fleet.DirectEndpointCondition)
 
 // RolledBackReason (AgentRollout condition): a staged rollout put the
 // agent back on the previous revision.
@@ -67,6 +69,7 @@ func computeConditions(c *fleet.Cluster, o observation) reconciler.Outcome {
 		setImported(c, metav1.ConditionFalse, ready.Reason, ready.Message, o.now)
 	}
 	setAgentRollout(c, o)
+	setDirectEndpoint(c, o.now)
 	c.Status.Display.State = displayState(c, o)
 	return out
 }
@@ -86,6 +89,37 @@ func setAgentRollout(c *fleet.Cluster, o observation) {
 	case src.Revision != "":
 		meta.RemoveStatusCondition(&c.Status.Conditions, fleet.AgentRolloutCondition)
 	}
+}
+
+// setDirectEndpoint says when the direct endpoint's serving certificate, as
+// the agent reported its names, does not cover the host of the url users
+// dial (kubectl then fails TLS). A Cluster without a direct endpoint, in
+// mode webhook (users dial the API server) or whose agent reported no names
+// has no such condition.
+func setDirectEndpoint(c *fleet.Cluster, now time.Time) {
+	if msg := directCertificateMismatch(c); msg != "" {
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: fleet.DirectEndpointCondition, Status: metav1.ConditionFalse,
+			Reason: fleet.DirectCertificateHostMismatchReason, Message: msg, ObservedGeneration: c.Generation, LastTransitionTime: metav1.NewTime(now)})
+		return
+	}
+	meta.RemoveStatusCondition(&c.Status.Conditions, fleet.DirectEndpointCondition)
+}
+
+// directCertificateMismatch is what is wrong with the direct endpoint's
+// certificate for the url's host, "" when nothing is (or nothing is known).
+func directCertificateMismatch(c *fleet.Cluster) string {
+	d := c.Spec.AgentDirectEndpoint
+	names := c.Status.Agent.DirectEndpointCertificateNames
+	if d == nil || d.URL == "" || d.Mode == "webhook" || len(names) == 0 {
+		return ""
+	}
+	var m *certhost.Mismatch
+	if err := certhost.Check(names, d.URL); !errors.As(err, &m) {
+		return ""
+	}
+	return fmt.Sprintf("the direct endpoint's serving certificate (Secret fleet-agent-direct-tls in the agent's namespace) does not cover host %q of spec.agentDirectEndpoint.url: %v; kubectl's direct context fails with an x509 error. "+
+		"Make the certificate again with %q among its subject alternative names (or delete that Secret, and the agent makes one that covers it), or set url to one of its names",
+		m.Host, m, m.Host)
 }
 
 // readiness is the outcome Ready is set from.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,5 +228,57 @@ func TestAgentStatusChanged_OnlyHeartbeatsThatMatter(t *testing.T) {
 		if got := p.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestComputeConditions_DirectEndpoint: the DirectEndpoint condition is
+// False, naming the url's host, the certificate's names and the fix, exactly
+// when the names the agent reported do not cover the host users dial; it
+// leaves Ready alone, and goes once the certificate (or the url) is fixed.
+func TestComputeConditions_DirectEndpoint(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		endpoint *fleet.DirectEndpointSpec
+		names    []string
+		mismatch bool
+	}{
+		{"no direct endpoint", nil, []string{"other.example.com"}, false},
+		{"not reported yet", &fleet.DirectEndpointSpec{URL: "https://dev-1.example.com:6443"}, nil, false},
+		{"covered by name", &fleet.DirectEndpointSpec{URL: "https://dev-1.example.com:6443"}, []string{"fleet-agent-direct.x.svc", "dev-1.example.com"}, false},
+		{"covered by wildcard", &fleet.DirectEndpointSpec{URL: "https://dev-1.example.com:6443"}, []string{"*.example.com"}, false},
+		{"covered by IP", &fleet.DirectEndpointSpec{URL: "https://172.18.0.3:30443"}, []string{"dev-1.example.com", "172.18.0.3"}, false},
+		{"node IP not in a certificate made for names", &fleet.DirectEndpointSpec{URL: "https://172.18.0.3:30443"}, []string{"dev-1.example.com", "10.0.0.1"}, true},
+		{"wildcard covers one label only", &fleet.DirectEndpointSpec{URL: "https://a.dev-1.example.com"}, []string{"*.example.com"}, true},
+		{"mode webhook: users dial the API server", &fleet.DirectEndpointSpec{URL: "https://172.18.0.3:6443", Mode: "webhook"}, []string{"dev-1.example.com"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &fleet.Cluster{Spec: fleet.ClusterSpec{AgentDirectEndpoint: tc.endpoint}}
+			c.Generation = 3
+			c.Status.Agent.LastSeen = metav1.NewTime(now)
+			c.Status.Agent.DirectEndpointCertificateNames = tc.names
+			// What an earlier pass said must not survive a fix.
+			meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: fleet.DirectEndpointCondition, Status: metav1.ConditionFalse, Reason: fleet.DirectCertificateHostMismatchReason, Message: "old"})
+			computeConditions(c, observation{now: now, offlineAfter: time.Minute})
+			if !meta.IsStatusConditionTrue(c.Status.Conditions, fleet.ReadyCondition) {
+				t.Errorf("Ready is not True: %+v", c.Status.Conditions)
+			}
+			cond := meta.FindStatusCondition(c.Status.Conditions, fleet.DirectEndpointCondition)
+			if !tc.mismatch {
+				if cond != nil {
+					t.Fatalf("DirectEndpoint %+v, want none", cond)
+				}
+				return
+			}
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != fleet.DirectCertificateHostMismatchReason || cond.ObservedGeneration != 3 {
+				t.Fatalf("DirectEndpoint %+v, want False/%s", cond, fleet.DirectCertificateHostMismatchReason)
+			}
+			host := strings.TrimSuffix(strings.TrimPrefix(strings.Split(strings.TrimPrefix(tc.endpoint.URL, "https://"), ":")[0], "["), "]")
+			for _, s := range append([]string{fmt.Sprintf("%q", host), "subject alternative names", "fleet-agent-direct-tls"}, tc.names...) {
+				if !strings.Contains(cond.Message, s) {
+					t.Errorf("message %q does not say %s", cond.Message, s)
+				}
+			}
+		})
 	}
 }

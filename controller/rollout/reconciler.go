@@ -25,9 +25,6 @@ import (
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
-// InvalidStrategyReason: the rollout's strategy cannot be planned.
-const InvalidStrategyReason = "InvalidStrategy"
-
 // KeepRevisions is how many finished AgentRollouts are kept besides the
 // current one (and the previous revision it may roll back to).
 const KeepRevisions = 5
@@ -54,7 +51,10 @@ type agentState struct {
 	bd     *fleet.BundleDeployment
 }
 
-// Reconcile brings the current revision's AgentRollout one step on.
+// Reconcile brings the current revision's AgentRollout one step on and
+// sets its conditions. A rollout that cannot go on until a person acts
+// (halted, aborted, unplannable, edited to another revision) is Stalled and
+// not retried: its own change, or a watched one, brings it back.
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	if !r.Shard.OwnsKey("agentrollout") {
 		return ctrl.Result{}, nil
@@ -87,50 +87,73 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	if ro == nil {
 		if ro, err = r.create(ctx, revision, cfg, agents); err != nil {
-			return ctrl.Result{}, err
+			return reconciler.Failure(err).Result(0)
 		}
 	}
-	if err := r.supersede(ctx, rollouts.Items, ro); err != nil {
+	if err := r.supersede(ctx, rollouts.Items, ro, now); err != nil {
 		return ctrl.Result{}, err
-	}
-	if ro.Spec.Revision != revision {
-		return ctrl.Result{}, reconciler.Stall(fleet.WaitingReason, "AgentRollout %s holds revision %s, not %s: delete it", ro.Name, ro.Spec.Revision, revision)
 	}
 	// The patcher is made from the status as read, before restart clears it.
-	patcher, err := reconciler.NewStatusPatcher(r.Client, ro)
+	patcher, err := reconciler.NewStatusPatcher(r.Client, ro, statusRules.Owned()...)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.restart(ctx, ro, cfg, agents, revision); err != nil {
-		return ctrl.Result{}, err
-	}
-	if ro.Status.Phase == "" && len(ro.Status.Waves) == 0 {
-		// A new rollout, or one whose plan was never written: plan now.
-		if ro.Status.Waves, err = Plan(candidates(agents, clusters, revision), ro.Spec.Strategy); err != nil {
-			return ctrl.Result{}, reconciler.Stall(InvalidStrategyReason, "planning AgentRollout %s: %v", ro.Name, err)
-		}
-	}
-	joinLate(ro, agents, revision)
-	canRollBack, err := r.hasRecord(ctx, ro.Spec.PreviousRevision)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	obs := observe(ro, agents, clusters, revision, now, cfg.OfflineAfter())
-	st, events, after := Progress(ro, Inputs{Observed: obs, CanRollBack: canRollBack, Now: now})
-	st.Current = true
-	ro.Status = st
+	stalledBefore := stalledReason(ro)
+	out, events := r.step(ctx, ro, cfg, agents, clusters, revision, now)
+	statusRules.Set(ro, out, now)
 	if err := patcher.Patch(ctx, ro, reconciler.WithOptimisticLock); err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, errors.Join(out.Err, err)
 	}
 	for _, e := range events {
 		reconciler.Eventf(r.Recorder, ro, nil, e.Type, e.Reason, "Rollout", "%s", e.Message)
 		ctrl.LoggerFrom(ctx).Info(e.Message, "rollout", ro.Name, "reason", e.Reason)
 	}
+	if s := newlyStalled(stalledBefore, out); s != nil && len(events) == 0 {
+		// Progress's own events say why it halted or was aborted; a
+		// rollout stalled before Progress says so here, once.
+		reconciler.Eventf(r.Recorder, ro, nil, corev1.EventTypeWarning, s.Reason, "Rollout", "%s", s.Message)
+		ctrl.LoggerFrom(ctx).Info(s.Message, "rollout", ro.Name, "reason", s.Reason)
+	}
+	if out.Kind() == reconciler.KindTransient {
+		return out.Result(0)
+	}
 	report(ro)
 	if err := r.prune(ctx, rollouts.Items, ro); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: after}, nil
+	return out.Result(0)
+}
+
+// step is one pass over the current revision's rollout: its status moved on
+// and what that comes to (Outcome), and the events to record.
+func (r *Reconciler) step(ctx context.Context, ro *fleet.AgentRollout, cfg *config.Config, agents map[string]*agentState, clusters map[string]*fleet.Cluster, revision string, now time.Time) (reconciler.Outcome, []Event) {
+	if ro.Spec.Revision != revision {
+		return reconciler.Failure(reconciler.Stall(RevisionMismatchReason,
+			"AgentRollout %s is named after revision %s but spec.revision says %s (edited by hand?): delete it, and the controller makes it again", ro.Name, short(revision), short(ro.Spec.Revision))), nil
+	}
+	if err := r.restart(ctx, ro, cfg, agents, revision); err != nil {
+		return reconciler.Failure(err), nil
+	}
+	if ro.Status.Phase == "" && len(ro.Status.Waves) == 0 {
+		// A new rollout, or one whose plan was never written: plan now.
+		waves, err := Plan(candidates(agents, clusters, revision), ro.Spec.Strategy)
+		if err != nil {
+			return reconciler.Failure(reconciler.Stall(InvalidStrategyReason,
+				"cannot plan AgentRollout %s: spec.strategy: %v; fix spec.strategy, or delete the AgentRollout and the controller makes it again from the configuration's agentRollout", ro.Name, err)), nil
+		}
+		ro.Status.Waves = waves
+	}
+	joinLate(ro, agents, revision)
+	canRollBack, err := r.hasRecord(ctx, ro.Spec.PreviousRevision)
+	if err != nil {
+		return reconciler.Failure(err), nil
+	}
+	obs := observe(ro, agents, clusters, revision, now, cfg.OfflineAfter())
+	st, events, after := Progress(ro, Inputs{Observed: obs, CanRollBack: canRollBack, Now: now})
+	st.Current = true
+	st.Conditions = ro.Status.Conditions
+	ro.Status = st
+	return Outcome(ro, after), events
 }
 
 // agents reads every agent Bundle, its BundleDeployment and every Cluster,
@@ -344,7 +367,7 @@ func (r *Reconciler) hasRecord(ctx context.Context, revision string) (bool, erro
 // supersede ends the unfinished rollouts of other revisions (an aborted
 // one too: should its revision come back, it is planned anew) and takes
 // the current mark off them.
-func (r *Reconciler) supersede(ctx context.Context, all []fleet.AgentRollout, current *fleet.AgentRollout) error {
+func (r *Reconciler) supersede(ctx context.Context, all []fleet.AgentRollout, current *fleet.AgentRollout, now time.Time) error {
 	var errs []error
 	for i := range all {
 		old := &all[i]
@@ -352,10 +375,7 @@ func (r *Reconciler) supersede(ctx context.Context, all []fleet.AgentRollout, cu
 			continue
 		}
 		finished := old.Status.Phase == fleet.RolloutComplete || old.Status.Phase == fleet.RolloutSuperseded
-		if finished && !old.Status.Current {
-			continue
-		}
-		patcher, err := reconciler.NewStatusPatcher(r.Client, old)
+		patcher, err := reconciler.NewStatusPatcher(r.Client, old, statusRules.Owned()...)
 		if err != nil {
 			return err
 		}
@@ -364,6 +384,9 @@ func (r *Reconciler) supersede(ctx context.Context, all []fleet.AgentRollout, cu
 			old.Status.Phase = fleet.RolloutSuperseded
 			old.Status.Message = fmt.Sprintf("replaced by revision %s (AgentRollout %s) before it completed", short(current.Spec.Revision), current.Name)
 		}
+		// Conditions too for rollouts made before AgentRollouts had them
+		// (the patch is skipped when nothing changes).
+		statusRules.Set(old, Outcome(old, 0), now)
 		if err := patcher.Patch(ctx, old); err != nil {
 			errs = append(errs, err)
 			continue

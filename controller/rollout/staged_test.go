@@ -123,13 +123,40 @@ func waitRollout(t *testing.T, what string, skip []string, cond func(*fleet.Agen
 	return got
 }
 
+// phase waits for a phase and checks the conditions it gives (the kstatus
+// conditions of every fleet kind).
 func phase(p string) func(*fleet.AgentRollout) error {
 	return func(ro *fleet.AgentRollout) error {
 		if ro.Status.Phase != p {
 			return fmt.Errorf("want phase %s", p)
 		}
-		return nil
+		return phaseConditions(ro)
 	}
+}
+
+// phaseConditions checks that ro's conditions say what its phase does.
+func phaseConditions(ro *fleet.AgentRollout) error {
+	want := map[string]struct {
+		ready              metav1.ConditionStatus
+		reason             string
+		reconciling, stall bool
+	}{
+		fleet.RolloutComplete: {ready: metav1.ConditionTrue, reason: fleet.SucceededReason},
+		fleet.RolloutPaused:   {ready: metav1.ConditionFalse, reason: fleet.PausedReason, reconciling: true},
+		fleet.RolloutHalted:   {ready: metav1.ConditionFalse, reason: rollout.HaltedReason, stall: true},
+		fleet.RolloutAborted:  {ready: metav1.ConditionFalse, reason: rollout.AbortedReason, stall: true},
+	}[ro.Status.Phase]
+	ready := meta.FindStatusCondition(ro.Status.Conditions, fleet.ReadyCondition)
+	switch {
+	case want.reason == "":
+		return nil
+	case ready == nil || ready.Status != want.ready || ready.Reason != want.reason || ready.ObservedGeneration != ro.Generation:
+		return fmt.Errorf("Ready condition %+v, want %s/%s at generation %d", ready, want.ready, want.reason, ro.Generation)
+	case meta.IsStatusConditionTrue(ro.Status.Conditions, fleet.ReconcilingCondition) != want.reconciling,
+		meta.IsStatusConditionTrue(ro.Status.Conditions, fleet.StalledCondition) != want.stall:
+		return fmt.Errorf("conditions %+v: want Reconciling %v, Stalled %v", ro.Status.Conditions, want.reconciling, want.stall)
+	}
+	return nil
 }
 
 // TestStagedRollout_CanaryHaltsAndRollsBackThenWavesInOrder changes an
@@ -194,7 +221,7 @@ func TestStagedRollout_CanaryHaltsAndRollsBackThenWavesInOrder(t *testing.T) {
 		if ro.Status.Phase != fleet.RolloutHalted || !slices.Equal(ro.Status.RolledBack, []string{canary}) {
 			return fmt.Errorf("want Halted with %s rolled back", canary)
 		}
-		return nil
+		return phaseConditions(ro)
 	})
 	rev1 := ro.Spec.Revision
 	if ro.Spec.PreviousRevision != rev0 {

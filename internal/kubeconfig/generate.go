@@ -19,6 +19,7 @@ import (
 	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/assertion"
+	"github.com/gitops-fleet/fleet/internal/certhost"
 	"github.com/gitops-fleet/fleet/internal/direct"
 )
 
@@ -151,6 +152,12 @@ func AddDirect(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, 
 	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
 	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	var warnings []string
+	var mismatch *certhost.Mismatch
+	if names := tok.Status.Endpoint.CertificateNames; len(names) > 0 && errors.As(certhost.Check(names, tok.Status.Endpoint.URL), &mismatch) {
+		warnings = append(warnings, fmt.Sprintf("context %s will fail TLS (an x509 error at kubectl): the direct endpoint's serving certificate does not cover host %q of its url %s (%v). "+
+			"The cluster's operator must fix the certificate or spec.agentDirectEndpoint.url (condition DirectEndpoint of Cluster %s says how); the proxy context works meanwhile",
+			name, mismatch.Host, tok.Status.Endpoint.URL, mismatch, ref))
+	}
 	if len(tok.Status.Verbs) < len(assertion.DirectVerbs) {
 		warnings = append(warnings, fmt.Sprintf("the direct token carries only the verbs %v (those you hold on clusters/proxy of Cluster %s)", tok.Status.Verbs, ref))
 	}

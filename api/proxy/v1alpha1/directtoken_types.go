@@ -88,6 +88,10 @@ type DirectTokenStatus struct {
 type DirectEndpoint struct {
 	URL      string `json:"url"`
 	CABundle string `json:"caBundle"`
+	// CertificateNames are the names the endpoint's serving certificate is
+	// valid for, as its agent reported them (none: not reported), so that
+	// a client can warn of a url whose host it does not cover.
+	CertificateNames []string `json:"certificateNames,omitempty"`
 }
 
 // NoDirectEndpointReason is the reason of fleet-proxy's refusal to issue a
