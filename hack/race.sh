@@ -5,10 +5,11 @@
 #  1. unit packages, with the race detector, in parallel (as go test does);
 #  2. envtest suites (packages whose tests import dev/testenv or
 #     dev/controlplane, so start control planes) with the race detector,
-#     RACE_ENVTEST_P at a time (default 2: each suite keeps about one core
-#     busy and its control plane takes 300-500 MB);
+#     RACE_ENVTEST_P at a time (default 3: a suite spends most of its time
+#     waiting for its controllers and API servers, so three keep two cores
+#     busy; each control plane takes 300-500 MB);
 #  3. the envtest suites listed in norace below without the race detector,
-#     NORACE_ENVTEST_P at a time (default 2), with the assertions the race
+#     NORACE_ENVTEST_P at a time (default 3), with the assertions the race
 #     detector cannot make (see norace_run).
 #
 # The rule: the race detector runs wherever a race can be: every unit
@@ -111,16 +112,16 @@ trap 'rm -f "$log" "$log.phases"' EXIT
 # go vet do, so they reuse those packages from the build cache.
 phase "1/3 ${#unit[@]} unit packages, race" \
 	env CGO_ENABLED=1 go test -race "$@" "${unit[@]}"
-phase "2/3 ${#envtest[@]} envtest suites, race, ${RACE_ENVTEST_P:-2} at a time" \
-	env CGO_ENABLED=1 go test -race -p "${RACE_ENVTEST_P:-2}" "$@" "${envtest[@]}"
+phase "2/3 ${#envtest[@]} envtest suites, race, ${RACE_ENVTEST_P:-3} at a time" \
+	env CGO_ENABLED=1 go test -race -p "${RACE_ENVTEST_P:-3}" "$@" "${envtest[@]}"
 # shellcheck disable=SC2317 # run by phase
 plain_phase() {
 	local r=0
-	CGO_ENABLED=0 go test -p "${NORACE_ENVTEST_P:-2}" "$@" "${plain[@]}" || r=1
+	CGO_ENABLED=0 go test -p "${NORACE_ENVTEST_P:-3}" "$@" "${plain[@]}" || r=1
 	CGO_ENABLED=0 go test -run "$run_re" "$@" "${run_pkgs[@]}" || r=1
 	return $r
 }
-phase "3/3 ${#plain[@]} envtest suites and ${#run_tests[@]} tests, no race, ${NORACE_ENVTEST_P:-2} at a time" \
+phase "3/3 ${#plain[@]} envtest suites and ${#run_tests[@]} tests, no race, ${NORACE_ENVTEST_P:-3} at a time" \
 	plain_phase "$@"
 echo "race: phases"
 cat "$log.phases"
