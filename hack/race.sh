@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Runs the unit and envtest suites (not test/e2e: real clusters, make e2e),
-# each once, in three timed phases, then prints the slowest packages:
+# each once, then prints the slowest packages. Two go test runs side by side:
 #
-#  1. unit packages, with the race detector, in parallel (as go test does);
-#  2. envtest suites (packages whose tests import dev/testenv or
-#     dev/controlplane, so start control planes) with the race detector,
-#     RACE_ENVTEST_P at a time (default 3: a suite spends most of its time
-#     waiting for its controllers and API servers, so three keep two cores
-#     busy; each control plane takes 300-500 MB);
-#  3. the envtest suites listed in norace below without the race detector,
-#     NORACE_ENVTEST_P at a time (default 3), with the assertions the race
-#     detector cannot make (see norace_run).
+#  - with the race detector, RACE_P packages at a time (default 3): the
+#    envtest suites (packages whose tests import dev/testenv or
+#    dev/controlplane, so start control planes), slowest first, then the
+#    unit packages. An envtest suite spends most of its time waiting for its
+#    controllers and API servers (controller/registration takes the same
+#    time with and without the race detector), so the unit packages' CPU
+#    fills the gaps; each control plane takes 300-500 MB;
+#  - without it, NORACE_P at a time (default 1): the envtest suites listed
+#    in norace below, then the assertions the race detector cannot make
+#    (norace_run).
 #
 # The rule: the race detector runs wherever a race can be: every unit
 # package, and every envtest suite whose package's own code has goroutines
@@ -95,38 +96,33 @@ if [[ ${RACE_LIST:-} == 1 ]]; then # print the plan only
 	exit 0
 fi
 
-log=$(mktemp)
+log=$(mktemp) plainlog=$(mktemp)
+trap 'rm -f "$log" "$plainlog"' EXIT
 start=$SECONDS
 rc=0
-phase() {
-	local name=$1 t=$SECONDS
-	shift
-	echo "race: $name"
-	"$@" 2>&1 | tee -a "$log" || rc=1
-	printf 'race: phase %-58s %5ds\n' "$name" $((SECONDS - t)) | tee -a "$log.phases"
-}
-: >"$log.phases"
-trap 'rm -f "$log" "$log.phases"' EXIT
+race_p=${RACE_P:-3} norace_p=${NORACE_P:-1}
 
-# -race needs cgo; the runs without it use CGO_ENABLED=0, as make build and
-# go vet do, so they reuse those packages from the build cache.
-phase "1/3 ${#unit[@]} unit packages, race" \
-	env CGO_ENABLED=1 go test -race "$@" "${unit[@]}"
-phase "2/3 ${#envtest[@]} envtest suites, race, ${RACE_ENVTEST_P:-3} at a time" \
-	env CGO_ENABLED=1 go test -race -p "${RACE_ENVTEST_P:-3}" "$@" "${envtest[@]}"
-# shellcheck disable=SC2317 # run by phase
-plain_phase() {
-	local r=0
-	CGO_ENABLED=0 go test -p "${NORACE_ENVTEST_P:-3}" "$@" "${plain[@]}" || r=1
-	CGO_ENABLED=0 go test -run "$run_re" "$@" "${run_pkgs[@]}" || r=1
-	return $r
-}
-phase "3/3 ${#plain[@]} envtest suites and ${#run_tests[@]} tests, no race, ${NORACE_ENVTEST_P:-3} at a time" \
-	plain_phase "$@"
-echo "race: phases"
-cat "$log.phases"
+# Beside the race run, the suites without the race detector (started first:
+# both compile at once, then both mostly wait). -race needs cgo; the run
+# without it uses CGO_ENABLED=0, as make build and go vet do, so it reuses
+# their packages from the build cache.
+(
+	r=0
+	CGO_ENABLED=0 go test -p "$norace_p" "$@" "${plain[@]}" >"$plainlog" 2>&1 || r=1
+	CGO_ENABLED=0 go test -run "$run_re" "$@" "${run_pkgs[@]}" >>"$plainlog" 2>&1 || r=1
+	echo "race: without the race detector: done in $((SECONDS - start))s" >>"$plainlog"
+	exit $r
+) &
+plain_pid=$!
+echo "race: ${#envtest[@]} envtest suites and ${#unit[@]} unit packages with the race detector, $race_p at a time;" \
+	"beside them ${#plain[@]} envtest suites and ${#run_tests[@]} tests without it, $norace_p at a time"
+CGO_ENABLED=1 go test -race -p "$race_p" "$@" "${envtest[@]}" "${unit[@]}" 2>&1 | tee "$log" || rc=1
+echo "race: with the race detector: done in $((SECONDS - start))s"
+wait "$plain_pid" || rc=1
+echo "race: without the race detector:"
+cat "$plainlog"
 echo "race: slowest packages (s)"
-grep -E '^(ok|FAIL)\s' "$log" | awk '$NF ~ /s$/ {t=$NF; sub(/s$/, "", t); print t, $1, $2}' | sort -rn | head -15 |
+cat "$log" "$plainlog" | grep -E '^(ok|FAIL)\s' | awk '$NF ~ /s$/ {t=$NF; sub(/s$/, "", t); print t, $1, $2}' | sort -rn | head -15 |
 	awk '{printf "  %7.1f %-4s %s\n", $1, $2, $3}'
 echo "race: done in $((SECONDS - start))s"
 exit $rc
