@@ -49,7 +49,7 @@ norace=(
 
 # Assertions the race detector cannot make: a race-enabled render worker's
 # shadow memory counts against its RLIMIT_AS, so these tests skip their
-# out-of-memory cases under it. Phase 3 runs them without it.
+# out-of-memory cases under it. The run without it runs them.
 norace_run=(
 	"internal/renderworker:TestPool_RunawayTemplatesAreStoppedWithAClearError"
 	"internal/renderservice:TestRenderer_HostileBundlesFailWithTheBundlesReasonWithinTheControllersLimits"
