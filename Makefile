@@ -54,8 +54,10 @@ node-bins: ## Build what a real dev cluster runs (control plane, kube-scheduler,
 	hack/build-tools.sh $(CONTROLPLANE_BINS) $(NODE_BINS)
 
 .PHONY: dev-bins
-dev-bins: node-bins ## node-bins plus kubectl, for working with the demo's clusters.
-	hack/build-tools.sh kubectl
+# One go build for all of them: the binaries share most of their packages,
+# and one invocation compiles and links them in parallel.
+dev-bins: ## node-bins plus kubectl, for working with the demo's clusters.
+	hack/build-tools.sh $(CONTROLPLANE_BINS) $(NODE_BINS) kubectl
 
 .PHONY: dev-deps
 dev-deps: ## Install containerd, runc, CNI plugins and iptables from Debian when missing (root).
@@ -150,17 +152,28 @@ verify: generate lint layering ## Fail when generated files are stale, code is n
 		echo "generated files or go.mod are stale: run 'make generate' and 'go mod tidy', then commit"; \
 		git status --porcelain -- api kustomize charts go.mod go.sum; git diff --stat; exit 1; fi
 
+# $(call timed,NAME,COMMAND) runs COMMAND and prints how long it took, so
+# make test shows where its time goes.
+timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
+	$(2) || { echo "=== make $@: $(1) failed after $$(( $$(date +%s) - t ))s"; exit 1; }; \
+	echo "=== make $@: $(1) took $$(( $$(date +%s) - t ))s"
+
 .PHONY: test
-test: dev-deps dev-bins helm images ## Run the unit and envtest suites with the race detector (hack/race.sh), then the e2e suite on real clusters; builds and installs what they need (kubectl too: the e2e suite drives it).
-	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
-	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./test/e2e/
+test: ## Run the unit and envtest suites (hack/race.sh: with the race detector where it can find a race), then the e2e suite on real clusters; builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
+	@$(call timed,dev-deps,$(MAKE) --no-print-directory dev-deps)
+	@$(call timed,dev-bins (the Kubernetes binaries),$(MAKE) --no-print-directory dev-bins)
+	@$(call timed,helm,$(MAKE) --no-print-directory helm)
+	@$(call timed,images,$(MAKE) --no-print-directory images)
+	@$(call timed,unit and envtest suites (hack/race.sh),CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS))
+	@$(call timed,the remotedialer fork's own tests,$(MAKE) --no-print-directory test-remotedialer)
+	@$(call timed,e2e suite,FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./test/e2e/)
 
 .PHONY: e2e
 e2e: dev-deps dev-bins helm images ## Run only the e2e suite on real local clusters.
 	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
 .PHONY: race
-race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (not e2e); needs cgo and gcc.
+race: controlplane-bins helm ## Run the unit and envtest suites as make test does (hack/race.sh: the race detector where it can find a race; not e2e); needs cgo and gcc.
 	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
 
 .PHONY: fuzz

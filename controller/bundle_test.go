@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,13 +67,27 @@ func webBundle(ws string) *fleet.Bundle {
 	}
 }
 
+// newCluster commits an agent-initiated Cluster (see createCluster).
 func newCluster(t *testing.T, ws, name string, labels map[string]string) *fleet.Cluster {
 	t.Helper()
 	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name, Labels: labels}, Spec: fleet.ClusterSpec{ClientID: name}}
+	createCluster(t, c)
+	return c
+}
+
+// createCluster commits an agent-initiated Cluster whose agent has made its
+// first check-in, as a registered agent does at once: without one the
+// controller leaves a new Cluster's status (its namespace) unwritten for
+// cluster.FirstCheckInGrace, and every Bundle would wait that long for it.
+func createCluster(t *testing.T, c *fleet.Cluster) {
+	t.Helper()
 	if err := up.Create(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	checkIn := fmt.Appendf(nil, `{"status":{"agent":{"lastSeen":%q}}}`, time.Now().UTC().Format(time.RFC3339))
+	if err := up.Status().Patch(t.Context(), c, client.RawPatch(types.MergePatchType, checkIn)); err != nil {
+		t.Fatalf("the first check-in of the agent of cluster %s: %v", c.Name, err)
+	}
 }
 
 // deployedTo returns the clusters that have a BundleDeployment of the bundle.
@@ -315,9 +330,7 @@ func TestBundle_MixedTargetDeploysWhatFleetRenderBundleShows(t *testing.T) {
 	clusters := map[string]*fleet.Cluster{}
 	for _, name := range []string{"prod-eu", "prod-us", "dev-eu"} {
 		c := readTestdata(t, name+".yaml", ws, &fleet.Cluster{})
-		if err := up.Create(t.Context(), c); err != nil {
-			t.Fatal(err)
-		}
+		createCluster(t, c)
 		clusters[name] = c
 	}
 	b := readTestdata(t, "bundle.yaml", ws, &fleet.Bundle{})
@@ -365,9 +378,7 @@ func TestBundle_MixedTargetDeploysWhatFleetRenderBundleShows(t *testing.T) {
 func TestBundle_AgentBundleLabelOnlyFromTheControllersAgentBundle(t *testing.T) {
 	ws := testenv.Namespace(t, up, "fleet-agentlabel-")
 	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "c1"}, Spec: fleet.ClusterSpec{ClientID: "c1", AgentNamespace: "cattle-fleet-system"}}
-	if err := up.Create(t.Context(), c); err != nil {
-		t.Fatal(err)
-	}
+	createCluster(t, c)
 	clusterNS := names.ClusterNamespace(ws, c.Name)
 	agentBD := client.ObjectKey{Namespace: clusterNS, Name: names.AgentBundle(c.Name)}
 	labelOf := func(key client.ObjectKey) func() (string, error) {

@@ -282,3 +282,36 @@ func TestComputeConditions_DirectEndpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstCheckInGrace: only a new agent-initiated Cluster with no status
+// at all waits for its agent's first check-in, and at most
+// FirstCheckInGrace from its creation; the envtest suites' Clusters check in
+// at once (controller's createCluster), so this is where the wait is proven.
+func TestFirstCheckInGrace(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	newCluster := func(age time.Duration, mutate func(*fleet.Cluster)) *fleet.Cluster {
+		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-age))}}
+		if mutate != nil {
+			mutate(c)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		c    *fleet.Cluster
+		want time.Duration
+	}{
+		{"new, agent-initiated, no status: waits the rest of the grace", newCluster(5*time.Second, nil), FirstCheckInGrace - 5*time.Second},
+		{"older than the grace: written now", newCluster(FirstCheckInGrace+time.Second, nil), 0},
+		{"manager-initiated (kubeconfig Secret): no agent to wait for", newCluster(0, func(c *fleet.Cluster) { c.Spec.KubeConfigSecret = "kc" }), 0},
+		{"the agent checked in", newCluster(0, func(c *fleet.Cluster) { c.Status.Agent.LastSeen = metav1.NewTime(now) }), 0},
+		{"a status already written", newCluster(0, func(c *fleet.Cluster) { c.Status.Namespace = "cluster-ns" }), 0},
+		{"conditions already written", newCluster(0, func(c *fleet.Cluster) {
+			c.Status.Conditions = []metav1.Condition{{Type: fleet.ReadyCondition, Status: metav1.ConditionFalse}}
+		}), 0},
+	} {
+		if got := firstCheckInGrace(tc.c, now); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

@@ -31,17 +31,6 @@ func TestAgentStatus_RequestIdentityWritesOnlyItsHeartbeat(t *testing.T) {
 	req := as(t, string(secret.Data[registration.KeyToken]))
 	ctx := t.Context()
 	key := client.ObjectKey{Namespace: ws, Name: clusterName}
-	// The Cluster reconciler writes its part of the status first.
-	testenv.Eventually(t, 30*time.Second, "the controller's status on the Cluster", func() error {
-		c := &fleet.Cluster{}
-		if err := up.Get(ctx, key, c); err != nil {
-			return err
-		}
-		if c.Status.Namespace == "" || len(c.Status.Conditions) == 0 {
-			return fmt.Errorf("status %+v", c.Status)
-		}
-		return nil
-	})
 	patch := func(body string) error {
 		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: clusterName}}
 		return req.Status().Patch(ctx, c, client.RawPatch(types.MergePatchType, []byte(body)))
@@ -53,6 +42,20 @@ func TestAgentStatus_RequestIdentityWritesOnlyItsHeartbeat(t *testing.T) {
 	if err := patch(`{"status":{"agent":{"lastSeen":"` + now + `","namespace":"cattle-fleet-system","nodeCount":3}}}`); err != nil {
 		t.Fatalf("heartbeat refused: %v", err)
 	}
+
+	// The Cluster reconciler writes its part of the status before the
+	// patches below try to change it: at once after that first heartbeat
+	// (without one, only after cluster.FirstCheckInGrace).
+	testenv.Eventually(t, 30*time.Second, "the controller's status on the Cluster", func() error {
+		c := &fleet.Cluster{}
+		if err := up.Get(ctx, key, c); err != nil {
+			return err
+		}
+		if c.Status.Namespace == "" || len(c.Status.Conditions) == 0 {
+			return fmt.Errorf("status %+v", c.Status)
+		}
+		return nil
+	})
 
 	other := names.ClusterNamespace(ws, "someone-else")
 	forbidden := map[string]func() error{

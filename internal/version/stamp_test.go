@@ -124,8 +124,9 @@ func TestMakeBuild_StampsVersionAndCommit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make -n: %v\n%s", err, dry)
 	}
-	// bin/fleet and the image's binary both stamped, the image tagged the same.
-	for want, n := range map[string]int{"internal/version.Version=9.8.7-rc.1": 2, "internal/version.Commit=" + commit: 2, "--tag 9.8.7-rc.1": 1} {
+	// bin/fleet, bin/fleet-dev and the image's binary all stamped, the image
+	// tagged the same.
+	for want, n := range map[string]int{"internal/version.Version=9.8.7-rc.1": 3, "internal/version.Commit=" + commit: 3, "--tag 9.8.7-rc.1": 1} {
 		if got := strings.Count(string(dry), want); got != n {
 			t.Errorf("make -n build images VERSION=9.8.7-rc.1: %q %d times, want %d:\n%s", want, got, n, dry)
 		}
