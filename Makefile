@@ -127,10 +127,12 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: vet helm ## Run go vet, check gofmt, helm lint the charts.
+lint: vet helm ## Run go vet, check gofmt, helm lint the charts (Helm 4 and Helm 3).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(BIN)/helm lint --strict charts/fleet-agent -n cattle-fleet-system -f hack/lint/fleet-agent-values.yaml
 	$(BIN)/helm lint --strict charts/fleet -n cattle-fleet-system
+	$(BIN)/helm3 lint --strict charts/fleet-agent -n cattle-fleet-system -f hack/lint/fleet-agent-values.yaml
+	$(BIN)/helm3 lint --strict charts/fleet -n cattle-fleet-system
 
 .PHONY: golden
 golden: ## Rewrite the renderer's golden files after an intended change to the agent chart.
