@@ -94,14 +94,19 @@ push-images: ## Push the multi-arch image REGISTRY/fleet:VERSION for PLATFORMS (
 $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum
 	hack/build-tools.sh controller-gen
 
-# The helm CLI is a tool of the main module (go.mod `tool` line, the version
-# the project's Helm SDK uses), so it compiles with the project's packages.
+# bin/helm, the Helm 4 CLI, is a tool of the main module (go.mod `tool` line,
+# the version the renderer's Helm SDK uses), so the CLI and the SDK never
+# drift apart. bin/helm3, a Helm 3 CLI at an approved version, comes from
+# hack/tools: the render parity tests check both (users review with either).
 $(BIN)/helm: go.mod
-	go build -ldflags "-X helm.sh/helm/v3/internal/version.version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v3)" \
-		-o $(BIN)/helm helm.sh/helm/v3/cmd/helm
+	go build -ldflags "-X helm.sh/helm/v4/internal/version.version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4)" \
+		-o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
+$(BIN)/helm3: hack/tools/go.mod hack/tools/go.sum
+	hack/build-tools.sh helm3
 
 .PHONY: helm
-helm: $(BIN)/helm ## Install the helm CLI into bin/.
+helm: $(BIN)/helm $(BIN)/helm3 ## Install the helm CLIs into bin/: helm (Helm 4, the SDK's version) and helm3 (Helm 3, for the parity tests).
 
 .PHONY: generate
 generate: $(BIN)/controller-gen ## Generate deepcopy code and CRDs; copy CRDs, policies and shared ClusterRoles into charts/fleet; write charts/fleet/values.schema.json from internal/config's rules.
@@ -124,10 +129,12 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: vet $(BIN)/helm ## Run go vet, check gofmt, helm lint the charts.
+lint: vet helm ## Run go vet, check gofmt, helm lint the charts (Helm 4 and Helm 3).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(BIN)/helm lint --strict charts/fleet-agent -n cattle-fleet-system -f hack/lint/fleet-agent-values.yaml
 	$(BIN)/helm lint --strict charts/fleet -n cattle-fleet-system
+	$(BIN)/helm3 lint --strict charts/fleet-agent -n cattle-fleet-system -f hack/lint/fleet-agent-values.yaml
+	$(BIN)/helm3 lint --strict charts/fleet -n cattle-fleet-system
 
 .PHONY: golden
 golden: ## Rewrite the renderer's golden files after an intended change to the agent chart.

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -13,25 +12,21 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
-
-func helmBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	p, _ := filepath.Abs("../bin/helm")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatal("the helm CLI is needed: run `make helm` (or `make test`, which installs it)")
-	}
-	return p
-}
 
 // TestHelmInstall_AgentInitiatedAsDocumented installs the agent chart with
 // the real helm CLI and a token's values file, as seed 001 documents
 // (--set clientID, --set-string labels), in strict TLS mode; the agent then
-// registers under that clientID with those labels.
+// registers under that clientID with those labels. Both CLIs users have:
+// Helm 4 (which installs with server-side apply) and Helm 3.
 func TestHelmInstall_AgentInitiatedAsDocumented(t *testing.T) {
+	for _, h := range renderertest.HelmCLIs(t) {
+		t.Run(h.Name, func(t *testing.T) { helmInstallAgentInitiated(t, h) })
+	}
+}
+
+func helmInstallAgentInitiated(t *testing.T, h renderertest.HelmCLI) {
 	ds := env.Downstreams[0]
 	ws := testenv.Namespace(t, up, "fleet-ws-")
 	values := newToken(t, ws, "helm-tok", fleet.ClusterRegistrationTokenSpec{})
@@ -45,15 +40,14 @@ func TestHelmInstall_AgentInitiatedAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	agentNS := "agent-" + ws
-	cmd := exec.Command(helmBinary(t), "install", "fleet-agent", "../charts/fleet-agent",
+	cmd := h.Command(t, "install", "fleet-agent", "../charts/fleet-agent",
 		"--kubeconfig", kubeconfig, "-n", agentNS, "--create-namespace", "-f", valuesFile,
 		"--set", "clientID=helm-"+ws, "--set-string", "labels.env=prod", "--set", "agentTLSMode=strict",
 		"--set", "internal.systemNamespace="+agentNS)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, out.String())
+		t.Fatalf("%s install: %v\n%s", h.Name, err, out.String())
 	}
 	a := startAgent(t, ds, agentNS, nil)
 	_, name := waitRegistered(t, a)

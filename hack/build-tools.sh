@@ -9,7 +9,9 @@ mkdir -p "$BIN"
 
 kube_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${kube_version} \
--X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$kube_version")"
+-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$kube_version") \
+-X helm.sh/helm/v3/internal/version.version=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)"
+# (An -X for a package a binary does not link is ignored: one line for all.)
 
 pkg_of() {
   case "$1" in
@@ -17,7 +19,7 @@ pkg_of() {
     kubectl) echo "k8s.io/kubernetes/cmd/kubectl" ;;
     etcd) echo "./etcd" ;;
     controller-gen) echo "sigs.k8s.io/controller-tools/cmd/controller-gen" ;;
-    helm) echo "helm.sh/helm/v3/cmd/helm" ;;
+    helm3) echo "helm.sh/helm/v3/cmd/helm" ;;
     *) echo "unknown tool $1" >&2; exit 2 ;;
   esac
 }
@@ -28,6 +30,8 @@ stamp_of() { sha256sum go.mod go.sum | sha256sum | cut -c1-16; }
 
 # Build every missing or stale binary in one go build: the packages share
 # most of their dependencies, and one invocation compiles them in parallel.
+# go build names each binary after its package (helm3's is "helm"), so they
+# are built into a scratch directory and moved to their names.
 want="$(stamp_of)"
 names=() pkgs=()
 for name in "$@"; do
@@ -41,9 +45,13 @@ done
 [[ ${#names[@]} -eq 0 ]] && exit 0
 echo "building ${names[*]} from the Go module proxy (several minutes on a fresh machine)"
 start=$(date +%s)
-CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}"
-for name in "${names[@]}"; do
-  [[ -x "$BIN/$name" ]] || { echo "build produced no $BIN/$name" >&2; exit 1; }
+out=$(mktemp -d "$BIN/.build.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
+for i in "${!names[@]}"; do
+  name=${names[$i]} built="$out/$(basename "${pkgs[$i]}")"
+  [[ -x "$built" ]] || { echo "build produced no $built for $name" >&2; exit 1; }
+  mv -f "$built" "$BIN/$name"
   echo "$want" >"$BIN/.$name.stamp"
 done
 echo "built ${names[*]} in $(( $(date +%s) - start ))s"

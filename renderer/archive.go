@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sort"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
 
 // maxChartArchive bounds a chart archive read back from the API (an

@@ -11,7 +11,8 @@ import (
 	"sort"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -320,7 +321,7 @@ func bundleValues(files map[string][]byte, h *fleet.HelmOptions) ([]byte, error)
 		if !ok {
 			return nil, fmt.Errorf("helm.valuesFiles: %q is not in the Bundle", vf)
 		}
-		v, err := chartutil.ReadValues(data)
+		v, err := common.ReadValues(data)
 		if err != nil {
 			return nil, fmt.Errorf("helm.valuesFiles: %s: %w", vf, err)
 		}

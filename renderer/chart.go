@@ -20,8 +20,10 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/loader/archive"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
 
 // Chart is a parsed Helm chart. Parse once, render many times.
@@ -77,8 +79,8 @@ func (c *Chart) Digest() string { return c.digest }
 
 // digestFiles hashes files in name order, each as its length-prefixed name
 // and contents, so no two different file sets hash alike.
-func digestFiles(files []*chart.File) string {
-	sorted := make([]*chart.File, len(files))
+func digestFiles(files []*common.File) string {
+	sorted := make([]*common.File, len(files))
 	copy(sorted, files)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	h := sha256.New()
@@ -124,7 +126,7 @@ func LoadChartFS(fsys fs.FS, root string) (*Chart, error) {
 // read.
 func loadChartFiles(files map[string][]byte, root string) (*Chart, error) {
 	root = path.Clean(root)
-	var buffered []*loader.BufferedFile
+	var buffered []*archive.BufferedFile
 	for p, data := range files {
 		rel := path.Clean(p)
 		if root != "." {
@@ -133,7 +135,7 @@ func loadChartFiles(files map[string][]byte, root string) (*Chart, error) {
 				continue
 			}
 		}
-		buffered = append(buffered, &loader.BufferedFile{Name: rel, Data: data})
+		buffered = append(buffered, &archive.BufferedFile{Name: rel, Data: data})
 	}
 	// The loader keeps files in the order given: in a directory walk's
 	// order (by name within each directory), the chart's digest and archive

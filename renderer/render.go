@@ -3,13 +3,16 @@ package renderer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"sort"
 	"strings"
 	"sync"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	kustypes "sigs.k8s.io/kustomize/api/types"
@@ -77,22 +80,42 @@ func Render(in Input) (*Output, error) {
 	return &Output{YAML: out}, nil
 }
 
+// KubeVersion is the Kubernetes version charts see as
+// .Capabilities.KubeVersion (and Chart.yaml kubeVersion constraints are
+// checked against) when the renderer renders them. It is pinned, not taken
+// from the cluster: the same chart and values render the same bytes for
+// every cluster and in every build. Helm 4's own default comes from the
+// client-go it is built with (v1.37.0 for Helm v4.3.2, but v1.20.0 inside
+// `go test` binaries), so it is pinned here to what a Helm v4.3.2 CLI says;
+// `helm template --kube-version v1.37.0` gives the same bytes with any Helm
+// 3 or 4 CLI.
+const KubeVersion = "v1.37.0"
+
+// kubeVersion is KubeVersion parsed once.
+var kubeVersion = func() *common.KubeVersion {
+	v, err := common.ParseKubeVersion(KubeVersion)
+	if err != nil {
+		panic(fmt.Sprintf("renderer.KubeVersion %q: %v", KubeVersion, err))
+	}
+	return v
+}()
+
 // renderChart is `helm template` through the Helm SDK: the same install
 // action in client-only dry-run mode, the same values parsing and the same
 // output assembly (manifest, then hooks).
 func renderChart(in Input) (string, error) {
-	vals, err := chartutil.ReadValues(in.Values)
+	vals, err := common.ReadValues(in.Values)
 	if err != nil {
 		return "", fmt.Errorf("values are not valid YAML: %w", err)
 	}
-	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
-	install.DryRun = true
-	install.DryRunOption = "true"
-	install.ClientOnly = true
+	// Helm's debug lines go nowhere: every failure comes back as an error.
+	install := action.NewInstall(action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler)))
+	install.DryRunStrategy = action.DryRunClient
 	install.Replace = true
 	install.ReleaseName = in.ReleaseName
 	install.Namespace = in.Namespace
 	install.DisableOpenAPIValidation = true
+	install.KubeVersion = kubeVersion
 
 	in.Chart.mu.Lock()
 	defer in.Chart.mu.Unlock()
@@ -106,9 +129,13 @@ func renderChart(in Input) (string, error) {
 		}
 		install.SkipSchemaValidation = true
 	}
-	rel, err := install.Run(in.Chart.chart, vals)
+	r, err := install.Run(in.Chart.chart, vals)
 	if err != nil {
 		return "", fmt.Errorf("rendering chart %s: %w", in.Chart.Name(), cleanHelmError(err))
+	}
+	rel, ok := r.(*release.Release)
+	if !ok {
+		return "", fmt.Errorf("rendering chart %s: Helm returned a %T release, not a v1 release", in.Chart.Name(), r)
 	}
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(rel.Manifest))

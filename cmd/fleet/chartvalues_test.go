@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -19,17 +18,42 @@ import (
 	"github.com/gitops-fleet/fleet/charts/valuesschema"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
-// helmTemplateFleet runs `helm template fleet charts/fleet` with args and
-// returns its output, or its error with what helm printed.
+// helmTemplateFleet runs `helm template fleet charts/fleet` with args with
+// the Helm 4 CLI and returns its output, or its error with what helm
+// printed. The Helm 3 CLI runs too and must agree: the same objects, or the
+// same error.
 func helmTemplateFleet(t *testing.T, args ...string) ([]byte, string, error) {
 	t.Helper()
-	cmd := exec.Command(helmBinary(t), append([]string{"template", "fleet", "../../charts/fleet", "-n", "cattle-fleet-system"}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	return out, stderr.String(), err
+	type result struct {
+		out    []byte
+		stderr string
+		err    error
+	}
+	var res []result
+	for _, h := range renderertest.HelmCLIs(t) {
+		cmd := h.Command(t, append([]string{"template", "fleet", "../../charts/fleet", "-n", "cattle-fleet-system"}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		res = append(res, result{out, stderr.String(), err})
+	}
+	h4, h3 := res[0], res[1]
+	switch {
+	case (h4.err == nil) != (h3.err == nil):
+		t.Errorf("helm template %v: Helm 4 says %v, Helm 3 %v:\n%s\n%s", args, h4.err, h3.err, h4.stderr, h3.stderr)
+	case h4.err != nil && h4.stderr != h3.stderr:
+		t.Errorf("helm template %v: Helm 4 and Helm 3 refuse with different messages:\n%s\n%s", args, h4.stderr, h3.stderr)
+	case h4.err == nil:
+		o4, err4 := renderer.DecodeObjects(h4.out)
+		o3, err3 := renderer.DecodeObjects(h3.out)
+		if err4 != nil || err3 != nil || !reflect.DeepEqual(o4, o3) {
+			t.Errorf("helm template %v: Helm 4 and Helm 3 render different objects (%v, %v)", args, err4, err3)
+		}
+	}
+	return h4.out, h4.stderr, h4.err
 }
 
 // chartConfig is the configuration the rendered chart gives the controller,
@@ -227,7 +251,8 @@ func TestFleetChart_DefaultsAndDocumentedValuesRender(t *testing.T) {
 	}
 }
 
-// TestCharts_LintCleanly: `helm lint` of both charts prints no failure
+// TestCharts_LintCleanly: `helm lint` of both charts, with the Helm 4 and
+// the Helm 3 CLI, prints no failure
 // (papercut 20: the agent chart needs the values of hack/lint, which
 // docs/operations.md names).
 func TestCharts_LintCleanly(t *testing.T) {
@@ -235,9 +260,11 @@ func TestCharts_LintCleanly(t *testing.T) {
 		{"lint", "--strict", "../../charts/fleet", "-n", "cattle-fleet-system"},
 		{"lint", "--strict", "../../charts/fleet-agent", "-n", "cattle-fleet-system", "-f", "../../hack/lint/fleet-agent-values.yaml"},
 	} {
-		out, err := exec.Command(helmBinary(t), args...).CombinedOutput()
-		if err != nil || bytes.Contains(out, []byte("Fail")) || bytes.Contains(out, []byte("[ERROR]")) || bytes.Contains(out, []byte("[WARNING]")) {
-			t.Errorf("helm %v: %v\n%s", args, err, out)
+		for _, h := range renderertest.HelmCLIs(t) {
+			out, err := h.Command(t, args...).CombinedOutput()
+			if err != nil || bytes.Contains(out, []byte("Fail")) || bytes.Contains(out, []byte("[ERROR]")) || bytes.Contains(out, []byte("[WARNING]")) {
+				t.Errorf("%s %v: %v\n%s", h.Name, args, err, out)
+			}
 		}
 	}
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
 // The directory users copy into their git repository, and the controller
@@ -328,7 +329,7 @@ func TestGitopsExample_BundleRendersForDevClusters(t *testing.T) {
 // gives the same bytes (render_test.go covers clusters/*.yaml; the files in
 // clusters/more are checked here).
 func TestGitopsExample_ClustersRenderWithFleetRenderAgent(t *testing.T) {
-	helm := helmBinary(t)
+	clis := renderertest.HelmCLIs(t)
 	files, _ := filepath.Glob(gitopsDir + "/clusters/*.yaml")
 	more, _ := filepath.Glob(gitopsDir + "/clusters/more/*.yaml")
 	files = append(files, more...)
@@ -388,15 +389,17 @@ func TestGitopsExample_ClustersRenderWithFleetRenderAgent(t *testing.T) {
 			if err := os.WriteFile(vf, values, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(helm, "template", "fleet-agent", "../../charts/fleet-agent", "-n", renderer.AgentNamespace(cluster), "-f", vf)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			helmOut, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("helm template: %v: %s", err, stderr.String())
-			}
-			if !bytes.Equal(helmOut, manifests) {
-				t.Errorf("helm template with the values differs from fleet render agent")
+			for _, h := range clis {
+				cmd := h.Command(t, "template", "fleet-agent", "../../charts/fleet-agent", "-n", renderer.AgentNamespace(cluster), "-f", vf)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				helmOut, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("%s template: %v: %s", h.Name, err, stderr.String())
+				}
+				if !bytes.Equal(helmOut, manifests) {
+					t.Errorf("%s template with the values differs from fleet render agent", h.Name)
+				}
 			}
 		})
 	}
@@ -620,16 +623,24 @@ func checkReadmeTokenValues(t *testing.T, values []byte) {
 	if err := os.WriteFile(vf, values, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(helmBinary(t), "template", "fleet-agent", "../../charts/fleet-agent", "-n", "cattle-fleet-system", "-f", vf,
-		"--set", "clientID=dev-2", "--set-string", "labels.env=dev").Output()
-	if err != nil {
-		t.Fatalf("helm template with the token's values: %v", err)
-	}
+	// The README's line is what either CLI prints.
 	var config string
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, "  config:") {
-			config = l
+	for _, h := range renderertest.HelmCLIs(t) {
+		out, err := h.Command(t, "template", "fleet-agent", "../../charts/fleet-agent", "-n", "cattle-fleet-system", "-f", vf,
+			"--set", "clientID=dev-2", "--set-string", "labels.env=dev").Output()
+		if err != nil {
+			t.Fatalf("%s template with the token's values: %v", h.Name, err)
 		}
+		var line string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "  config:") {
+				line = l
+			}
+		}
+		if config != "" && line != config {
+			t.Errorf("the Helm CLIs print different config lines:\n%s\n%s", config, line)
+		}
+		config = line
 	}
 	readmeMustShow(t, doc, "helm template fleet-agent charts/fleet-agent -n cattle-fleet-system -f values.yaml --set clientID=dev-2 --set-string labels.env=dev | grep '  config:'", config+"\n")
 }

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +18,10 @@ import (
 )
 
 func main() {
+	// Helm's packages log through slog's default logger (to stderr, outside
+	// the --log-level and format of the rest); the renderer returns every
+	// failure as an error, so those lines only repeat it or are noise.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	// The renderer, the controller (without a renderer) and `fleet render
 	// bundle` render Bundles in child processes of this binary; such a
 	// child renders and exits here, before any command runs.

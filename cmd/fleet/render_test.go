@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
 // runCLI runs the fleet command in-process and returns its standard output.
@@ -34,23 +34,13 @@ func runCLIStderr(t *testing.T, args ...string) (stdout, stderr []byte, err erro
 	return out.Bytes(), errOut.Bytes(), err
 }
 
-func helmBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	p, _ := filepath.Abs("../../bin/helm")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the helm CLI is needed: run `make helm` (or `make test`, which installs it)")
-	}
-	return p
-}
-
 // TestRenderAgent_ValuesThroughHelmTemplateGiveTheSameManifests is the
 // reviewability promise: a reviewer who runs helm template with the values
-// `fleet render agent` prints sees byte for byte what the controller applies.
+// `fleet render agent` prints sees byte for byte what the controller applies,
+// with a Helm 4 CLI and with a Helm 3 CLI (no --kube-version: the agent chart
+// reads no Capabilities, and this keeps it so).
 func TestRenderAgent_ValuesThroughHelmTemplateGiveTheSameManifests(t *testing.T) {
-	helm := helmBinary(t)
+	clis := renderertest.HelmCLIs(t)
 	sets := []struct{ glob, config string }{
 		{"../../examples/*/clusters/*.yaml", "../../examples/gitops/config/fleet-controller.yaml"},
 		{"../../renderer/testdata/clusters/*.yaml", "../../renderer/testdata/config.yaml"},
@@ -81,15 +71,19 @@ func TestRenderAgent_ValuesThroughHelmTemplateGiveTheSameManifests(t *testing.T)
 				if err := os.WriteFile(vf, values, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				cmd := exec.Command(helm, "template", "fleet-agent", "../../charts/fleet-agent", "-n", v.Internal.SystemNamespace, "-f", vf)
-				var stderr bytes.Buffer
-				cmd.Stderr = &stderr
-				helmOut, err := cmd.Output()
-				if err != nil {
-					t.Fatalf("helm template: %v: %s", err, stderr.String())
-				}
-				if !bytes.Equal(helmOut, manifests) {
-					t.Errorf("helm template output differs from fleet render agent --output manifests\n--- helm\n%s\n--- fleet\n%s", helmOut, manifests)
+				for _, h := range clis {
+					t.Run(h.Name, func(t *testing.T) {
+						cmd := h.Command(t, "template", "fleet-agent", "../../charts/fleet-agent", "-n", v.Internal.SystemNamespace, "-f", vf)
+						var stderr bytes.Buffer
+						cmd.Stderr = &stderr
+						helmOut, err := cmd.Output()
+						if err != nil {
+							t.Fatalf("%s template: %v: %s", h.Name, err, stderr.String())
+						}
+						if !bytes.Equal(helmOut, manifests) {
+							t.Errorf("%s template output differs from fleet render agent --output manifests\n--- %s\n%s\n--- fleet\n%s", h.Name, h.Name, helmOut, manifests)
+						}
+					})
 				}
 			})
 		}

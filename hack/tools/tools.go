@@ -4,6 +4,9 @@
 package tools
 
 import (
+	// bin/helm3: the Helm 3 CLI the render parity tests compare with (bin/helm,
+	// Helm 4, is a tool of the main module).
+	_ "helm.sh/helm/v3/cmd/helm"
 	_ "k8s.io/kubectl/pkg/cmd"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"

@@ -1,5 +1,6 @@
 // Package renderertest holds test helpers for hostile Bundle input, shared by
-// the renderer, render worker and controller tests. Only tests import it.
+// the renderer, render worker and controller tests, and the pinned helm CLIs
+// the render parity tests compare with (HelmCLIs). Only tests import it.
 package renderertest
 
 import (
