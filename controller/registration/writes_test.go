@@ -25,6 +25,8 @@ type write struct {
 	// grants: a status write of a ClusterRegistration that records it
 	// granted.
 	grants bool
+	// dryRun: a dry run, which changes nothing (not counted).
+	dryRun bool
 }
 
 func (w write) String() string {
@@ -40,6 +42,9 @@ func (w write) String() string {
 	if w.grants {
 		s += " (granted)"
 	}
+	if w.dryRun {
+		s += " (dry run)"
+	}
 	return s
 }
 
@@ -48,7 +53,7 @@ func (w write) String() string {
 // it records every write that reached the API server, and can end the
 // process at its n-th write as a kill would, right after that write
 // returned. Leases and events are not counted, nor dry runs and refused
-// writes (they change nothing).
+// writes (they change nothing); sent lists those too.
 type writeLog struct {
 	// before, when set, is called before each counted write is sent; it
 	// may block, holding the writer there.
@@ -64,7 +69,10 @@ type writeLog struct {
 
 	mu     sync.Mutex
 	writes []write
-	dead   bool
+	// sent are the write requests the process sent, dry runs and refused
+	// ones included (leases and events not).
+	sent []write
+	dead bool
 }
 
 func newWriteLog(killAt int, cancel context.CancelFunc) *writeLog {
@@ -84,15 +92,18 @@ func (l *writeLog) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Res
 	if l.isDead() {
 		return nil, fmt.Errorf("the controller was killed: %w", context.Canceled)
 	}
-	w, counted := writeOf(req)
-	if !counted {
+	w, ok := writeOf(req)
+	if !ok {
 		return rt.RoundTrip(req)
 	}
-	if l.before != nil {
+	if l.before != nil && !w.dryRun {
 		l.before(w)
 	}
+	l.mu.Lock()
+	l.sent = append(l.sent, w)
+	l.mu.Unlock()
 	resp, err := rt.RoundTrip(req)
-	if err != nil || resp.StatusCode >= 300 {
+	if err != nil || resp.StatusCode >= 300 || w.dryRun {
 		return resp, err
 	}
 	l.mu.Lock()
@@ -122,6 +133,14 @@ func (l *writeLog) seen() []write {
 	return slices.Clone(l.writes)
 }
 
+// attempts returns every write request the process sent, in order: dry
+// runs and writes the API server refused too.
+func (l *writeLog) attempts() []write {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sent)
+}
+
 // has says whether a write matching f reached the API server.
 func (l *writeLog) has(f func(write) bool) bool {
 	return slices.ContainsFunc(l.seen(), f)
@@ -134,21 +153,20 @@ var (
 	decoder = serializer.NewCodecFactory(controlplane.Scheme).UniversalDeserializer()
 )
 
-// writeOf says whether req is a counted write, and which.
+// writeOf says whether req is a write request (leases and events aside),
+// and which.
 func writeOf(req *http.Request) (write, bool) {
 	switch req.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 	default:
 		return write{}, false
 	}
-	if req.URL.Query().Has("dryRun") {
-		return write{}, false
-	}
 	info, err := requestInfo.NewRequestInfo(req)
 	if err != nil || !info.IsResourceRequest || info.Resource == "leases" || info.Resource == "events" {
 		return write{}, false
 	}
-	w := write{verb: info.Verb, resource: info.Resource, subresource: info.Subresource, namespace: info.Namespace, name: info.Name}
+	w := write{verb: info.Verb, resource: info.Resource, subresource: info.Subresource, namespace: info.Namespace, name: info.Name,
+		dryRun: req.URL.Query().Has("dryRun")}
 	needName := w.name == "" && w.verb == "create"
 	isStatus := w.resource == "clusterregistrations" && w.subresource == "status"
 	if !needName && !isStatus || req.Body == nil {
