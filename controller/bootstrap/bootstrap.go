@@ -178,7 +178,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	p := &pass{cfg: cfg, ns: ns, now: reconciler.Clock(r.Now).Now()}
 	out := reconciler.Success(fleet.SucceededReason, "")
-	if err := r.phases().Run(ctx, nil, p); err != nil {
+	if err := r.phases().Run(ctx, p); err != nil {
 		out = reconciler.Failure(err)
 	}
 	switch out.Kind() {

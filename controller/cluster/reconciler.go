@@ -151,7 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	directBefore := meta.FindStatusCondition(cluster.Status.Conditions, fleet.DirectEndpointCondition).DeepCopy()
 	cfg := r.Config.Get()
 	p := &pass{cluster: cluster, cfg: cfg, now: reconciler.Clock(r.Now).Now()}
-	err = r.phases().Run(ctx, nil, p)
+	err = r.phases().Run(ctx, p)
 	o := observation{now: p.now, offlineAfter: cfg.OfflineAfter(), bundles: p.bundles, imported: p.imported, rollout: p.rollout, err: err}
 	out := computeConditions(cluster, o)
 	if err := patcher.Patch(ctx, cluster); err != nil {

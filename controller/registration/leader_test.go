@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,16 +42,26 @@ type process struct {
 	checker *admission.Checker
 	cancel  context.CancelFunc
 	run     *testenv.Runner
+	// writes are the writes the process made (on its connection).
+	writes *writeLog
 }
 
 // startProcess starts a registration controller with a manager of its own.
-// hook is its step hook; lagging, when set, is what its cache shows of that
-// registration (whatever the API server has).
-func startProcess(t *testing.T, hook func(step string), lagging *fleet.ClusterRegistration) *process {
+// before, when set, is called before each of its writes (writeLog.before);
+// lagging, when set, is what its cache shows of that registration
+// (whatever the API server has).
+func startProcess(t *testing.T, before func(write), lagging *fleet.ClusterRegistration) *process {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &process{cancel: cancel}
-	mgr, err := ctrl.NewManager(env.Upstream.Config, testenv.ManagerOptions(ctx))
+	p := &process{cancel: cancel, writes: newWriteLog(0, cancel)}
+	p.writes.before = before
+	cfg := p.writes.config(env.Upstream.Config)
+	mgr, err := ctrl.NewManager(cfg, testenv.ManagerOptions(ctx))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -72,12 +83,9 @@ func startProcess(t *testing.T, hook func(step string), lagging *fleet.ClusterRe
 		APIReader:               mgr.GetAPIReader(),
 		Client:                  c,
 		Config:                  configstore.New(config.DefaultSystemNamespace, config.ConfigMapName, controllerConfig()),
-		Clientset:               env.Upstream.Clientset,
+		Clientset:               clientset,
 		Recorder:                mgr.GetEventRecorder("fleet-controller"),
 		CredentialPickupTimeout: leaderPickupTimeout,
-	}
-	if hook != nil {
-		ctrlreg.SetStepHook(p.r, hook)
 	}
 	if err := p.r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
@@ -198,8 +206,9 @@ func (s *credentialEvents) count() (added, rewritten int) {
 // whose cache still shows the registration as it was before A recorded the
 // grant (a standby's watch lagging at the leader change), takes over. B
 // must not run the grant again: the credential Secret is not written again
-// (nor, for an older agent's registration, brought back once picked up) and
-// the registration is not written.
+// (nor, for an older agent's registration, brought back once picked up),
+// no token is minted and the registration is not written: B sends no
+// write, not even a dry run.
 func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 	if !isolated {
 		runIsolated(t)
@@ -212,16 +221,16 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 	events := watchGrants(t, reg)
 
 	// What B's cache will show: the registration right before A recorded
-	// the grant (owner reference and finalizer set, credential Secret
-	// written, status not yet).
+	// the grant (finalizer set, everything made and the credential minted,
+	// status not yet), read as A sends the status write that grants.
 	var before atomic.Pointer[fleet.ClusterRegistration]
-	first := startProcess(t, func(step string) {
-		if step != ctrlreg.StepCredentialSecret || before.Load() != nil {
+	first := startProcess(t, func(w write) {
+		if !w.grants || w.name != reg.Name || before.Load() != nil {
 			return
 		}
 		r := &fleet.ClusterRegistration{}
 		if err := up.Get(context.Background(), key, r); err != nil {
-			t.Errorf("reading the registration at step %s: %v", step, err)
+			t.Errorf("reading the registration before %s: %v", w, err)
 			return
 		}
 		before.Store(r)
@@ -235,13 +244,7 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 		t.Fatalf("no view of the registration between the credential and the status: %+v", stale)
 	}
 
-	var steps []string
-	var mu sync.Mutex
-	second := startProcess(t, func(step string) {
-		mu.Lock()
-		steps = append(steps, step)
-		mu.Unlock()
-	}, stale)
+	second := startProcess(t, nil, stale)
 	testenv.Eventually(t, 30*time.Second, "the admission policies checked", func() error {
 		if !second.checker.Checked() {
 			return fmt.Errorf("not checked yet")
@@ -267,20 +270,19 @@ func TestGrant_NewLeaderWithALaggingCacheNeverGrantsAgain(t *testing.T) {
 	if now.ResourceVersion != granted.ResourceVersion || !now.Status.Granted {
 		t.Errorf("the new leader wrote the granted registration: resourceVersion %s → %s, status %+v", granted.ResourceVersion, now.ResourceVersion, now.Status)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(steps) > 0 {
-		t.Errorf("the new leader ran grant steps %v", steps)
+	// Not even a dry run: it never went into the grant.
+	if sent := second.writes.attempts(); len(sent) > 0 {
+		t.Errorf("the new leader sent writes %v, want none", sent)
 	}
 }
 
 // TestGrant_TwoControllersAtOnceGrantOnce: two controllers grant the same
-// registration at the same moment. Both get as far as the credential
-// Secret (the test holds each there until the other arrives, so they race
-// for the status), yet the Secret is written once with one token, exactly
-// one of them records the grant (the status write carries the version the
-// pass decided on), and once the agent picked the credential up nothing
-// writes it again.
+// registration at the same moment. Both get as far as the credential (the
+// test holds each at its status write that grants until the other
+// arrives, so they race for the status), yet the credential is handed over
+// once with one token, exactly one of them records the grant (the status
+// write carries the version the pass decided on), and once the agent
+// picked the credential up nothing writes it again.
 func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 	if !isolated {
 		runIsolated(t)
@@ -292,44 +294,54 @@ func TestGrant_TwoControllersAtOnceGrantOnce(t *testing.T) {
 	events := watchGrants(t, reg)
 
 	var (
-		mu       sync.Mutex
-		arrived  = map[int]bool{}
-		release  = make(chan struct{})
-		recorded atomic.Int32
+		mu      sync.Mutex
+		arrived = map[int]bool{}
+		release = make(chan struct{})
 	)
-	hook := func(id int) func(string) {
-		return func(step string) {
-			switch step {
-			case ctrlreg.StepCredentialSecret:
-				mu.Lock()
-				arrived[id] = true
-				if len(arrived) == 2 {
-					close(release)
-				}
+	holdAtGrant := func(id int) func(write) {
+		return func(w write) {
+			if !w.grants || w.name != reg.Name {
+				return
+			}
+			mu.Lock()
+			if arrived[id] {
 				mu.Unlock()
-				select {
-				case <-release:
-				case <-time.After(30 * time.Second):
-				}
-			case ctrlreg.StepStatus:
-				recorded.Add(1)
+				return
+			}
+			arrived[id] = true
+			if len(arrived) == 2 {
+				close(release)
+			}
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
 			}
 		}
 	}
-	startProcess(t, hook(1), nil)
-	startProcess(t, hook(2), nil)
+	grantsOf := func(p *process) int {
+		n := 0
+		for _, w := range p.writes.seen() {
+			if w.grants && w.name == reg.Name {
+				n++
+			}
+		}
+		return n
+	}
+	one := startProcess(t, holdAtGrant(1), nil)
+	two := startProcess(t, holdAtGrant(2), nil)
 
 	secret := a.waitCredential(t, reg, 90*time.Second)
 	waitCondition(t, ws, reg.Name, metav1.ConditionTrue, fleet.GrantedReason)
 	select {
 	case <-release:
 	case <-time.After(60 * time.Second):
-		t.Fatal("the two controllers did not both reach the credential step")
+		t.Fatal("the two controllers did not both reach the status write that grants")
 	}
 	// The pass that lost the race fails and looks again; let it.
 	time.Sleep(2 * time.Second)
-	if n := recorded.Load(); n != 1 {
-		t.Errorf("the grant was recorded %d times, want once", n)
+	if n := grantsOf(one) + grantsOf(two); n != 1 {
+		t.Errorf("the grant was recorded %d times, want once (writes: %v and %v)", n, one.writes.seen(), two.writes.seen())
 	}
 	if added, rewritten := events.count(); added != 1 || rewritten != 0 {
 		t.Errorf("credential handed over %d times and rewritten %d times, want once and never", added, rewritten)

@@ -110,11 +110,6 @@ type Reconciler struct {
 	// (superseding compares them; two must never be granted at once), while
 	// registrations of different clusters are granted in parallel.
 	clientLocks keyedMutex
-
-	// hook, set only by tests, is called after each externally visible
-	// step of a grant (the phases and the step* names) so a test can stop
-	// the process there; nil in production.
-	hook reconciler.Hook
 }
 
 // Reconcile grants a ClusterRegistration its credential, refuses it, or,
@@ -175,18 +170,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	base := reg.DeepCopy()
 	g := &grant{reg: reg, cfg: r.Config.Get(), now: now}
-	err = r.phases().Run(ctx, r.hook, g)
+	err = r.phases().Run(ctx, g)
 	r.recordCreatedCluster(reg, g)
 	out := setStatus(reg, g, err, now)
 	if err := patcher.Patch(ctx, reg, reconciler.WithOptimisticLock); err != nil {
 		return ctrl.Result{}, errors.Join(out.Err, err)
 	}
 	granted := out.Kind() == reconciler.KindSucceeded
-	if granted {
-		if err := r.hook.Mark(ctx, stepStatus); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
 	changed := base.Status.Granted != reg.Status.Granted || conditionChanged(base, reg)
 	if changed {
 		r.recordOutcome(reg, g, out)

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,29 +56,31 @@ func newTokenManager() (ctrl.Manager, error) {
 
 // grantController is one controller process as far as registrations go: a
 // manager of its own running a new ClusterRegistration Reconciler (no state
-// shared with any earlier one).
+// shared with any earlier one), on a connection the test watches (writes).
 type grantController struct {
 	cancel context.CancelFunc
 	run    *testenv.Runner
 	// elected is closed once the manager's caches synced and its
 	// controllers started.
 	elected <-chan struct{}
-	// killed is closed when the kill step was reached.
-	killed chan struct{}
-
-	mu    sync.Mutex
-	steps []string
+	writes  *writeLog
 }
 
-// startGrantController starts a registration controller. With killAt set,
-// reaching that step of a grant ends the manager's context from inside the
-// pass: the pass stops right there (every later request would carry the
-// ended context) and the manager shuts down, as a killed process would.
-func startGrantController(t *testing.T, killAt string) *grantController {
+// startGrantController starts a registration controller. With killAt > 0,
+// the killAt-th write it makes ends it right after that write returned:
+// the manager's context ends and no later request of the process reaches
+// the API server, as a killed process would.
+func startGrantController(t *testing.T, killAt int) *grantController {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &grantController{cancel: cancel, killed: make(chan struct{})}
-	mgr, err := ctrl.NewManager(env.Upstream.Config, testenv.ManagerOptions(ctx))
+	g := &grantController{cancel: cancel, writes: newWriteLog(killAt, cancel)}
+	cfg := g.writes.config(env.Upstream.Config)
+	mgr, err := ctrl.NewManager(cfg, testenv.ManagerOptions(ctx))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -96,22 +98,10 @@ func startGrantController(t *testing.T, killAt string) *grantController {
 		Admission:               checker,
 		Client:                  mgr.GetClient(),
 		Config:                  configstore.New(config.DefaultSystemNamespace, config.ConfigMapName, controllerConfig()),
-		Clientset:               env.Upstream.Clientset,
+		Clientset:               clientset,
 		Recorder:                mgr.GetEventRecorder("fleet-controller"),
 		CredentialPickupTimeout: restartPickupTimeout,
 	}
-	var once sync.Once
-	ctrlreg.SetStepHook(r, func(step string) {
-		g.mu.Lock()
-		g.steps = append(g.steps, step)
-		g.mu.Unlock()
-		if step == killAt {
-			once.Do(func() {
-				cancel()
-				close(g.killed)
-			})
-		}
-	})
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
 		t.Fatal(err)
@@ -146,60 +136,96 @@ func (g *grantController) wait(t *testing.T) {
 	}
 }
 
-// waitKilled waits until the kill step was reached and the manager
-// returned.
-func (g *grantController) waitKilled(t *testing.T, step string) {
+// waitKilledOrGranted waits until the controller was killed at its
+// killAt-th write (true; the manager returned), or granted reg with fewer
+// writes (false).
+func (g *grantController) waitKilledOrGranted(t *testing.T, reg *fleet.ClusterRegistration) bool {
 	t.Helper()
-	select {
-	case <-g.killed:
-	case <-g.run.Done():
-		t.Fatalf("controller manager returned before step %s: %v", step, g.run.Err())
-	case <-time.After(60 * time.Second):
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		t.Fatalf("step %s not reached within 60s (steps seen: %v)", step, g.steps)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-g.writes.killed:
+			g.wait(t)
+			return true
+		case <-g.run.Done():
+			t.Fatalf("controller manager returned before its write %d: %v", g.writes.killAt, g.run.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if writes := g.writes.seen(); slices.ContainsFunc(writes, func(w write) bool { return w.grants && w.name == reg.Name }) {
+			if len(writes) < g.writes.killAt {
+				return false
+			}
+			// The grant's last write was the killAt-th: the kill is
+			// under way.
+			select {
+			case <-g.writes.killed:
+				g.wait(t)
+				return true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("write %d reached the API server, but the controller was not killed", g.writes.killAt)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("neither write %d nor the grant within 60s (writes: %v)", g.writes.killAt, g.writes.seen())
+		}
 	}
-	g.wait(t)
 }
 
-func (g *grantController) seen() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Clone(g.steps)
-}
-
-// TestGrant_ControllerRestartAtEveryStepConverges kills the registration
-// controller right after each step of a grant, starts a new one, and checks
+// TestGrant_ControllerRestartAtEveryWriteConverges kills the registration
+// controller right after each write a grant makes (n = 1, 2, … until a
+// grant completes in fewer writes: whatever the grant writes is covered),
+// starts a new one, and checks that nothing after the kill happened and
 // that the registration completes with exactly one Cluster, one
 // registration and one request identity, and nothing left for any other
-// registration: both when the agent keeps waiting for its registration, and
-// when it gave up (its watch timed out) and registers anew.
+// registration: both when the agent keeps waiting for its registration,
+// and when it gave up (its watch timed out) and registers anew.
 //
 // Only one registration controller may run at a time, and the shared
 // controller of this binary reconciles every namespace, so the test runs in
 // a second process of this test binary, with control planes of its own and
 // without the shared controller (isolatedEnv).
-func TestGrant_ControllerRestartAtEveryStepConverges(t *testing.T) {
+func TestGrant_ControllerRestartAtEveryWriteConverges(t *testing.T) {
 	if !isolated {
 		runIsolated(t)
 		return
 	}
-	for _, step := range ctrlreg.GrantSteps {
-		t.Run(step, func(t *testing.T) {
-			t.Run("same-registration", func(t *testing.T) { restartAt(t, step, false) })
-			t.Run("new-registration", func(t *testing.T) { restartAt(t, step, true) })
+	for _, variant := range []struct {
+		name       string
+		reregister bool
+	}{{"same-registration", false}, {"new-registration", true}} {
+		t.Run(variant.name, func(t *testing.T) {
+			for n := 1; ; n++ {
+				var grant []write
+				if !t.Run(fmt.Sprintf("write-%d", n), func(t *testing.T) { grant = restartAt(t, n, variant.reregister) }) {
+					return
+				}
+				if grant != nil {
+					t.Logf("a grant makes %d writes:\n  %s", len(grant), strings.Join(stringsOf(grant), "\n  "))
+					if n < 2 {
+						t.Errorf("a grant of %d writes: the test killed the controller at none", len(grant))
+					}
+					return
+				}
+				if n >= 50 {
+					t.Fatalf("still killing at write %d: a grant never ends?", n)
+				}
+			}
 		})
 	}
 }
 
-func restartAt(t *testing.T, step string, reregister bool) {
+// restartAt kills the first controller at its n-th write (if the grant
+// makes that many), checks what the writes before the kill left, and
+// checks that a second controller completes the registration. It returns
+// the first controller's writes when it granted without a kill.
+func restartAt(t *testing.T, n int, reregister bool) []write {
 	begin := time.Now()
 	ws := testenv.Namespace(t, up, "fleet-ws-")
 	a := newAgent(t, ws, "tok", importToken(t, ws, "tok", ""))
 	clientID := randomID("cid-")
 	labels := map[string]string{"env": "restart"}
 
-	first := startGrantController(t, step)
+	first := startGrantController(t, n)
 	reg := a.create(t, clientID, labels)
 	type answer struct {
 		secret *corev1.Secret
@@ -216,30 +242,51 @@ func restartAt(t *testing.T, step string, reregister bool) {
 			answers <- answer{s, err}
 		}()
 	}
-	first.waitKilled(t, step)
-	killed := time.Since(begin)
-	t.Logf("killed after %s (steps run: %v)", step, first.seen())
+	killed := first.waitKilledOrGranted(t, reg)
+	took := time.Since(begin)
+	writes := first.writes.seen()
+	if killed {
+		t.Logf("killed after write %d, %s (writes: %v)", n, writes[n-1], writes)
+	} else {
+		t.Logf("granted in %d writes, no kill", len(writes))
+		first.stop(t)
+	}
 
-	// Nothing after the step happened.
-	stepIndex := slices.Index(ctrlreg.GrantSteps, step)
+	// What the writes before the kill made exists, and nothing else.
+	written := func(f func(write) bool) bool { return slices.ContainsFunc(writes, f) }
 	secretKey := client.ObjectKey{Namespace: config.DefaultSystemRegistrationNS, Name: registration.CredentialSecretName(clientID, reg.Spec.ClientRandom)}
 	err := up.Get(t.Context(), secretKey, &corev1.Secret{})
-	switch written := stepIndex >= slices.Index(ctrlreg.GrantSteps, ctrlreg.StepCredentialSecret); {
-	case !written && !apierrors.IsNotFound(err):
-		t.Fatalf("credential Secret after a kill at %s: want NotFound, got %v", step, err)
-	case written && err != nil && !apierrors.IsNotFound(err):
+	switch created := written(func(w write) bool { return w.verb == "create" && w.resource == "secrets" && w.name == secretKey.Name }); {
+	case !created && !apierrors.IsNotFound(err):
+		t.Fatalf("credential Secret after a kill at write %d: want NotFound, got %v", n, err)
+	case created && err != nil && !apierrors.IsNotFound(err):
 		// (NotFound: the agent already picked it up and deleted it.)
-		t.Fatalf("credential Secret after a kill at %s: %v", step, err)
+		t.Fatalf("credential Secret after a kill at write %d: %v", n, err)
 	}
-	if got := getReg(t, ws, reg.Name); step == ctrlreg.StepStatus {
-		if !got.Status.Granted {
-			t.Fatalf("not granted after a kill at %s: %+v", step, got.Status)
+	clusters := &fleet.ClusterList{}
+	if err := up.List(t.Context(), clusters, client.InNamespace(ws)); err != nil {
+		t.Fatal(err)
+	}
+	if created := written(func(w write) bool { return w.verb == "create" && w.resource == "clusters" && w.namespace == ws }); created != (len(clusters.Items) == 1) || len(clusters.Items) > 1 {
+		t.Fatalf("after a kill at write %d: the Cluster's create written: %v, but %d Clusters in %s", n, created, len(clusters.Items), ws)
+	}
+	regNow := getReg(t, ws, reg.Name)
+	switch {
+	case written(func(w write) bool { return w.grants && w.name == reg.Name }):
+		if !regNow.Status.Granted {
+			t.Fatalf("not granted after the grant's status write (kill at write %d): %+v", n, regNow.Status)
 		}
-	} else if got.Status.Granted || len(got.Status.Conditions) > 0 || len(got.Status.Credential) > 0 {
-		t.Fatalf("status written after a kill at %s: %+v", step, got.Status)
+	case !written(func(w write) bool {
+		return w.resource == "clusterregistrations" && w.subresource == "status" && w.name == reg.Name
+	}):
+		if regNow.Status.Granted || len(regNow.Status.Conditions) > 0 || len(regNow.Status.Credential) > 0 {
+			t.Fatalf("status without a status write (kill at write %d): %+v", n, regNow.Status)
+		}
+	case regNow.Status.Granted:
+		t.Fatalf("granted without a granting status write (kill at write %d): %+v", n, regNow.Status)
 	}
 
-	second := startGrantController(t, "")
+	second := startGrantController(t, 0)
 	final := reg
 	if reregister {
 		// The agent saw nothing (it restarted) and registers again at
@@ -286,9 +333,21 @@ func restartAt(t *testing.T, step string, reregister bool) {
 		return leftovers(t, ws, clientID, final.Name)
 	})
 	requestWorks()
-	t.Logf("converged: killed %s, granted %s, clean %s after the start", killed.Round(time.Millisecond),
+	t.Logf("converged: killed or granted %s, granted %s, clean %s after the start", took.Round(time.Millisecond),
 		granted.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 	second.stop(t)
+	if killed {
+		return nil
+	}
+	return writes
+}
+
+func stringsOf(writes []write) []string {
+	out := make([]string, 0, len(writes))
+	for _, w := range writes {
+		out = append(out, w.String())
+	}
+	return out
 }
 
 // leftovers checks that workspace ws holds one Cluster (of clientID) and one
@@ -375,8 +434,8 @@ func leftovers(t *testing.T, ws, clientID, keep string) error {
 // without the shared controller, and reports its output.
 func runIsolated(t *testing.T) {
 	pattern := "^" + t.Name() + "$"
-	// -run TestGrant_ControllerRestartAtEveryStepConverges/<step> selects
-	// steps in the second process too.
+	// -run TestGrant_ControllerRestartAtEveryWriteConverges/<variant> selects
+	// subtests in the second process too.
 	if f := flag.Lookup("test.run"); f != nil {
 		if _, sub, ok := strings.Cut(f.Value.String(), "/"); ok {
 			pattern += "/" + sub

@@ -1,11 +1,10 @@
 package registration
 
-// The externally visible steps of a grant, in order: the names of its
-// phases (Reconciler.phases), of the minting of a token within the last
-// one, and of the status write after them. A test hook can stop the
-// controller after any of them to prove that a pass interrupted there is
-// finished by the next process (shared/SPEC.md §4: a restart at any step
-// converges).
+// The phases of a grant (Reconciler.phases), in order; their names appear
+// in logs. A pass interrupted anywhere, by a restart of the controller
+// after any of its writes, is finished by the next one (shared/SPEC.md §4:
+// a restart at any step converges; restart_test.go kills the controller
+// after each write a grant makes, counted on its connection).
 const (
 	// stepCluster: the Cluster of the clientID was found or created.
 	stepCluster = "cluster"
@@ -23,11 +22,7 @@ const (
 	stepRequestIdentity = "request-identity"
 	// stepSuperseded: older registrations of the clientID were deleted.
 	stepSuperseded = "superseded"
-	// stepToken: a request token was minted (TokenRequest), not yet written
-	// anywhere (only when no reusable token was found).
-	stepToken = "token"
-	// stepCredentialSecret: the credential Secret c-<hash> was written.
+	// stepCredentialSecret: the credential was minted (TokenRequest) and
+	// sealed for the status, or written into the credential Secret c-<hash>.
 	stepCredentialSecret = "credential-secret"
-	// stepStatus: the registration's status says granted.
-	stepStatus = "status"
 )

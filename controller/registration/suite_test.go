@@ -39,7 +39,7 @@ const pickupTimeout = 8 * time.Second
 // isolatedEnv, when set, makes this test binary run without the shared
 // controller: only the ClusterRegistrationToken controller runs in the
 // background, and the tests start (and kill) registration controllers of
-// their own. TestGrant_ControllerRestartAtEveryStepConverges re-runs the
+// their own. TestGrant_ControllerRestartAtEveryWriteConverges re-runs the
 // binary so; the other tests need the shared controller.
 const isolatedEnv = "FLEET_REGISTRATION_TEST_ISOLATED"
 

@@ -180,7 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	p := &pass{token: token, cfg: cfg, now: now, expires: expires}
-	err = r.phases().Run(ctx, nil, p)
+	err = r.phases().Run(ctx, p)
 	out := setStatus(token, cfg, p.secretName, err, expires, now)
 	if err := patcher.Patch(ctx, token); err != nil {
 		return ctrl.Result{}, errors.Join(out.Err, err)

@@ -225,7 +225,7 @@ func TestEarliest(t *testing.T) {
 
 type phaseState struct{ ran []string }
 
-func TestPhases_RunInOrderAndTheHookStopsThePass(t *testing.T) {
+func TestPhases_RunInOrderSkipAndStopAtTheFirstError(t *testing.T) {
 	run := func(name string) reconciler.Phase[*phaseState] {
 		return reconciler.Phase[*phaseState]{Name: name, Run: func(_ context.Context, s *phaseState) error {
 			s.ran = append(s.ran, name)
@@ -240,31 +240,21 @@ func TestPhases_RunInOrderAndTheHookStopsThePass(t *testing.T) {
 	}
 
 	s := &phaseState{}
-	var hooked []string
-	if err := phases.Run(t.Context(), func(p string) { hooked = append(hooked, p) }, s); err != nil {
+	if err := phases.Run(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(s.ran, []string{"a", "b", "c"}) || !slices.Equal(hooked, s.ran) {
-		t.Errorf("ran %v, hooked %v", s.ran, hooked)
+	if !slices.Equal(s.ran, []string{"a", "b", "c"}) {
+		t.Errorf("ran %v, want a, b, c", s.ran)
 	}
 
-	// A hook that ends the context (the process is killed) stops the pass
-	// right after that phase.
-	ctx, cancel := context.WithCancel(t.Context())
+	// The first error stops the pass, and is returned as it is (a Waiting
+	// stays a Waiting for the caller's Outcome).
+	wait := reconciler.Wait("Blocked", time.Second, "x waits")
+	failing := reconciler.Phases[*phaseState]{run("a"), {Name: "x", Run: func(context.Context, *phaseState) error { return wait }}, run("c")}
 	s = &phaseState{}
-	err := phases.Run(ctx, func(p string) {
-		if p == "b" {
-			cancel()
-		}
-	}, s)
-	if !errors.Is(err, context.Canceled) || !slices.Equal(s.ran, []string{"a", "b"}) {
-		t.Errorf("stopped after b: ran %v, err %v", s.ran, err)
-	}
-
-	// The first error stops the pass.
-	failing := reconciler.Phases[*phaseState]{run("a"), {Name: "x", Run: func(context.Context, *phaseState) error { return errors.New("x failed") }}, run("c")}
-	s = &phaseState{}
-	if err := failing.Run(t.Context(), nil, s); err == nil || !slices.Equal(s.ran, []string{"a"}) {
-		t.Errorf("ran %v, err %v", s.ran, err)
+	err := failing.Run(t.Context(), s)
+	var w *reconciler.Waiting
+	if !errors.As(err, &w) || w.Reason != "Blocked" || !slices.Equal(s.ran, []string{"a"}) {
+		t.Errorf("ran %v, err %v; want a, then the Waiting of x", s.ran, err)
 	}
 }

@@ -2,8 +2,7 @@
 // pass of a reconciler comes to (an Outcome), the kstatus condition rules
 // that outcome sets (Conditions), the status written once at the end of a
 // pass (StatusPatcher), objects made and kept by server-side apply
-// (Objects.Ensure), and named phases run in order with a test hook
-// (Phases).
+// (Objects.Ensure), and named phases run in order (Phases).
 //
 // A pass ends in one of four ways:
 //
