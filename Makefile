@@ -166,14 +166,12 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 	echo "=== make $@: $(1) took $$(( $$(date +%s) - t ))s"
 
 .PHONY: test
-test: ## Run the unit and envtest suites (hack/race.sh: with the race detector where it can find a race), then the e2e suite on real clusters; builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
+test: ## Run the unit and envtest suites (hack/race.sh: with the race detector where it can find a race) and, beside them, the e2e suite on real clusters (hack/suites.sh); builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
 	@$(call timed,dev-deps,$(MAKE) --no-print-directory dev-deps)
 	@$(call timed,dev-bins (the Kubernetes binaries),$(MAKE) --no-print-directory dev-bins)
 	@$(call timed,helm,$(MAKE) --no-print-directory helm)
 	@$(call timed,images,$(MAKE) --no-print-directory images)
-	@$(call timed,unit and envtest suites (hack/race.sh),CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS))
-	@$(call timed,the remotedialer fork's own tests,$(MAKE) --no-print-directory test-remotedialer)
-	@$(call timed,e2e suite,FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) ./test/e2e/)
+	@$(call timed,suites (hack/suites.sh: unit and envtest suites beside the e2e suite),FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/suites.sh $(GO_TEST_FLAGS))
 
 .PHONY: e2e
 e2e: dev-deps dev-bins helm images ## Run only the e2e suite on real local clusters.
