@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Bundle is a set of Kubernetes resources (raw manifests, a Helm chart with
@@ -42,6 +43,46 @@ type BundleSpec struct {
 	// paused stops changes to this Bundle's BundleDeployments.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// rolloutStrategy controls how a change reaches the targeted clusters:
+	// in partitions, each one waiting until the one before is available.
+	// +optional
+	RolloutStrategy *RolloutStrategy `json:"rolloutStrategy,omitempty"`
+
+	// targetCustomizationMode is FirstMatch (default: a cluster takes the
+	// options of the first target that selects it) or AllMatches (the
+	// options of every target that selects it, laid over each other in
+	// order).
+	// +optional
+	// +kubebuilder:validation:Enum="";FirstMatch;AllMatches
+	TargetCustomizationMode TargetCustomizationMode `json:"targetCustomizationMode,omitempty"`
+
+	// targetRestrictions, when set, limit targets to the clusters one of
+	// them also selects (written by fleet apply from a GitRepo's targets, so
+	// a fleet.yaml cannot widen them).
+	// +optional
+	// +listType=atomic
+	TargetRestrictions []BundleTargetRestriction `json:"targetRestrictions,omitempty"`
+
+	// dependsOn names Bundles that must be in an accepted state on the same
+	// cluster before this Bundle is applied there.
+	// +optional
+	// +listType=atomic
+	DependsOn []BundleRef `json:"dependsOn,omitempty"`
+
+	// contentsId names a Content object holding the resources (Fleet's OCI
+	// and HelmOp storage).
+	// +optional
+	ContentsID string `json:"contentsId,omitempty"`
+
+	// helmOpOptions are the options of a Bundle made by a HelmOp.
+	// +optional
+	HelmOpOptions *BundleHelmOptions `json:"helmOpOptions,omitempty"`
+
+	// valuesHash is the hash of the values Secret fleet apply wrote for this
+	// Bundle.
+	// +optional
+	ValuesHash string `json:"valuesHash,omitempty"`
 
 	// resources are the Bundle's files: manifests, chart files, kustomize
 	// files. Paths are relative to the Bundle root.
@@ -111,6 +152,42 @@ type BundleDeploymentOptions struct {
 	// kustomize applies an overlay from the Bundle's resources.
 	// +optional
 	Kustomize *KustomizeOptions `json:"kustomize,omitempty"`
+	// yaml selects overlays for plain manifests.
+	// +optional
+	YAML *YAMLOptions `json:"yaml,omitempty"`
+	// createNamespace: nil or true creates the target namespace downstream
+	// when missing; false requires it to exist.
+	// +optional
+	CreateNamespace *bool `json:"createNamespace,omitempty"`
+	// diff says what drift detection ignores.
+	// +optional
+	Diff *DiffOptions `json:"diff,omitempty"`
+	// deleteNamespace deletes the target namespace downstream when the
+	// Bundle is deleted or leaves the cluster.
+	// +optional
+	DeleteNamespace bool `json:"deleteNamespace,omitempty"`
+	// ignore says what readiness ignores.
+	// +optional
+	IgnoreOptions *IgnoreOptions `json:"ignore,omitempty"`
+	// deleteCRDResources deletes the Bundle's CustomResourceDefinitions
+	// downstream (and with them every object of their kinds) when the
+	// Bundle is deleted; by default CRDs stay.
+	// +optional
+	DeleteCRDResources bool `json:"deleteCRDResources,omitempty"`
+	// downstreamResources are Secrets and ConfigMaps of the Bundle's
+	// namespace copied into each target cluster.
+	// +optional
+	// +listType=atomic
+	DownstreamResources []DownstreamResource `json:"downstreamResources,omitempty"`
+	// overwrites lists resources this Bundle may take over from another
+	// Bundle.
+	// +optional
+	// +listType=atomic
+	Overwrites []OverwrittenResource `json:"overwrites,omitempty"`
+	// allowedTargetNamespaceSelector restricts the target namespaces to
+	// those whose labels match (set from a GitRepoRestriction).
+	// +optional
+	AllowedTargetNamespaceSelector *metav1.LabelSelector `json:"allowedTargetNamespaceSelector,omitempty"`
 	// correctDrift makes the agent revert changes made downstream.
 	// +optional
 	CorrectDrift *CorrectDrift `json:"correctDrift,omitempty"`
@@ -166,7 +243,260 @@ type HelmOptions struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
+	// repo is the chart repository (https:// or oci://) chart is taken from.
+	// +optional
+	Repo string `json:"repo,omitempty"`
+	// version is the chart version (a semver range) taken from repo.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// templateValues are values rendered per cluster: each value is a
+	// template over the target Cluster (as ${ } values are).
+	// +optional
+	TemplateValues map[string]string `json:"templateValues,omitempty"`
+	// valuesFrom reads values from ConfigMaps and Secrets, merged in order
+	// after valuesFiles and before values.
+	// +optional
+	// +listType=atomic
+	ValuesFrom []ValuesFrom `json:"valuesFrom,omitempty"`
+	// force replaces resources that cannot be patched.
+	// +optional
+	Force bool `json:"force,omitempty"`
+	// maxHistory is how many earlier deployments are kept to go back to.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxHistory int `json:"maxHistory,omitempty"`
+	// waitForJobs makes the health wait include Jobs' completion.
+	// +optional
+	WaitForJobs bool `json:"waitForJobs,omitempty"`
+	// atomic goes back to the previous deployment when this one fails.
+	// +optional
+	Atomic bool `json:"atomic,omitempty"`
+	// disablePreProcess turns off ${ } templating of values.
+	// +optional
+	DisablePreProcess bool `json:"disablePreProcess,omitempty"`
+	// disableDNS turns off DNS lookups in templates (always off here: we
+	// render without network).
+	// +optional
+	DisableDNS bool `json:"disableDNS,omitempty"`
+	// skipSchemaValidation renders without checking values against the
+	// chart's values.schema.json.
+	// +optional
+	SkipSchemaValidation bool `json:"skipSchemaValidation,omitempty"`
+	// disableDependencyUpdate uses the chart's charts/ as they are.
+	// +optional
+	DisableDependencyUpdate bool `json:"disableDependencyUpdate,omitempty"`
 }
+
+// ValuesFrom is one source of Helm values.
+type ValuesFrom struct {
+	// +optional
+	ConfigMapKeyRef *ConfigMapKeySelector `json:"configMapKeyRef,omitempty"`
+	// +optional
+	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty"`
+}
+
+// ConfigMapKeySelector names a key of a ConfigMap.
+type ConfigMapKeySelector struct {
+	LocalObjectReference `json:",inline"`
+	// namespace defaults to the Bundle's.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// key defaults to values.yaml.
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// SecretKeySelector names a key of a Secret.
+type SecretKeySelector struct {
+	LocalObjectReference `json:",inline"`
+	// namespace defaults to the Bundle's.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// key defaults to values.yaml.
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// LocalObjectReference names an object in a known namespace.
+type LocalObjectReference struct {
+	// +required
+	Name string `json:"name"`
+}
+
+// YAMLOptions select overlays for plain manifests.
+type YAMLOptions struct {
+	// overlays are directory names under overlays/; their files replace
+	// or (name_patch.yaml) patch the Bundle's manifests, in order.
+	// +optional
+	// +listType=atomic
+	Overlays []string `json:"overlays,omitempty"`
+}
+
+// DiffOptions say what drift detection ignores.
+type DiffOptions struct {
+	// +optional
+	// +listType=atomic
+	ComparePatches []ComparePatch `json:"comparePatches,omitempty"`
+}
+
+// ComparePatch names a resource and the parts of it drift detection
+// ignores.
+type ComparePatch struct {
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// jsonPointers (RFC 6901) are ignored.
+	// +optional
+	// +listType=atomic
+	JsonPointers []string `json:"jsonPointers,omitempty"`
+	// operations are JSON patch operations applied to both sides before
+	// comparing; op "ignore" ignores path.
+	// +optional
+	// +listType=atomic
+	Operations []Operation `json:"operations,omitempty"`
+}
+
+// Operation is one JSON patch operation.
+type Operation struct {
+	// +optional
+	Op string `json:"op,omitempty"`
+	// +optional
+	Path string `json:"path,omitempty"`
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// IgnoreOptions say what readiness ignores.
+type IgnoreOptions struct {
+	// conditions: a resource condition matching every key/value of one of
+	// these maps (for example type: Ready, status: "False") does not make
+	// the resource not ready.
+	// +optional
+	// +listType=atomic
+	Conditions []map[string]string `json:"conditions,omitempty"`
+}
+
+// DownstreamResource names a Secret or ConfigMap of the Bundle's namespace.
+type DownstreamResource struct {
+	// kind is Secret or ConfigMap.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// OverwrittenResource names a resource another Bundle may own.
+type OverwrittenResource struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// +optional
+	Kind string `json:"kind,omitempty"`
+}
+
+// BundleRef names a Bundle, or Bundles by label, and the states accepted
+// of them.
+type BundleRef struct {
+	// name of a Bundle in the same namespace.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// selector matches Bundles of the same namespace by label.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// acceptedStates default to Ready.
+	// +optional
+	// +listType=atomic
+	AcceptedStates []BundleState `json:"acceptedStates,omitempty"`
+}
+
+// RolloutStrategy controls how a change reaches the targeted clusters.
+type RolloutStrategy struct {
+	// maxUnavailable clusters (number or percentage, default 100%) may be
+	// unavailable before the rollout stops.
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// maxUnavailablePartitions (number or percentage, default 0) may be
+	// unavailable before the rollout stops.
+	// +optional
+	MaxUnavailablePartitions *intstr.IntOrString `json:"maxUnavailablePartitions,omitempty"`
+	// autoPartitionSize (number or percentage, default 25%) sizes the
+	// partitions made when none are listed.
+	// +optional
+	AutoPartitionSize *intstr.IntOrString `json:"autoPartitionSize,omitempty"`
+	// autoPartitionThreshold: fewer targeted clusters than this (default
+	// 200) make one partition.
+	// +optional
+	AutoPartitionThreshold *int `json:"autoPartitionThreshold,omitempty"`
+	// maxNew is how many BundleDeployments are created or changed in one
+	// pass (default 50).
+	// +optional
+	MaxNew *int `json:"maxNew,omitempty"`
+	// partitions list the partitions in order; clusters no partition
+	// selects form a last one.
+	// +optional
+	// +listType=atomic
+	Partitions []Partition `json:"partitions,omitempty"`
+}
+
+// Partition is a set of clusters a rollout moves through together.
+type Partition struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// maxUnavailable overrides the strategy's for this partition.
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// +optional
+	ClusterName string `json:"clusterName,omitempty"`
+	// +optional
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+	// +optional
+	ClusterGroup string `json:"clusterGroup,omitempty"`
+	// +optional
+	ClusterGroupSelector *metav1.LabelSelector `json:"clusterGroupSelector,omitempty"`
+}
+
+// BundleTargetRestriction is a cluster set targets must stay within.
+type BundleTargetRestriction struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	ClusterName string `json:"clusterName,omitempty"`
+	// +optional
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+	// +optional
+	ClusterGroup string `json:"clusterGroup,omitempty"`
+	// +optional
+	ClusterGroupSelector *metav1.LabelSelector `json:"clusterGroupSelector,omitempty"`
+}
+
+// BundleHelmOptions are the chart source options of a HelmOp Bundle.
+type BundleHelmOptions struct {
+	// helmOpSecretName names the Secret with the repository's credentials.
+	// +optional
+	SecretName string `json:"helmOpSecretName,omitempty"`
+	// +optional
+	InsecureSkipTLSverify bool `json:"helmOpInsecureSkipTLSVerify,omitempty"`
+	// +optional
+	CABundle []byte `json:"helmOpCABundle,omitempty"`
+}
+
+// TargetCustomizationMode says which targets' options a cluster takes.
+type TargetCustomizationMode string
+
+const (
+	// TargetCustomizationModeFirstMatch: the first target selecting a
+	// cluster gives its options (the default).
+	TargetCustomizationModeFirstMatch TargetCustomizationMode = "FirstMatch"
+	// TargetCustomizationModeAllMatches: every target selecting a cluster
+	// lays its options over the previous ones, in order.
+	TargetCustomizationModeAllMatches TargetCustomizationMode = "AllMatches"
+)
 
 // KustomizeOptions apply a kustomize overlay.
 type KustomizeOptions struct {
@@ -184,6 +514,10 @@ type CorrectDrift struct {
 	// force deletes and recreates resources that cannot be patched back.
 	// +optional
 	Force bool `json:"force,omitempty"`
+	// keepFailHistory is accepted for Fleet's manifests; it keeps failed
+	// Helm releases there, and there are none here.
+	// +optional
+	KeepFailHistory bool `json:"keepFailHistory,omitempty"`
 }
 
 // BundleStatus aggregates the Bundle's BundleDeployments.

@@ -52,6 +52,30 @@ type BundleDeploymentSpec struct {
 	// differs from status.appliedDeploymentID.
 	// +optional
 	DeploymentID string `json:"deploymentID,omitempty"`
+	// dependsOn are the Bundle's dependencies, checked on this cluster.
+	// +optional
+	// +listType=atomic
+	DependsOn []BundleRef `json:"dependsOn,omitempty"`
+	// ociContents: the content is in an OCI registry (Fleet's storage).
+	// +optional
+	OCIContents bool `json:"ociContents,omitempty"`
+	// helmChartOptions are the chart source options of a HelmOp Bundle.
+	// +optional
+	HelmChartOptions *BundleHelmOptions `json:"helmChartOptions,omitempty"`
+	// valuesHash is the hash of the values Secret of the Bundle.
+	// +optional
+	ValuesHash string `json:"valuesHash,omitempty"`
+	// downstreamResourcesGeneration changes when a copied Secret or
+	// ConfigMap (options.downstreamResources) changes, so the agent copies
+	// it again.
+	// +optional
+	DownstreamResourcesGeneration int64 `json:"downstreamResourcesGeneration,omitempty"`
+	// offSchedule holds the deployment outside its Schedule's windows.
+	// +optional
+	OffSchedule bool `json:"offSchedule,omitempty"`
+	// waitingForValues: the values Secret is not there yet.
+	// +optional
+	WaitingForValues bool `json:"waitingForValues,omitempty"`
 	// correctDrift overrides options.correctDrift.
 	// +optional
 	CorrectDrift *CorrectDrift `json:"correctDrift,omitempty"`
