@@ -168,9 +168,7 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 .PHONY: test
 test: ## Run the unit and envtest suites (hack/race.sh: with the race detector where it can find a race) and, beside them, the e2e suite on real clusters (hack/suites.sh); builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
 	@$(call timed,dev-deps,$(MAKE) --no-print-directory dev-deps)
-	@$(call timed,dev-bins (the Kubernetes binaries),$(MAKE) --no-print-directory dev-bins)
-	@$(call timed,helm,$(MAKE) --no-print-directory helm)
-	@$(call timed,images,$(MAKE) --no-print-directory images)
+	@$(call timed,binaries (hack/test-prepare.sh: the Kubernetes binaries and helm CLIs then images; beside them the race detector's compile),hack/test-prepare.sh)
 	@$(call timed,suites (hack/suites.sh: unit and envtest suites beside the e2e suite),FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/suites.sh $(GO_TEST_FLAGS))
 
 .PHONY: e2e

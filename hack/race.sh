@@ -23,7 +23,8 @@
 # envtest suite runs with the race detector until it is added to norace.
 #
 # Usage: hack/race.sh [go test flags]; FLEET_BIN_DIR names the control-plane
-# binaries, as for make test. RACE_LIST=1 prints which package runs how.
+# binaries, as for make test. RACE_LIST=1 prints which package runs how;
+# RACE_COMPILE_ONLY=1 only compiles the race run's packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,6 +94,15 @@ run_re="^($(IFS='|'; echo "${run_tests[*]}"))\$"
 if [[ ${RACE_LIST:-} == 1 ]]; then # print the plan only
 	printf 'unit, race: %s\nenvtest, race: %s\nenvtest, no race: %s\nno race, -run %s: %s\n' \
 		"${unit[*]}" "${envtest[*]}" "${plain[*]}" "$run_re" "${run_pkgs[*]}"
+	exit 0
+fi
+
+if [[ ${RACE_COMPILE_ONLY:-} == 1 ]]; then
+	# Compile (no link, no run) every package the race run tests, with the
+	# race detector, into the build cache: hack/test-prepare.sh does it
+	# beside the builds of the binaries the suites need. Its errors are left
+	# to the run itself to report, where they name the test package.
+	CGO_ENABLED=1 go list -race -export -deps -test "${envtest[@]}" "${unit[@]}" >/dev/null 2>&1 || true
 	exit 0
 fi
 
