@@ -231,7 +231,7 @@ func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *
 	for _, e := range drift {
 		o.Modified = append(o.Modified, e.status())
 	}
-	nonReady, err := d.health(ctx, id, refs)
+	nonReady, err := d.health(ctx, id, refs, waitsForJobs(bd.Spec.Options))
 	if err != nil {
 		return d.monitorFailed(o, refs, err)
 	}
@@ -573,8 +573,9 @@ func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.
 	return out, errors.Join(errs...)
 }
 
-// health computes the kstatus of every object, one GET each as id.
-func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef) ([]fleet.NonReadyStatus, error) {
+// health computes the kstatus of every object, one GET each as id; with
+// waitForJobs, a Job is ready only once complete (jobs.go).
+func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, waitForJobs bool) ([]fleet.NonReadyStatus, error) {
 	var out []fleet.NonReadyStatus
 	for _, r := range refs {
 		nr := fleet.NonReadyStatus{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}
@@ -594,8 +595,11 @@ func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef) ([]f
 			out = append(out, nr)
 			continue
 		}
-		if res.Status == status.CurrentStatus {
+		if res.Status == status.CurrentStatus && !(waitForJobs && jobIncomplete(u)) {
 			continue
+		}
+		if res.Status == status.CurrentStatus {
+			res.Status, res.Message = status.InProgressStatus, "waitForJobs: "+res.Message
 		}
 		nr.Summary = string(res.Status)
 		if res.Message != "" {
