@@ -39,7 +39,7 @@ const (
 	// hookPoll is how often a running hook is looked at.
 	hookPoll = 500 * time.Millisecond
 
-	// DeleteHooksPrefix starts the name of the ConfigMap (in the agent's
+	// DeleteHooksPrefix starts the name of the Secret (in the agent's
 	// namespace) that keeps a BundleDeployment's pre-delete and
 	// post-delete hooks: they run after the BundleDeployment is gone.
 	DeleteHooksPrefix = "fleet-delete-hooks-"
@@ -376,13 +376,13 @@ func (r *hookRun) remove(ctx context.Context, h *unstructured.Unstructured) erro
 
 func describe(o *unstructured.Unstructured) string { return refOf(o).String() }
 
-// deleteHooks is what the delete-hooks ConfigMap keeps.
+// deleteHooks is what the delete-hooks Secret keeps.
 type deleteHooks struct {
 	TimeoutSeconds int64                        `json:"timeoutSeconds"`
 	Hooks          []*unstructured.Unstructured `json:"hooks"`
 }
 
-// DeleteHooksName is the ConfigMap keeping a BundleDeployment's delete
+// DeleteHooksName is the Secret keeping a BundleDeployment's delete
 // hooks, shortened with a hash suffix like InventoryName.
 func DeleteHooksName(bundleDeployment string) string {
 	const maxLen = 253
@@ -396,7 +396,8 @@ func DeleteHooksName(bundleDeployment string) string {
 }
 
 // keepDeleteHooks stores the pre-delete and post-delete hooks of the
-// deployment just applied, or removes the ConfigMap when it has none.
+// deployment just applied, or removes them when it has none. They are kept
+// in a Secret: a hook may be a Secret itself.
 func (d *Deployer) keepDeleteHooks(ctx context.Context, bdName string, r *hookRun) error {
 	var keep []*unstructured.Unstructured
 	for _, h := range r.hooks {
@@ -405,7 +406,6 @@ func (d *Deployer) keepDeleteHooks(ctx context.Context, bdName string, r *hookRu
 			keep = append(keep, h)
 		}
 	}
-	key := client.ObjectKey{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}
 	if len(keep) == 0 {
 		return d.forgetDeleteHooks(ctx, bdName)
 	}
@@ -413,29 +413,30 @@ func (d *Deployer) keepDeleteHooks(ctx context.Context, bdName string, r *hookRu
 	if err != nil {
 		return err
 	}
-	cm := &corev1.ConfigMap{}
-	err = d.local.Get(ctx, key, cm)
+	key := client.ObjectKey{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}
+	s := &corev1.Secret{}
+	err = d.local.Get(ctx, key, s)
 	switch {
 	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{
+		s = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Annotations: map[string]string{InventoryBundleDeploymentAnnotation: bdName}},
-			Data:       map[string]string{deleteHooksKey: string(b)},
+			Data:       map[string][]byte{deleteHooksKey: b},
 		}
-		err = d.local.Create(ctx, cm, client.FieldOwner(fieldManager))
-	case err == nil && cm.Data[deleteHooksKey] != string(b):
-		cm.Data = map[string]string{deleteHooksKey: string(b)}
-		err = d.local.Update(ctx, cm, client.FieldOwner(fieldManager))
+		err = d.local.Create(ctx, s, client.FieldOwner(fieldManager))
+	case err == nil && string(s.Data[deleteHooksKey]) != string(b):
+		s.Data = map[string][]byte{deleteHooksKey: b}
+		err = d.local.Update(ctx, s, client.FieldOwner(fieldManager))
 	}
 	if err != nil {
-		return fmt.Errorf("keeping the delete hooks in configmap %s/%s: %w", key.Namespace, key.Name, err)
+		return fmt.Errorf("keeping the delete hooks in secret %s/%s: %w", key.Namespace, key.Name, err)
 	}
 	return nil
 }
 
 func (d *Deployer) forgetDeleteHooks(ctx context.Context, bdName string) error {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}}
-	if err := d.local.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting configmap %s/%s: %w", cm.Namespace, cm.Name, err)
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}}
+	if err := d.local.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
 }
@@ -446,14 +447,14 @@ func (d *Deployer) forgetDeleteHooks(ctx context.Context, bdName string) error {
 // removal goes on (a BundleDeployment that is gone cannot be fixed).
 func (d *Deployer) runDeleteHooks(ctx context.Context, bdName string, id *identity, phase bundlecontent.Phase) {
 	log := ctrl.LoggerFrom(ctx)
-	cm := &corev1.ConfigMap{}
-	err := d.local.Get(ctx, client.ObjectKey{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}, cm)
+	s := &corev1.Secret{}
+	err := d.local.Get(ctx, client.ObjectKey{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}, s)
 	if apierrors.IsNotFound(err) {
 		return
 	}
 	var kept deleteHooks
 	if err == nil {
-		err = json.Unmarshal([]byte(cm.Data[deleteHooksKey]), &kept)
+		err = json.Unmarshal(s.Data[deleteHooksKey], &kept)
 	}
 	if err != nil {
 		log.Error(err, "reading the delete hooks of a deleted bundledeployment", "phase", phase)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -140,6 +141,9 @@ func TestHooks_PhasesInOrderAFailedHookStopsTheDeployment(t *testing.T) {
 	// 2. Without it: every phase of an install, in order.
 	id := f.deploy("hooked", content("one", false), opts)
 	bd, _ = f.waitBD("hooked", 60*time.Second, "Ready", readyFor(id))
+	if !f.exists(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.agentNS, Name: DeleteHooksName("hooked")}}) {
+		t.Errorf("the pre-delete hook is not kept for the deletion")
+	}
 	for _, name := range []string{"pre-early", "pre-late", "main", "post-install"} {
 		if !f.exists(cm(appNS, name)) {
 			t.Errorf("configmap %s missing after the install", name)
@@ -196,8 +200,8 @@ func TestHooks_PhasesInOrderAFailedHookStopsTheDeployment(t *testing.T) {
 	if !f.exists(cm(appNS, "post-install")) {
 		t.Errorf("a hook was pruned with the release's resources")
 	}
-	testenv.Eventually(t, 30*time.Second, "the delete hooks configmap removed", func() error {
-		if f.exists(cm(f.agentNS, DeleteHooksName("hooked"))) {
+	testenv.Eventually(t, 30*time.Second, "the kept delete hooks removed", func() error {
+		if f.exists(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.agentNS, Name: DeleteHooksName("hooked")}}) {
 			return errors.New("still there")
 		}
 		return nil
