@@ -271,3 +271,46 @@ func TestHealth_WaitForJobs(t *testing.T) {
 		return condition(bd, fleet.ReadyCondition).Reason == HealthTimeoutReason
 	})
 }
+
+// TestHooks_RunAsTheServiceAccount: hooks are applied as the Bundle's
+// serviceAccount, like its other objects: a hook of a kind it may not
+// write is refused by the API server (the agent itself could), the
+// deployment stops there with HookFailed naming the hook and the refusal,
+// and the hooks it may write run.
+func TestHooks_RunAsTheServiceAccount(t *testing.T) {
+	f := newFixture(t)
+	appNS := "sa-hooks-" + f.suffix
+	f.downstreamNamespace(appNS)
+	f.serviceAccount("hooker")
+	f.allowConfigMaps("hooker", appNS, "get", "list", "watch", "create", "update", "patch", "delete")
+	opts := fleet.BundleDeploymentOptions{DefaultNamespace: appNS, ServiceAccount: "hooker", Helm: &fleet.HelmOptions{TimeoutSeconds: 5}}
+
+	f.deploy("sa", phased(
+		section(bundlecontent.PhasePreInstall, hookCM("pre-ok", "pre-install", "-1", ""), blockingJob("pre-job", "pre-install", "0", "hook-failed")),
+		section(bundlecontent.PhaseMain, configMapYAML("main", "1")),
+	), opts)
+	bd, _ := f.waitBD("sa", 60*time.Second, "HookFailed", conditionIs(fleet.DeployedCondition, HookFailedReason))
+	wantMessage(t, condition(bd, fleet.DeployedCondition), "pre-install hook Job "+appNS+"/pre-job", "forbidden", "system:serviceaccount:"+f.agentNS+":hooker")
+	if !f.exists(cm(appNS, "pre-ok")) {
+		t.Errorf("the hook the ServiceAccount may write did not run")
+	}
+	if f.exists(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: "pre-job"}}) {
+		t.Errorf("the Job hook was created although the ServiceAccount may not")
+	}
+	if f.exists(cm(appNS, "main")) {
+		t.Errorf("the main objects were applied after a refused hook")
+	}
+
+	// What it may write: every phase runs.
+	id := f.deploy("sa", phased(
+		section(bundlecontent.PhasePreInstall, hookCM("pre-ok", "pre-install", "-1", "")),
+		section(bundlecontent.PhaseMain, configMapYAML("main", "1")),
+		section(bundlecontent.PhasePostInstall, hookCM("post-ok", "post-install", "0", "")),
+	), opts)
+	f.waitBD("sa", 60*time.Second, "Ready", readyFor(id))
+	for _, n := range []string{"pre-ok", "main", "post-ok"} {
+		if !f.exists(cm(appNS, n)) {
+			t.Errorf("configmap %s missing", n)
+		}
+	}
+}
