@@ -259,7 +259,7 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 		if ns == "" {
 			ns = "default"
 		}
-		out, err := Render(Input{Chart: ch, ReleaseName: release, Namespace: ns, Values: values})
+		out, err := Render(Input{Chart: ch, ReleaseName: release, Namespace: ns, Values: values, IncludeCRDs: true})
 		if err != nil {
 			return nil, err
 		}
@@ -303,6 +303,10 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 			return nil, err
 		}
 		manifests = out
+	}
+	manifests, err := orderPhases(manifests)
+	if err != nil {
+		return nil, err
 	}
 	out := &Output{YAML: manifests}
 	// Raw manifests are the user's own YAML: report a broken file now.

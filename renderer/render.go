@@ -37,6 +37,9 @@ type Input struct {
 	// overlay's resources, so the overlay only holds patches and
 	// transformers.
 	Overlay map[string][]byte
+	// IncludeCRDs renders the chart's crds/ too, first (`helm template
+	// --include-crds`): a Bundle's chart installs its CRDs as Helm does.
+	IncludeCRDs bool
 }
 
 // Output is the rendered result.
@@ -116,6 +119,7 @@ func renderChart(in Input) (string, error) {
 	install.Namespace = in.Namespace
 	install.DisableOpenAPIValidation = true
 	install.KubeVersion = kubeVersion
+	install.IncludeCRDs = in.IncludeCRDs
 
 	in.Chart.mu.Lock()
 	defer in.Chart.mu.Unlock()

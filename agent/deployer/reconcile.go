@@ -23,7 +23,6 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
-	"github.com/gitops-fleet/fleet/internal/manifest"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
@@ -153,7 +152,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	}
 
 	// Objects.
-	objs, err := manifest.Decode(manifests)
+	objs, hookObjs, err := splitContent(manifests)
 	if err != nil {
 		return stop("", reconciler.Stall(fleet.ApplyFailedReason, "%v", err))
 	}
@@ -191,8 +190,24 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		}
 	}
 	if needApply {
+		// Helm hooks run for a new deployment or a forced sync, not for
+		// drift correction (hooks.go).
+		var hr *hookRun
+		if !upToDate {
+			if hr, err = d.newHookRun(bd, id, hookObjs); err != nil {
+				return stop(fleet.ApplyFailedReason, err)
+			}
+			if err := hr.preHooks(ctx, bd, p, prev); err != nil {
+				return stop(HookFailedReason, err)
+			}
+		}
 		if err := d.apply(ctx, bd, id, p, prev, correct); err != nil {
 			return stop(fleet.ApplyFailedReason, err)
+		}
+		if hr != nil {
+			if err := hr.postHooks(ctx, bd); err != nil {
+				return stop(HookFailedReason, err)
+			}
 		}
 		o.Applied = true
 		if !upToDate {
@@ -216,7 +231,7 @@ func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *
 	for _, e := range drift {
 		o.Modified = append(o.Modified, e.status())
 	}
-	nonReady, err := d.health(ctx, id, refs)
+	nonReady, err := d.health(ctx, id, refs, waitsForJobs(bd.Spec.Options))
 	if err != nil {
 		return d.monitorFailed(o, refs, err)
 	}
@@ -505,9 +520,14 @@ func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result,
 			return ctrl.Result{}, fmt.Errorf("pruning the resources of deleted bundledeployment %s: %w", name, err)
 		}
 		log.Info("bundledeployment deleted, pruning its resources", "resources", len(inv.Resources), "as", id.name(d.opts.AgentNamespace))
+		d.runDeleteHooks(ctx, name, id, bundlecontent.PhasePreDelete)
 		if err := d.prune(ctx, id, inv.Resources, inv.BundleDeployment, inv.ClusterNamespace); err != nil {
 			return ctrl.Result{}, err
 		}
+		d.runDeleteHooks(ctx, name, id, bundlecontent.PhasePostDelete)
+	}
+	if err := d.forgetDeleteHooks(ctx, name); err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, d.inv.remove(ctx, name)
 }
@@ -553,8 +573,9 @@ func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.
 	return out, errors.Join(errs...)
 }
 
-// health computes the kstatus of every object, one GET each as id.
-func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef) ([]fleet.NonReadyStatus, error) {
+// health computes the kstatus of every object, one GET each as id; with
+// waitForJobs, a Job is ready only once complete (jobs.go).
+func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, waitForJobs bool) ([]fleet.NonReadyStatus, error) {
 	var out []fleet.NonReadyStatus
 	for _, r := range refs {
 		nr := fleet.NonReadyStatus{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}
@@ -574,8 +595,11 @@ func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef) ([]f
 			out = append(out, nr)
 			continue
 		}
-		if res.Status == status.CurrentStatus {
+		if res.Status == status.CurrentStatus && !(waitForJobs && jobIncomplete(u)) {
 			continue
+		}
+		if res.Status == status.CurrentStatus {
+			res.Status, res.Message = status.InProgressStatus, "waitForJobs: "+res.Message
 		}
 		nr.Summary = string(res.Status)
 		if res.Message != "" {

@@ -316,6 +316,8 @@ func TestE2E(t *testing.T) {
 
 	t.Run("Bundles render in fleet-renderer: no ServiceAccount token, callers without the controller's token refused", testRenderer)
 
+	t.Run("Helm hooks: a pre-install Job runs before the main objects on a real kubelet, a failing one stops the deployment with its reason", testHooks)
+
 	for _, tc := range []struct{ name, cluster string }{
 		{"manager-initiated", "dev-1"}, {"agent-initiated", "dev-2"},
 	} {
