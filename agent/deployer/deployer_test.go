@@ -729,7 +729,7 @@ spec:
 		return bd.Status.AppliedDeploymentID == id && bd.Status.Display.State == string(fleet.NotReady)
 	})
 	t.Logf("NotReady reported in %s: %+v", took, bd.Status.NonReadyStatus)
-	if bd.Status.Ready || len(bd.Status.NonReadyStatus) != 1 || bd.Status.NonReadyStatus[0].Kind != "Deployment" || bd.Status.NonReadyStatus[0].Name != "web" || bd.Status.NonReadyStatus[0].Summary == "" {
+	if bd.Status.Ready || len(bd.Status.NonReadyStatus) != 1 || bd.Status.NonReadyStatus[0].Kind != "Deployment" || bd.Status.NonReadyStatus[0].Name != "web" || bd.Status.NonReadyStatus[0].Summary.State == "" {
 		t.Errorf("ready=%v nonReadyStatus=%+v, want the Deployment web with a summary", bd.Status.Ready, bd.Status.NonReadyStatus)
 	}
 	if c := condition(bd, fleet.ReadyCondition); c.Status != metav1.ConditionFalse || c.Reason != fleet.NotReadyReason || !strings.Contains(c.Message, "web") {

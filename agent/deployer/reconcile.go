@@ -216,7 +216,7 @@ func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *
 	for _, e := range drift {
 		o.Modified = append(o.Modified, e.status())
 	}
-	nonReady, err := d.health(ctx, id, refs)
+	nonReady, err := d.health(ctx, id, refs, o.Resources)
 	if err != nil {
 		return d.monitorFailed(o, refs, err)
 	}
@@ -553,34 +553,34 @@ func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.
 	return out, errors.Join(errs...)
 }
 
-// health computes the kstatus of every object, one GET each as id.
-func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef) ([]fleet.NonReadyStatus, error) {
+// health computes the kstatus of every object, one GET each as id, and
+// records each one's creation time in res (res[i] is refs[i]).
+func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, res []fleet.BundleDeploymentResource) ([]fleet.NonReadyStatus, error) {
 	var out []fleet.NonReadyStatus
-	for _, r := range refs {
+	for i, r := range refs {
 		nr := fleet.NonReadyStatus{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}
 		u := r.object()
 		err := id.c.Get(ctx, client.ObjectKeyFromObject(u), u)
 		switch {
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-			nr.Summary = "not found"
+			nr.Summary = fleet.SummaryOf(string(status.NotFoundStatus), "")
 			out = append(out, nr)
 			continue
 		case err != nil:
 			return out, fmt.Errorf("checking the health of %s: %w", r, err)
 		}
-		res, err := status.Compute(u)
+		recordCreated(res, i, u)
+		nr.UID = u.GetUID()
+		result, err := status.Compute(u)
 		if err != nil {
-			nr.Summary = "status unknown: " + err.Error()
+			nr.Summary = fleet.SummaryOf(string(status.UnknownStatus), err.Error())
 			out = append(out, nr)
 			continue
 		}
-		if res.Status == status.CurrentStatus {
+		if result.Status == status.CurrentStatus {
 			continue
 		}
-		nr.Summary = string(res.Status)
-		if res.Message != "" {
-			nr.Summary += ": " + res.Message
-		}
+		nr.Summary = fleet.SummaryOf(string(result.Status), result.Message)
 		out = append(out, nr)
 	}
 	return out, nil

@@ -265,6 +265,8 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	s.DesiredReady = len(keep)
 	s.Pending = pending
 	b.Status.Summary = s
+	b.Status.ResourceCounts = summary.ResourceCounts(bds)
+	b.Status.ResourceKey = bundleResourceKey(renders.ordered)
 	b.Status.Display.ReadyClusters = fmt.Sprintf("%d/%d", s.Ready, s.DesiredReady)
 	b.Status.Display.State = string(summary.WorstState(s))
 	b.Status.ObservedGeneration = b.Generation
