@@ -183,6 +183,7 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 			out.Helm.TimeoutSeconds = h.TimeoutSeconds
 		}
 	}
+	mergeMoreOptions(&out, over)
 	return out
 }
 
