@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 )
 
@@ -197,6 +198,9 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 // deploys nothing to is a *NotDeployedError. Bundles from untrusted authors
 // render in a render worker (internal/renderworker) instead.
 func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fleet.ClusterGroup) (*Output, error) {
+	if err := bundleoptions.Check(&bundle.Spec); err != nil {
+		return nil, err
+	}
 	files, err := BundleFiles(bundle.Spec.Resources)
 	if err != nil {
 		return nil, err
