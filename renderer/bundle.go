@@ -238,6 +238,7 @@ func OptionsFor(bundle *fleet.Bundle, cluster *fleet.Cluster, groups targeting.G
 
 // RenderFiles renders a Bundle's decoded files with its options.
 func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeploymentOptions) (*Output, error) {
+	files, opts = fleetLayout(files, opts)
 	var manifests []byte
 	switch {
 	case opts.Helm != nil && opts.Helm.Chart != "":
