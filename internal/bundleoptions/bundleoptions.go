@@ -2,8 +2,7 @@
 // fleet does with it (Table), and finds the options a Bundle sets that
 // fleet does not do yet (Unsupported), so no option is silently ignored:
 // the Bundle reconciler and `fleet render bundle` refuse such a Bundle
-// with a message naming the option. The agent links this package too: it
-// needs neither Helm nor kustomize.
+// with a message naming the option. It links neither Helm nor kustomize.
 package bundleoptions
 
 import (
