@@ -187,7 +187,7 @@ func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
 	default:
 		metrics.BundleRenders.WithLabelValues("success").Inc()
 		rd.err, rd.manifests, rd.contentID = nil, out.YAML, bundlecontent.ManifestID(out.YAML)
-		rd.keys = resourceKeys(out, rd.opts)
+		rd.keys = resourceKeys(out.YAML, rd.opts)
 	}
 	rr.cache.store(rr.key, rr.inputs, rd.optsHash, renderOutcome{contentID: rd.contentID, keys: rd.keys, err: rd.err})
 	return nil

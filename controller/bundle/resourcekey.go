@@ -1,10 +1,14 @@
 package bundle
 
 import (
+	"bufio"
+	"bytes"
 	"sort"
 
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/renderer"
 )
 
 // maxResourceKeys bounds status.resourceKey, so a Bundle of thousands of
@@ -15,16 +19,30 @@ const maxResourceKeys = 1000
 // name (the options' namespace, when set, replaces it). The controller
 // does not know which kinds are namespaced downstream, so a resource that
 // names no namespace has none here, even when the agent puts it into
-// defaultNamespace. A render that does not decode names none (the agent
-// reports that failure).
-func resourceKeys(out *renderer.Output, opts fleet.BundleDeploymentOptions) []fleet.ResourceKey {
-	objs, err := out.Objects()
-	if err != nil {
-		return nil
-	}
-	keys := make([]fleet.ResourceKey, 0, len(objs))
-	for _, o := range objs {
-		k := fleet.ResourceKey{APIVersion: o.GetAPIVersion(), Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName()}
+// defaultNamespace. The render is an author's output: it is read one
+// document at a time into four fields (never whole objects), and at most
+// maxResourceKeys documents, so it costs the controller little memory.
+// What does not read as an object names nothing (the agent reports it).
+func resourceKeys(manifests []byte, opts fleet.BundleDeploymentOptions) []fleet.ResourceKey {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
+	var keys []fleet.ResourceKey
+	for len(keys) < maxResourceKeys {
+		doc, err := r.Read()
+		if err != nil {
+			break // io.EOF, or a document too large to be one object
+		}
+		var m struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if yaml.Unmarshal(doc, &m) != nil || m.Kind == "" {
+			continue
+		}
+		k := fleet.ResourceKey{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name}
 		if opts.TargetNamespace != "" && k.Namespace != "" {
 			k.Namespace = opts.TargetNamespace
 		}
