@@ -73,10 +73,10 @@ func TestFleetBundles_AcceptedStrictlyAndDeployed(t *testing.T) {
 	}
 
 	want := map[string]map[string]string{
-		"settings":     {"color": "blue"},
-		"limits":       {"cpu": "1"},
-		"web":          {"replicas": "2"},                      // the kustomization's patch
-		"shop-config":  {"greeting": "hello", "replicas": "2"}, // the Bundle's values, the target's over them
+		"settings":    {"color": "blue"},
+		"limits":      {"cpu": "1"},
+		"web":         {"replicas": "2"},                      // the kustomization's patch
+		"shop-config": {"greeting": "hello", "replicas": "2"}, // the Bundle's values, the target's over them
 	}
 	testenv.Eventually(t, 90*time.Second, "the fixtures' ConfigMaps downstream", func() error {
 		for name, data := range want {
