@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 )
 
@@ -183,6 +184,7 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 			out.Helm.TimeoutSeconds = h.TimeoutSeconds
 		}
 	}
+	mergeMoreOptions(&out, over)
 	return out
 }
 
@@ -196,6 +198,9 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 // deploys nothing to is a *NotDeployedError. Bundles from untrusted authors
 // render in a render worker (internal/renderworker) instead.
 func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fleet.ClusterGroup) (*Output, error) {
+	if err := bundleoptions.Check(&bundle.Spec); err != nil {
+		return nil, err
+	}
 	files, err := BundleFiles(bundle.Spec.Resources)
 	if err != nil {
 		return nil, err
@@ -233,6 +238,7 @@ func OptionsFor(bundle *fleet.Bundle, cluster *fleet.Cluster, groups targeting.G
 
 // RenderFiles renders a Bundle's decoded files with its options.
 func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeploymentOptions) (*Output, error) {
+	files, opts = fleetLayout(files, opts)
 	var manifests []byte
 	switch {
 	case opts.Helm != nil && opts.Helm.Chart != "":

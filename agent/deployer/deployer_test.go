@@ -293,8 +293,19 @@ func TestDeployer_AppliesAndReportsReady(t *testing.T) {
 		{APIVersion: "v1", Kind: "Secret", Namespace: appNS, Name: "app-secret"},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role},
 	}
-	if fmt.Sprint(bd.Status.Resources) != fmt.Sprint(want) {
-		t.Errorf("status.resources = %v, want %v", bd.Status.Resources, want)
+	var listed []fleet.BundleDeploymentResource
+	for _, r := range bd.Status.Resources {
+		if r.CreatedAt == nil {
+			t.Errorf("status.resources: %s %s has no createdAt", r.Kind, r.Name)
+		}
+		r.CreatedAt = nil
+		listed = append(listed, r)
+	}
+	if fmt.Sprint(listed) != fmt.Sprint(want) {
+		t.Errorf("status.resources = %v, want %v", listed, want)
+	}
+	if rc := bd.Status.ResourceCounts; rc != (fleet.ResourceCounts{Ready: 3, DesiredReady: 3}) {
+		t.Errorf("status.resourceCounts = %+v, want 3 ready of 3", rc)
 	}
 	if !bd.Status.Ready || !bd.Status.NonModified || bd.Status.SyncGeneration == nil {
 		t.Errorf("status ready=%v nonModified=%v syncGeneration=%v, want true, true, set", bd.Status.Ready, bd.Status.NonModified, bd.Status.SyncGeneration)
@@ -729,7 +740,7 @@ spec:
 		return bd.Status.AppliedDeploymentID == id && bd.Status.Display.State == string(fleet.NotReady)
 	})
 	t.Logf("NotReady reported in %s: %+v", took, bd.Status.NonReadyStatus)
-	if bd.Status.Ready || len(bd.Status.NonReadyStatus) != 1 || bd.Status.NonReadyStatus[0].Kind != "Deployment" || bd.Status.NonReadyStatus[0].Name != "web" || bd.Status.NonReadyStatus[0].Summary == "" {
+	if bd.Status.Ready || len(bd.Status.NonReadyStatus) != 1 || bd.Status.NonReadyStatus[0].Kind != "Deployment" || bd.Status.NonReadyStatus[0].Name != "web" || bd.Status.NonReadyStatus[0].Summary.State == "" {
 		t.Errorf("ready=%v nonReadyStatus=%+v, want the Deployment web with a summary", bd.Status.Ready, bd.Status.NonReadyStatus)
 	}
 	if c := condition(bd, fleet.ReadyCondition); c.Status != metav1.ConditionFalse || c.Reason != fleet.NotReadyReason || !strings.Contains(c.Message, "web") {

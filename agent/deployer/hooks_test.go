@@ -263,7 +263,7 @@ func TestHealth_WaitForJobs(t *testing.T) {
 	bd, _ := f.waitBD("jobs", 60*time.Second, "NotReady on the Job with waitForJobs", func(bd *fleet.BundleDeployment) bool {
 		return bd.Status.AppliedDeploymentID == id && bd.Status.Display.State == string(fleet.NotReady) && len(bd.Status.NonReadyStatus) == 1
 	})
-	if nr := bd.Status.NonReadyStatus[0]; nr.Kind != "Job" || nr.Name != "work" || !strings.Contains(nr.Summary, "waitForJobs") {
+	if nr := bd.Status.NonReadyStatus[0]; nr.Kind != "Job" || nr.Name != "work" || !strings.Contains(nr.Summary.String(), "waitForJobs") {
 		t.Errorf("nonReadyStatus = %+v, want Job work waiting for completion", nr)
 	}
 	// helm.timeoutSeconds bounds the wait: the health timeout is reported.

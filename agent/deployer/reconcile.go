@@ -231,7 +231,7 @@ func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *
 	for _, e := range drift {
 		o.Modified = append(o.Modified, e.status())
 	}
-	nonReady, err := d.health(ctx, id, refs, waitsForJobs(bd.Spec.Options))
+	nonReady, err := d.health(ctx, id, refs, o.Resources, waitsForJobs(bd.Spec.Options))
 	if err != nil {
 		return d.monitorFailed(o, refs, err)
 	}
@@ -573,38 +573,38 @@ func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.
 	return out, errors.Join(errs...)
 }
 
-// health computes the kstatus of every object, one GET each as id; with
+// health computes the kstatus of every object, one GET each as id, and
+// records each one's creation time in res (res[i] is refs[i]); with
 // waitForJobs, a Job is ready only once complete (jobs.go).
-func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, waitForJobs bool) ([]fleet.NonReadyStatus, error) {
+func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, res []fleet.BundleDeploymentResource, waitForJobs bool) ([]fleet.NonReadyStatus, error) {
 	var out []fleet.NonReadyStatus
-	for _, r := range refs {
+	for i, r := range refs {
 		nr := fleet.NonReadyStatus{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}
 		u := r.object()
 		err := id.c.Get(ctx, client.ObjectKeyFromObject(u), u)
 		switch {
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-			nr.Summary = "not found"
+			nr.Summary = fleet.SummaryOf(string(status.NotFoundStatus), "")
 			out = append(out, nr)
 			continue
 		case err != nil:
 			return out, fmt.Errorf("checking the health of %s: %w", r, err)
 		}
-		res, err := status.Compute(u)
+		recordCreated(res, i, u)
+		nr.UID = u.GetUID()
+		result, err := status.Compute(u)
 		if err != nil {
-			nr.Summary = "status unknown: " + err.Error()
+			nr.Summary = fleet.SummaryOf(string(status.UnknownStatus), err.Error())
 			out = append(out, nr)
 			continue
 		}
-		if res.Status == status.CurrentStatus && !(waitForJobs && jobIncomplete(u)) {
+		if result.Status == status.CurrentStatus && !(waitForJobs && jobIncomplete(u)) {
 			continue
 		}
-		if res.Status == status.CurrentStatus {
-			res.Status, res.Message = status.InProgressStatus, "waitForJobs: "+res.Message
+		if result.Status == status.CurrentStatus {
+			result.Status, result.Message = status.InProgressStatus, "waitForJobs: "+result.Message
 		}
-		nr.Summary = string(res.Status)
-		if res.Message != "" {
-			nr.Summary += ": " + res.Message
-		}
+		nr.Summary = fleet.SummaryOf(string(result.Status), result.Message)
 		out = append(out, nr)
 	}
 	return out, nil

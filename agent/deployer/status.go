@@ -80,6 +80,8 @@ func computeStatus(old fleet.BundleDeploymentStatus, o observation) fleet.Bundle
 		st.NonModified = len(o.Modified) == 0
 		st.NonReadyStatus = truncate(o.NonReady)
 		st.ModifiedStatus = truncate(o.Modified)
+		st.IncompleteState = len(o.NonReady) > maxListed || len(o.Modified) > maxListed
+		st.ResourceCounts = resourceCounts(st.Resources, o.NonReady, o.Modified)
 	}
 	upToDate := st.AppliedDeploymentID == o.DeploymentID && o.DeploymentID != "" &&
 		st.SyncGeneration != nil && *st.SyncGeneration == o.ForceSyncGeneration
@@ -185,8 +187,8 @@ func nonReadyMessage(nr []fleet.NonReadyStatus, timedOut bool) string {
 	parts := make([]string, 0, len(nr))
 	for _, r := range nr {
 		p := objRef{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}.String()
-		if r.Summary != "" {
-			p += ": " + r.Summary
+		if sum := r.Summary.String(); sum != "" {
+			p += ": " + sum
 		}
 		parts = append(parts, p)
 	}

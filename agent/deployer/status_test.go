@@ -23,7 +23,7 @@ func TestComputeStatus(t *testing.T) {
 	many := func(n int) []fleet.NonReadyStatus {
 		out := make([]fleet.NonReadyStatus, n)
 		for i := range out {
-			out[i] = fleet.NonReadyStatus{Kind: "Deployment", Namespace: "ns", Name: "d", Summary: "InProgress"}
+			out[i] = fleet.NonReadyStatus{Kind: "Deployment", Namespace: "ns", Name: "d", Summary: fleet.SummaryOf("InProgress", "")}
 		}
 		return out
 	}

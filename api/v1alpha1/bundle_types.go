@@ -536,6 +536,114 @@ type BundleStatus struct {
 	// resourcesSha256Sum is the hash of the Bundle's resources.
 	// +optional
 	ResourcesSHA256Sum string `json:"resourcesSha256Sum,omitempty"`
+	// newlyCreated is the number of BundleDeployments created (not
+	// updated) by the last rollout step.
+	// +optional
+	NewlyCreated int `json:"newlyCreated,omitempty"`
+	// unavailable is the number of BundleDeployments not ready or not yet
+	// at their deploymentID.
+	// +optional
+	Unavailable int `json:"unavailable"`
+	// unavailablePartitions is the number of partitions not available.
+	// +optional
+	UnavailablePartitions int `json:"unavailablePartitions"`
+	// maxUnavailable is the rollout's limit of unavailable
+	// BundleDeployments, as a number.
+	// +optional
+	MaxUnavailable int `json:"maxUnavailable"`
+	// maxUnavailablePartitions is the rollout's limit of unavailable
+	// partitions, as a number.
+	// +optional
+	MaxUnavailablePartitions int `json:"maxUnavailablePartitions"`
+	// partitions are the rollout's partitions and their state.
+	// +optional
+	// +listType=atomic
+	PartitionStatus []PartitionStatus `json:"partitions,omitempty"`
+	// resourceKey lists the Bundle's resources as rendered without target
+	// customisation (a cluster's may differ).
+	// +optional
+	// +listType=atomic
+	ResourceKey []ResourceKey `json:"resourceKey,omitempty"`
+	// ociReference is where Fleet stores large content in an OCI
+	// registry; informational.
+	// +optional
+	OCIReference string `json:"ociReference,omitempty"`
+	// resourceCounts sums the resourceCounts of the Bundle's
+	// BundleDeployments (Fleet has it on GitRepos and Clusters, not on
+	// Bundles).
+	// +optional
+	ResourceCounts ResourceCounts `json:"resourceCounts,omitempty"`
+}
+
+// PartitionStatus is the state of one rollout partition.
+type PartitionStatus struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// count is the number of clusters in the partition.
+	// +optional
+	Count int `json:"count,omitempty"`
+	// maxUnavailable is the partition's limit of unavailable clusters.
+	// +optional
+	MaxUnavailable int `json:"maxUnavailable,omitempty"`
+	// unavailable is the number of unavailable clusters in the partition.
+	// +optional
+	Unavailable int `json:"unavailable,omitempty"`
+	// summary counts the partition's BundleDeployments by state.
+	// +optional
+	Summary BundleSummary `json:"summary,omitempty"`
+}
+
+// ResourceKey names one resource of a Bundle.
+type ResourceKey struct {
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// ResourceCounts count resources by state (Fleet's meanings).
+type ResourceCounts struct {
+	// ready: applied, unchanged and healthy.
+	// +optional
+	Ready int `json:"ready"`
+	// desiredReady: every resource that should be there (those present and
+	// those missing).
+	// +optional
+	DesiredReady int `json:"desiredReady"`
+	// waitApplied: resources of a deployment not applied yet.
+	// +optional
+	WaitApplied int `json:"waitApplied"`
+	// modified: present but changed downstream.
+	// +optional
+	Modified int `json:"modified"`
+	// orphaned: present downstream but no longer in the Bundle.
+	// +optional
+	Orphaned int `json:"orphaned"`
+	// missing: in the Bundle but not present downstream.
+	// +optional
+	Missing int `json:"missing"`
+	// unknown: state not known (the agent did not report).
+	// +optional
+	Unknown int `json:"unknown"`
+	// notReady: present and unchanged, but not healthy.
+	// +optional
+	NotReady int `json:"notReady"`
+}
+
+// Add adds o's counts to c.
+func (c *ResourceCounts) Add(o ResourceCounts) {
+	c.Ready += o.Ready
+	c.DesiredReady += o.DesiredReady
+	c.WaitApplied += o.WaitApplied
+	c.Modified += o.Modified
+	c.Orphaned += o.Orphaned
+	c.Missing += o.Missing
+	c.Unknown += o.Unknown
+	c.NotReady += o.NotReady
 }
 
 // BundleDisplay holds short strings for kubectl columns.

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // BundleDeployment is one Bundle rendered for one cluster, in that cluster's
@@ -91,6 +92,11 @@ type BundleDeploymentStatus struct {
 	// appliedDeploymentID is the deploymentID last applied.
 	// +optional
 	AppliedDeploymentID string `json:"appliedDeploymentID,omitempty"`
+	// release is Fleet's Helm release ID ("<namespace>/<name>:<version>").
+	// There are no Helm releases here; kept for Fleet's readers, not
+	// written.
+	// +optional
+	Release string `json:"release,omitempty"`
 	// ready is true when every applied resource is healthy.
 	// +optional
 	Ready bool `json:"ready,omitempty"`
@@ -105,6 +111,17 @@ type BundleDeploymentStatus struct {
 	// +optional
 	// +listType=atomic
 	ModifiedStatus []ModifiedStatus `json:"modifiedStatus,omitempty"`
+	// incompleteState is true when nonReadyStatus or modifiedStatus were
+	// cut at 10 entries (resourceCounts counts them all).
+	// +optional
+	IncompleteState bool `json:"incompleteState,omitempty"`
+	// resourceCounts counts the resources by state.
+	// +optional
+	ResourceCounts ResourceCounts `json:"resourceCounts,omitempty"`
+	// downstreamResourcesGeneration is the
+	// spec.downstreamResourcesGeneration whose copies are in place.
+	// +optional
+	DownstreamResourcesGeneration int64 `json:"downstreamResourcesGeneration,omitempty"`
 	// resources is the inventory of applied resources.
 	// +optional
 	// +listType=atomic
@@ -140,10 +157,16 @@ type BundleDeploymentResource struct {
 	Namespace string `json:"namespace,omitempty"`
 	// +optional
 	Name string `json:"name,omitempty"`
+	// createdAt is the resource's creationTimestamp downstream.
+	// +optional
+	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
 }
 
-// NonReadyStatus is a resource that is not ready, with kstatus's summary.
+// NonReadyStatus is a resource that is not ready, with its summary.
 type NonReadyStatus struct {
+	// uid is the resource's UID downstream (empty when it is missing).
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
 	// +optional
 	Kind string `json:"kind,omitempty"`
 	// +optional
@@ -152,8 +175,9 @@ type NonReadyStatus struct {
 	Namespace string `json:"namespace,omitempty"`
 	// +optional
 	Name string `json:"name,omitempty"`
+	// summary is the resource's state (kstatus's, in Fleet's shape).
 	// +optional
-	Summary string `json:"summary,omitempty"`
+	Summary Summary `json:"summary,omitempty"`
 }
 
 // ModifiedStatus is a resource that differs from what was applied.
@@ -169,6 +193,10 @@ type ModifiedStatus struct {
 	// missing is true when the resource was deleted downstream.
 	// +optional
 	Create bool `json:"missing,omitempty"`
+	// exist is true when the resource exists but another Bundle owns it
+	// (with missing).
+	// +optional
+	Exist bool `json:"exist,omitempty"`
 	// delete is true when the resource should not exist.
 	// +optional
 	Delete bool `json:"delete,omitempty"`

@@ -97,6 +97,9 @@ const (
 	TargetsInvalidReason            = "TargetsInvalid"
 	ModifiedReason                  = "Modified"
 	NotReadyReason                  = "NotReady"
+	// UnsupportedOptionReason: the Bundle sets an option fleet does not do
+	// yet (internal/bundleoptions); it is not deployed.
+	UnsupportedOptionReason = "UnsupportedOption"
 
 	// ClusterRegistration reasons of the trust boundary between a token
 	// holder and the clusters of a workspace.

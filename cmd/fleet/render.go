@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
@@ -181,6 +182,9 @@ not given is an error, never a guess.`,
 			}
 			if err := sameWorkspace(bundle, groups); err != nil {
 				return err
+			}
+			if err := bundleoptions.Check(&bundle.Spec); err != nil {
+				return fmt.Errorf("bundle %s is not deployed (%s): %w", bundleFile, fleet.UnsupportedOptionReason, err)
 			}
 			cfg := &config.Config{}
 			if configFile != "" {

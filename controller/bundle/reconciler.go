@@ -29,6 +29,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/targeting"
@@ -146,6 +147,12 @@ func (p *placement) keepsContent(b *fleet.Bundle) bool {
 // Ready or clusters wait for their namespace, or a transient error.
 func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	b.Status.ResourcesSHA256Sum = resourcesHash(b.Spec.Resources)
+	if err := bundleoptions.Check(&b.Spec); err != nil {
+		// Deploying without the option would deploy something else:
+		// nothing of this generation is deployed.
+		b.Status.ObservedGeneration = b.Generation
+		return reconciler.Stall(fleet.UnsupportedOptionReason, "%v", err)
+	}
 
 	clusters := &fleet.ClusterList{}
 	if err := r.Client.List(ctx, clusters, client.InNamespace(b.Namespace)); err != nil {
@@ -265,6 +272,8 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	s.DesiredReady = len(keep)
 	s.Pending = pending
 	b.Status.Summary = s
+	b.Status.ResourceCounts = summary.ResourceCounts(bds)
+	b.Status.ResourceKey = bundleResourceKey(renders.ordered)
 	b.Status.Display.ReadyClusters = fmt.Sprintf("%d/%d", s.Ready, s.DesiredReady)
 	b.Status.Display.State = string(summary.WorstState(s))
 	b.Status.ObservedGeneration = b.Generation

@@ -52,6 +52,7 @@ type bundleRenders struct {
 
 type renderOutcome struct {
 	contentID string
+	keys      []fleet.ResourceKey
 	err       *renderworker.RenderError
 }
 
@@ -95,6 +96,8 @@ type render struct {
 	// manifests (empty for a Bundle that renders to nothing).
 	rendered  bool
 	manifests []byte
+	// keys name the rendered resources (status.resourceKey).
+	keys []fleet.ResourceKey
 	// err is the failure the Bundle's author has to fix.
 	err *renderworker.RenderError
 }
@@ -135,7 +138,7 @@ func (rr *reconcileRenders) get(ctx context.Context, opts fleet.BundleDeployment
 	}
 	rd := &render{opts: opts, optsHash: h}
 	if o, ok := rr.cache.lookup(rr.key, rr.inputs, h); ok {
-		rd.contentID, rd.err = o.contentID, o.err
+		rd.contentID, rd.keys, rd.err = o.contentID, o.keys, o.err
 	} else if err := rr.run(ctx, rd); err != nil {
 		return nil, err
 	}
@@ -184,7 +187,8 @@ func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
 	default:
 		metrics.BundleRenders.WithLabelValues("success").Inc()
 		rd.err, rd.manifests, rd.contentID = nil, out.YAML, bundlecontent.ManifestID(out.YAML)
+		rd.keys = resourceKeys(out.YAML, rd.opts)
 	}
-	rr.cache.store(rr.key, rr.inputs, rd.optsHash, renderOutcome{contentID: rd.contentID, err: rd.err})
+	rr.cache.store(rr.key, rr.inputs, rd.optsHash, renderOutcome{contentID: rd.contentID, keys: rd.keys, err: rd.err})
 	return nil
 }

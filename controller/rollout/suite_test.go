@@ -182,7 +182,7 @@ func (s *standIn) report(ctx context.Context, bd *fleet.BundleDeployment) {
 	bd.Status.Ready, bd.Status.NonModified = ready, true
 	bd.Status.NonReadyStatus = nil
 	if !ready {
-		bd.Status.NonReadyStatus = []fleet.NonReadyStatus{{Kind: "Deployment", APIVersion: "apps/v1", Namespace: "cattle-fleet-system", Name: "fleet-agent", Summary: "InProgress: the new agent pod does not start"}}
+		bd.Status.NonReadyStatus = []fleet.NonReadyStatus{{Kind: "Deployment", APIVersion: "apps/v1", Namespace: "cattle-fleet-system", Name: "fleet-agent", Summary: fleet.SummaryOf("InProgress", "the new agent pod does not start")}}
 	}
 	_ = s.c.Status().Update(ctx, bd)
 }

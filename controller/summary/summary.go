@@ -139,3 +139,13 @@ func ReadyMessage(s fleet.BundleSummary) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// ResourceCounts sums the BundleDeployments' resourceCounts, as Fleet sums
+// them for GitRepos and Clusters.
+func ResourceCounts(bds []fleet.BundleDeployment) fleet.ResourceCounts {
+	var c fleet.ResourceCounts
+	for i := range bds {
+		c.Add(bds[i].Status.ResourceCounts)
+	}
+	return c
+}

@@ -1,0 +1,253 @@
+// Package bundleoptions says, for every option of Fleet's Bundle, what
+// fleet does with it (Table), and finds the options a Bundle sets that
+// fleet does not do yet (Unsupported), so no option is silently ignored:
+// the Bundle reconciler and `fleet render bundle` refuse such a Bundle
+// with a message naming the option. It links neither Helm nor kustomize.
+package bundleoptions
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+)
+
+// Support is what fleet does with an option.
+type Support string
+
+const (
+	// Implemented: the option has Fleet's meaning (Why says how, when it
+	// differs in form).
+	Implemented Support = "implemented"
+	// NoEffect: accepted without effect; Why says why that is Fleet's
+	// meaning here.
+	NoEffect Support = "accepted without effect"
+	// NotYet: a Bundle setting the option (see Option.Set) is not
+	// deployed, with Why as the message: deploying it without the option
+	// would deploy something else than its author asked for.
+	NotYet Support = "not yet"
+)
+
+// Option is one option path of a Bundle's spec, relative to spec.
+// A path whose first part is a field of BundleDeploymentOptions is an
+// option of the Bundle and of each target: it is looked for at spec.<path>
+// and spec.targets[i].<path>. A path under targets[] is a field of the
+// targets themselves; any other path is a field of the Bundle only.
+type Option struct {
+	Path    string
+	Support Support
+	Why     string
+	// Set says whether a value counts as set (the default: a non-zero
+	// value; an object is set when one of its fields is, so `ignore: {}`
+	// is not).
+	Set func(v any) bool
+}
+
+// Table has one row per option path, sorted by path. Rows of options
+// implemented later change here (and in docs/operations.md "Bundle options
+// (Fleet compatibility)", which a test keeps in step): one line each.
+var Table = []Option{
+	{Path: "allowedTargetNamespaceSelector", Support: NotYet, Why: "target namespace restrictions (from GitRepoRestrictions) are not enforced yet"},
+	{Path: "contentsId", Support: NotYet, Why: "content kept in Content objects or an OCI registry is not read yet; put the files in resources"},
+	{Path: "correctDrift.enabled", Support: Implemented, Why: "the agent reverts drift with server-side apply"},
+	{Path: "correctDrift.force", Support: Implemented, Why: "objects that cannot be patched back are deleted and created again"},
+	{Path: "correctDrift.keepFailHistory", Support: NoEffect, Why: "it keeps failed Helm releases; there are no Helm releases here"},
+	{Path: "createNamespace", Support: NotYet, Why: "createNamespace: false (the namespace must exist) is not supported yet; the agent creates a missing namespace", Set: isFalse},
+	{Path: "defaultNamespace", Support: Implemented},
+	{Path: "deleteCRDResources", Support: NotYet, Why: "deleting a Bundle's CustomResourceDefinitions on removal is not supported yet"},
+	{Path: "deleteNamespace", Support: NotYet, Why: "deleting the target namespace on removal is not supported yet"},
+	{Path: "dependsOn", Support: NotYet, Why: "dependencies between Bundles are not supported yet"},
+	{Path: "diff.comparePatches", Support: NotYet, Why: "drift detection does not ignore parts of resources yet"},
+	{Path: "downstreamResources", Support: NotYet, Why: "copying Secrets and ConfigMaps into target clusters is not supported yet"},
+	{Path: "forceSyncGeneration", Support: Implemented},
+	{Path: "helm.atomic", Support: NotYet, Why: "going back to the previous deployment on failure is not supported yet"},
+	{Path: "helm.chart", Support: NotYet, Why: "charts from a URL or an OCI registry are not fetched yet; put the chart in resources", Set: isRemoteChart},
+	{Path: "helm.disableDNS", Support: NoEffect, Why: "templates never resolve DNS here: Bundles render without network"},
+	{Path: "helm.disableDependencyUpdate", Support: NoEffect, Why: "chart dependencies are never fetched here: the chart's charts/ is used as it is"},
+	{Path: "helm.disablePreProcess", Support: NoEffect, Why: "values are not templated (${ }) yet, so there is nothing to turn off"},
+	{Path: "helm.force", Support: NotYet, Why: "replacing resources on conflict is not supported yet"},
+	{Path: "helm.maxHistory", Support: NoEffect, Why: "no deployment history is kept yet"},
+	{Path: "helm.releaseName", Support: Implemented},
+	{Path: "helm.repo", Support: NotYet, Why: "charts from a repository are not fetched yet; put the chart in resources"},
+	{Path: "helm.skipSchemaValidation", Support: NotYet, Why: "values are always checked against the chart's values.schema.json"},
+	{Path: "helm.takeOwnership", Support: Implemented, Why: "always on: server-side apply takes over resources that exist"},
+	{Path: "helm.templateValues", Support: NotYet, Why: "templated values are not supported yet"},
+	{Path: "helm.timeoutSeconds", Support: Implemented, Why: "bounds the health wait after an apply"},
+	{Path: "helm.values", Support: Implemented},
+	{Path: "helm.valuesFiles", Support: Implemented},
+	{Path: "helm.valuesFrom", Support: NotYet, Why: "values from ConfigMaps and Secrets are not read yet"},
+	{Path: "helm.version", Support: NotYet, Why: "chart versions from a repository are not fetched yet; put the chart in resources"},
+	{Path: "helm.waitForJobs", Support: Implemented, Why: "always on: the health wait counts a Job ready when it completed (kstatus)"},
+	{Path: "helmOpOptions.helmOpCABundle", Support: NotYet, Why: "Bundles of HelmOps are not supported yet"},
+	{Path: "helmOpOptions.helmOpInsecureSkipTLSVerify", Support: NotYet, Why: "Bundles of HelmOps are not supported yet"},
+	{Path: "helmOpOptions.helmOpSecretName", Support: NotYet, Why: "Bundles of HelmOps are not supported yet"},
+	{Path: "ignore.conditions", Support: NotYet, Why: "readiness does not ignore conditions yet"},
+	{Path: "keepResources", Support: Implemented},
+	{Path: "kustomize.dir", Support: Implemented},
+	{Path: "namespace", Support: Implemented},
+	{Path: "namespaceAnnotations", Support: Implemented},
+	{Path: "namespaceLabels", Support: Implemented},
+	{Path: "overwrites", Support: NotYet, Why: "taking resources over from another Bundle is not supported yet"},
+	{Path: "paused", Support: Implemented},
+	{Path: "resources", Support: Implemented},
+	{Path: "rolloutStrategy.autoPartitionSize", Support: NotYet, Why: "rollouts in partitions are not supported yet"},
+	{Path: "rolloutStrategy.autoPartitionThreshold", Support: NotYet, Why: "rollouts in partitions are not supported yet"},
+	{Path: "rolloutStrategy.maxNew", Support: NotYet, Why: "rollouts in partitions are not supported yet"},
+	{Path: "rolloutStrategy.maxUnavailable", Support: NotYet, Why: "rollouts in partitions are not supported yet"},
+	{Path: "rolloutStrategy.maxUnavailablePartitions", Support: NotYet, Why: "rollouts in partitions are not supported yet"},
+	{Path: "rolloutStrategy.partitions", Support: NotYet, Why: "rollouts in partitions are not supported yet"},
+	{Path: "serviceAccount", Support: Implemented},
+	{Path: "targetCustomizationMode", Support: NotYet, Why: "AllMatches is not supported yet; a cluster takes the options of the first target that selects it", Set: isAllMatches},
+	{Path: "targetRestrictions", Support: NotYet, Why: "target restrictions (from a GitRepo's targets) are not enforced yet"},
+	{Path: "targets", Support: Implemented},
+	{Path: "targets[].clusterGroup", Support: Implemented},
+	{Path: "targets[].clusterGroupSelector", Support: Implemented},
+	{Path: "targets[].clusterName", Support: Implemented},
+	{Path: "targets[].clusterSelector", Support: Implemented},
+	{Path: "targets[].doNotDeploy", Support: Implemented},
+	{Path: "targets[].name", Support: Implemented},
+	{Path: "valuesHash", Support: NotYet, Why: "Helm values kept in the Bundle's values Secret (what fleet apply writes to a cluster) are not read yet; put them in helm.values"},
+	{Path: "yaml.overlays", Support: NotYet, Why: "overlays of plain manifests are not supported yet"},
+}
+
+// Finding is a not-yet option a Bundle sets.
+type Finding struct {
+	// Path is where: spec.helm.repo, spec.targets[1].helm.repo.
+	Path    string
+	Message string
+}
+
+func (f Finding) String() string { return f.Path + ": " + f.Message }
+
+// Error is the refusal of a Bundle that sets options fleet does not do
+// yet: every finding, in table order (the Bundle's own before its
+// targets').
+type Error struct{ Findings []Finding }
+
+func (e *Error) Error() string {
+	parts := make([]string, len(e.Findings))
+	for i, f := range e.Findings {
+		parts[i] = f.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Check returns an *Error when the Bundle sets an option fleet does not do
+// yet, or nil.
+func Check(spec *fleet.BundleSpec) error {
+	if f := Unsupported(spec); len(f) > 0 {
+		return &Error{Findings: f}
+	}
+	return nil
+}
+
+// Unsupported lists the not-yet options the Bundle sets.
+func Unsupported(spec *fleet.BundleSpec) []Finding {
+	doc, err := toJSON(spec)
+	if err != nil {
+		// The spec came from JSON: it encodes. Say so rather than pass.
+		return []Finding{{Path: "spec", Message: fmt.Sprintf("cannot read the Bundle's options: %v", err)}}
+	}
+	targets, _ := doc["targets"].([]any)
+	var out []Finding
+	for _, o := range Table {
+		if o.Support != NotYet {
+			continue
+		}
+		set := o.Set
+		if set == nil {
+			set = nonZero
+		}
+		if v, ok := lookup(doc, o.Path); ok && set(v) {
+			out = append(out, Finding{Path: "spec." + o.Path, Message: o.Why})
+		}
+		if !IsOption(o.Path) {
+			continue
+		}
+		for i, t := range targets {
+			tm, _ := t.(map[string]any)
+			if v, ok := lookup(tm, o.Path); ok && set(v) {
+				out = append(out, Finding{Path: fmt.Sprintf("spec.targets[%d].%s", i, o.Path), Message: o.Why})
+			}
+		}
+	}
+	return out
+}
+
+// IsOption reports whether path is an option of the Bundle and of each
+// target (its first part is a field of BundleDeploymentOptions).
+func IsOption(path string) bool {
+	first, _, _ := strings.Cut(path, ".")
+	return optionFields[first]
+}
+
+var optionFields = func() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeOf(fleet.BundleDeploymentOptions{})
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		out[name] = true
+	}
+	return out
+}()
+
+func toJSON(spec *fleet.BundleSpec) (map[string]any, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	return doc, json.Unmarshal(b, &doc)
+}
+
+func lookup(doc map[string]any, path string) (any, bool) {
+	var cur any = doc
+	for _, part := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[part]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// nonZero: true, a number other than 0, a non-empty string or list, an
+// object with a field that is set.
+func nonZero(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return v
+	case float64:
+		return v != 0
+	case string:
+		return v != ""
+	case []any:
+		return len(v) > 0
+	case map[string]any:
+		for _, e := range v {
+			if nonZero(e) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+func isFalse(v any) bool { return v == false }
+
+func isAllMatches(v any) bool { return v == string(fleet.TargetCustomizationModeAllMatches) }
+
+// isRemoteChart: a chart named by URL (https://, oci://) rather than a
+// directory of the Bundle's resources.
+func isRemoteChart(v any) bool {
+	s, _ := v.(string)
+	return strings.Contains(s, "://")
+}
