@@ -278,6 +278,10 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 	case opts.Kustomize != nil && opts.Kustomize.Dir != "":
 		// A kustomization without a chart builds from its own files only.
 	default:
+		files, err := applyYAMLOverlays(files, yamlOverlays(opts))
+		if err != nil {
+			return nil, err
+		}
 		var paths []string
 		for p := range files {
 			if ext := path.Ext(p); ext == ".yaml" || ext == ".yml" || ext == ".json" {

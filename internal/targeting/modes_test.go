@@ -118,6 +118,3 @@ func TestMatch_TargetRestrictionsLimitTargets(t *testing.T) {
 		t.Errorf("restriction needing a group not given: %v", err)
 	}
 }
-
-
-
