@@ -324,6 +324,9 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 	// annotate it: applying it again under the same field manager would
 	// take away labels another apply gave it (the controller's label on the
 	// agent's namespace).
+	if err := d.checkNamespaceLifecycle(ctx, bd, p); err != nil {
+		return err
+	}
 	withNS := p.namespace != nil
 	if withNS && !p.namespaceMeta {
 		err := d.local.Get(ctx, client.ObjectKey{Name: p.namespace.GetName()}, &corev1.Namespace{})
@@ -350,7 +353,7 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 	}
 	opts := ssa.DefaultApplyOptions()
 	opts.WaitInterval = 500 * time.Millisecond
-	opts.Force = correct != nil && correct.Force
+	opts.Force = forceApply(bd.Spec.Options, correct)
 	refs := p.refs()
 	cs, err := id.rm.ApplyAllStaged(ctx, objs, opts)
 	if err != nil {
@@ -368,7 +371,7 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 	if changed := changes(cs); len(changed) > 0 {
 		ctrl.LoggerFrom(ctx).Info("applied", "changes", changed, "as", id.name(d.opts.AgentNamespace))
 	}
-	if stale := prev.without(refs); len(stale) > 0 && !bd.Spec.Options.KeepResources {
+	if stale := prunable(ctx, prev.without(refs), bd.Spec.Options.DeleteCRDResources); len(stale) > 0 && !bd.Spec.Options.KeepResources {
 		if err := d.prune(ctx, id, stale, bd.Name, bd.Namespace); err != nil {
 			if perr := d.inv.put(ctx, d.newInventory(bd, id, union(refs, prev))); perr != nil {
 				err = errors.Join(err, perr)
@@ -381,11 +384,14 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 
 func (d *Deployer) newInventory(bd *fleet.BundleDeployment, id *identity, refs []objRef) *inventory {
 	return &inventory{
-		BundleDeployment: bd.Name,
-		ClusterNamespace: bd.Namespace,
-		KeepResources:    bd.Spec.Options.KeepResources,
-		ServiceAccount:   id.serviceAccount,
-		Resources:        refs,
+		BundleDeployment:   bd.Name,
+		ClusterNamespace:   bd.Namespace,
+		KeepResources:      bd.Spec.Options.KeepResources,
+		ServiceAccount:     id.serviceAccount,
+		Resources:          refs,
+		Namespace:          targetNamespace(bd.Spec.Options),
+		DeleteNamespace:    bd.Spec.Options.DeleteNamespace,
+		DeleteCRDResources: bd.Spec.Options.DeleteCRDResources,
 	}
 }
 
@@ -505,7 +511,10 @@ func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result,
 			return ctrl.Result{}, fmt.Errorf("pruning the resources of deleted bundledeployment %s: %w", name, err)
 		}
 		log.Info("bundledeployment deleted, pruning its resources", "resources", len(inv.Resources), "as", id.name(d.opts.AgentNamespace))
-		if err := d.prune(ctx, id, inv.Resources, inv.BundleDeployment, inv.ClusterNamespace); err != nil {
+		if err := d.prune(ctx, id, prunable(ctx, inv.Resources, inv.DeleteCRDResources), inv.BundleDeployment, inv.ClusterNamespace); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := d.deleteNamespace(ctx, id, inv); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
