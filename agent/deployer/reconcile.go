@@ -147,7 +147,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	if bd.Spec.DeploymentID == "" {
 		return stop("", reconciler.Wait(WaitingForContentReason, 0, "the BundleDeployment names no deployment yet"))
 	}
-	manifests, err := d.readContent(ctx, bd)
+	manifests, applyOpts, back, err := d.desired(ctx, bd)
 	if err != nil {
 		return stop("", err)
 	}
@@ -157,7 +157,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	if err != nil {
 		return stop("", reconciler.Stall(fleet.ApplyFailedReason, "%v", err))
 	}
-	p, err := prepareObjects(objs, opts, d.local.RESTMapper(), func(objs []*unstructured.Unstructured) {
+	p, err := prepareObjects(objs, applyOpts, d.local.RESTMapper(), func(objs []*unstructured.Unstructured) {
 		d.self.rm.SetOwnerLabels(objs, bd.Name, bd.Namespace)
 	})
 	if err != nil {
@@ -205,7 +205,8 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 			return d.monitorFailed(o, refs, err)
 		}
 	}
-	return d.monitor(ctx, bd, id, o, refs, drift)
+	o, next, err := d.monitor(ctx, bd, id, o, refs, drift)
+	return d.afterMonitor(ctx, bd, id, manifests, back, o, next, err)
 }
 
 // monitor reports drift (already computed) and health of the inventory,
@@ -517,6 +518,9 @@ func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result,
 		if err := d.deleteNamespace(ctx, id, inv); err != nil {
 			return ctrl.Result{}, err
 		}
+	}
+	if err := d.removeHistory(ctx, name); err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, d.inv.remove(ctx, name)
 }
