@@ -218,3 +218,67 @@ func TestBundle_DownstreamResourcesEndToEnd(t *testing.T) {
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(cerr), nil
 	})
 }
+
+// TestBundle_AtomicEndToEnd: a Bundle change whose workload does not become
+// ready within helm.timeoutSeconds goes back, with helm.atomic, to what the
+// cluster ran before, and the Bundle's status says so.
+func TestBundle_AtomicEndToEnd(t *testing.T) {
+	ws, ds, _ := registeredAgent(t, "fleet-atomic-", 0, map[string]any{"env": "prod"})
+	appNS := "atomic-" + ws
+	settings := func(v string) fleet.BundleResource {
+		return fleet.BundleResource{Name: "settings.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  version: " + v + "\n"}
+	}
+	b := manifestBundle(ws, "app", appNS, fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Atomic: true, TimeoutSeconds: 3}}, settings("v1"))
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "v1 Ready", func() error {
+		if got := bundleStatus(t, ws, "app"); got.Status.Display.ReadyClusters != "1/1" {
+			return fmt.Errorf("readyClusters %q", got.Status.Display.ReadyClusters)
+		}
+		return nil
+	})
+
+	// v2 adds a Deployment that cannot become available (no kubelet here).
+	updateBundle(t, ws, "app", func(b *fleet.Bundle) {
+		b.Spec.Resources = []fleet.BundleResource{settings("v2"), {Name: "web.yaml", Content: `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: example.invalid/web:2
+`}}
+	})
+	took := testenv.Eventually(t, 90*time.Second, "v2 went back to v1", func() error {
+		bds := &fleet.BundleDeploymentList{}
+		if err := up.List(t.Context(), bds, client.MatchingLabels{fleet.BundleLabel: "app", fleet.BundleNamespaceLabel: ws}); err != nil || len(bds.Items) != 1 {
+			return fmt.Errorf("bundledeployments %d (%v)", len(bds.Items), err)
+		}
+		c := meta.FindStatusCondition(bds.Items[0].Status.Conditions, fleet.ReadyCondition)
+		if c == nil || c.Reason != "RolledBack" {
+			return fmt.Errorf("ready %+v", c)
+		}
+		cm, err := configMap(t, ds, appNS, "settings")
+		if err != nil || cm.Data["version"] != "v1" {
+			return fmt.Errorf("settings %v (%v)", cm.Data, err)
+		}
+		return nil
+	})
+	t.Logf("went back %s after the change", took)
+	testenv.Eventually(t, 30*time.Second, "the Bundle's status says it went back", func() error {
+		got := bundleStatus(t, ws, "app")
+		if got.Status.Summary.Ready != 0 || !strings.Contains(fmt.Sprint(got.Status.Summary.NonReadyResources), "went back to deployment") {
+			return fmt.Errorf("summary %+v", got.Status.Summary)
+		}
+		return nil
+	})
+}
