@@ -225,15 +225,25 @@ type NotDeployedError struct{ Message string }
 func (e *NotDeployedError) Error() string { return e.Message }
 
 // OptionsFor returns what a Bundle deploys to a cluster: the target that
-// selects it (targeting.Match; nil when none does) and, unless there is none
-// or it has doNotDeploy, the Bundle's options with the target's laid over
-// them. The controller and `fleet render bundle` both decide with it.
+// decides (targeting.Match; nil when none selects it) and, unless there is
+// none or it has doNotDeploy, the Bundle's options with the options of the
+// targets the cluster takes (targeting.MatchAll: the first, or with
+// AllMatches every selecting one in order) laid over them. The controller
+// and `fleet render bundle` both decide with it.
 func OptionsFor(bundle *fleet.Bundle, cluster *fleet.Cluster, groups targeting.Groups) (fleet.BundleDeploymentOptions, *fleet.BundleTarget, error) {
 	t, err := targeting.Match(bundle, cluster, groups)
 	if err != nil || t == nil || t.DoNotDeploy {
 		return fleet.BundleDeploymentOptions{}, t, err
 	}
-	return MergeOptions(bundle.Spec.BundleDeploymentOptions, t.BundleDeploymentOptions), t, nil
+	all, err := targeting.MatchAll(bundle, cluster, groups)
+	if err != nil {
+		return fleet.BundleDeploymentOptions{}, nil, err
+	}
+	opts := bundle.Spec.BundleDeploymentOptions
+	for _, m := range all {
+		opts = MergeOptions(opts, m.BundleDeploymentOptions)
+	}
+	return opts, t, nil
 }
 
 // RenderFiles renders a Bundle's decoded files with its options.
@@ -273,6 +283,10 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 	case opts.Kustomize != nil && opts.Kustomize.Dir != "":
 		// A kustomization without a chart builds from its own files only.
 	default:
+		files, err := applyYAMLOverlays(files, yamlOverlays(opts))
+		if err != nil {
+			return nil, err
+		}
 		var paths []string
 		for p := range files {
 			if ext := path.Ext(p); ext == ".yaml" || ext == ".yml" || ext == ".json" {

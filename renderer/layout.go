@@ -17,8 +17,8 @@ import (
 //   - a kustomization.yaml at the root, with no kustomize.dir, makes the
 //     root the kustomization;
 //   - plain manifests leave out fleet.yaml, the files of a subdirectory
-//     holding a chart (Chart.yaml) or another Bundle (fleet.yaml), and
-//     overlays/ (the yaml.overlays sources).
+//     holding a chart (Chart.yaml) or another Bundle (fleet.yaml); the
+//     files under overlays/ are yaml.overlays sources, never manifests.
 //
 // Options the Bundle sets win; the returned options are a copy.
 func fleetLayout(files map[string][]byte, opts fleet.BundleDeploymentOptions) (map[string][]byte, fleet.BundleDeploymentOptions) {
@@ -53,7 +53,9 @@ func fleetLayout(files map[string][]byte, opts fleet.BundleDeploymentOptions) (m
 	out := make(map[string][]byte, len(files))
 outer:
 	for p, data := range files {
-		if p == "fleet.yaml" || p == "fleet.yml" || strings.HasPrefix(p, "overlays/") {
+		// overlays/ stays: applyYAMLOverlays takes the yaml.overlays sources
+		// from it and leaves the rest of it out.
+		if p == "fleet.yaml" || p == "fleet.yml" {
 			continue
 		}
 		for _, dir := range skip {

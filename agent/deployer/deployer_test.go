@@ -563,7 +563,7 @@ spec:
 `, group),
 		fmt.Sprintf("apiVersion: %s/v1\nkind: Gadget\nmetadata:\n  name: first\nspec:\n  size: 3\n", group),
 	)
-	id := f.deploy("gadgets", manifests, fleet.BundleDeploymentOptions{DefaultNamespace: appNS})
+	id := f.deploy("gadgets", manifests, fleet.BundleDeploymentOptions{DefaultNamespace: appNS, DeleteCRDResources: true})
 	bd, took := f.waitBD("gadgets", 60*time.Second, "Ready", readyFor(id))
 	t.Logf("CRD and custom resource applied and Ready in %s", took)
 	g := &unstructured.Unstructured{}
@@ -578,7 +578,7 @@ spec:
 	if len(bd.Status.Resources) != 2 || bd.Status.Resources[1].Namespace != appNS {
 		t.Errorf("status.resources = %v", bd.Status.Resources)
 	}
-	// Deleting the BundleDeployment removes the CRD last; the custom
+	// Deleting the BundleDeployment (deleteCRDResources) removes the CRD last; the custom
 	// resource goes with it.
 	if err := f.up.Delete(t.Context(), bd); err != nil {
 		t.Fatal(err)

@@ -92,6 +92,12 @@ type inventory struct {
 	// as the identity that applied it.
 	ServiceAccount string   `json:"serviceAccount,omitempty"`
 	Resources      []objRef `json:"resources"`
+	// Namespace, DeleteNamespace and DeleteCRDResources are the target
+	// namespace and the BundleDeployment's options of those names at the
+	// last apply, for its deletion (namespaces.go).
+	Namespace          string `json:"namespace,omitempty"`
+	DeleteNamespace    bool   `json:"deleteNamespace,omitempty"`
+	DeleteCRDResources bool   `json:"deleteCRDResources,omitempty"`
 }
 
 func (inv *inventory) equal(o *inventory) bool {
@@ -99,7 +105,8 @@ func (inv *inventory) equal(o *inventory) bool {
 		return inv == o
 	}
 	return inv.BundleDeployment == o.BundleDeployment && inv.ClusterNamespace == o.ClusterNamespace &&
-		inv.KeepResources == o.KeepResources && inv.ServiceAccount == o.ServiceAccount && slices.Equal(inv.Resources, o.Resources)
+		inv.KeepResources == o.KeepResources && inv.ServiceAccount == o.ServiceAccount && slices.Equal(inv.Resources, o.Resources) &&
+		inv.Namespace == o.Namespace && inv.DeleteNamespace == o.DeleteNamespace && inv.DeleteCRDResources == o.DeleteCRDResources
 }
 
 // contains reports whether every ref is listed.

@@ -146,7 +146,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	if bd.Spec.DeploymentID == "" {
 		return stop("", reconciler.Wait(WaitingForContentReason, 0, "the BundleDeployment names no deployment yet"))
 	}
-	manifests, err := d.readContent(ctx, bd)
+	manifests, applyOpts, back, err := d.desired(ctx, bd)
 	if err != nil {
 		return stop("", err)
 	}
@@ -156,7 +156,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 	if err != nil {
 		return stop("", reconciler.Stall(fleet.ApplyFailedReason, "%v", err))
 	}
-	p, err := prepareObjects(objs, opts, d.local.RESTMapper(), func(objs []*unstructured.Unstructured) {
+	p, err := prepareObjects(objs, applyOpts, d.local.RESTMapper(), func(objs []*unstructured.Unstructured) {
 		d.self.rm.SetOwnerLabels(objs, bd.Name, bd.Namespace)
 	})
 	if err != nil {
@@ -220,7 +220,8 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 			return d.monitorFailed(o, refs, err)
 		}
 	}
-	return d.monitor(ctx, bd, id, o, refs, drift)
+	o, next, err := d.monitor(ctx, bd, id, o, refs, drift)
+	return d.afterMonitor(ctx, bd, id, manifests, back, o, next, err)
 }
 
 // monitor reports drift (already computed) and health of the inventory,
@@ -339,6 +340,9 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 	// annotate it: applying it again under the same field manager would
 	// take away labels another apply gave it (the controller's label on the
 	// agent's namespace).
+	if err := d.checkNamespaceLifecycle(ctx, bd, p); err != nil {
+		return err
+	}
 	withNS := p.namespace != nil
 	if withNS && !p.namespaceMeta {
 		err := d.local.Get(ctx, client.ObjectKey{Name: p.namespace.GetName()}, &corev1.Namespace{})
@@ -365,7 +369,7 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 	}
 	opts := ssa.DefaultApplyOptions()
 	opts.WaitInterval = 500 * time.Millisecond
-	opts.Force = correct != nil && correct.Force
+	opts.Force = forceApply(bd.Spec.Options, correct)
 	refs := p.refs()
 	cs, err := id.rm.ApplyAllStaged(ctx, objs, opts)
 	if err != nil {
@@ -383,7 +387,7 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 	if changed := changes(cs); len(changed) > 0 {
 		ctrl.LoggerFrom(ctx).Info("applied", "changes", changed, "as", id.name(d.opts.AgentNamespace))
 	}
-	if stale := prev.without(refs); len(stale) > 0 && !bd.Spec.Options.KeepResources {
+	if stale := prunable(ctx, prev.without(refs), bd.Spec.Options.DeleteCRDResources); len(stale) > 0 && !bd.Spec.Options.KeepResources {
 		if err := d.prune(ctx, id, stale, bd.Name, bd.Namespace); err != nil {
 			if perr := d.inv.put(ctx, d.newInventory(bd, id, union(refs, prev))); perr != nil {
 				err = errors.Join(err, perr)
@@ -396,11 +400,14 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 
 func (d *Deployer) newInventory(bd *fleet.BundleDeployment, id *identity, refs []objRef) *inventory {
 	return &inventory{
-		BundleDeployment: bd.Name,
-		ClusterNamespace: bd.Namespace,
-		KeepResources:    bd.Spec.Options.KeepResources,
-		ServiceAccount:   id.serviceAccount,
-		Resources:        refs,
+		BundleDeployment:   bd.Name,
+		ClusterNamespace:   bd.Namespace,
+		KeepResources:      bd.Spec.Options.KeepResources,
+		ServiceAccount:     id.serviceAccount,
+		Resources:          refs,
+		Namespace:          targetNamespace(bd.Spec.Options),
+		DeleteNamespace:    bd.Spec.Options.DeleteNamespace,
+		DeleteCRDResources: bd.Spec.Options.DeleteCRDResources,
 	}
 }
 
@@ -521,10 +528,16 @@ func (d *Deployer) removeDeleted(ctx context.Context, name string) (ctrl.Result,
 		}
 		log.Info("bundledeployment deleted, pruning its resources", "resources", len(inv.Resources), "as", id.name(d.opts.AgentNamespace))
 		d.runDeleteHooks(ctx, name, id, bundlecontent.PhasePreDelete)
-		if err := d.prune(ctx, id, inv.Resources, inv.BundleDeployment, inv.ClusterNamespace); err != nil {
+		if err := d.prune(ctx, id, prunable(ctx, inv.Resources, inv.DeleteCRDResources), inv.BundleDeployment, inv.ClusterNamespace); err != nil {
 			return ctrl.Result{}, err
 		}
 		d.runDeleteHooks(ctx, name, id, bundlecontent.PhasePostDelete)
+		if err := d.deleteNamespace(ctx, id, inv); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if err := d.removeHistory(ctx, name); err != nil {
+		return ctrl.Result{}, err
 	}
 	if err := d.forgetDeleteHooks(ctx, name); err != nil {
 		return ctrl.Result{}, err

@@ -76,7 +76,9 @@ func computeStatus(old fleet.BundleDeploymentStatus, o observation) fleet.Bundle
 		st.Resources = o.Resources
 	}
 	if o.Monitored {
-		st.Ready = len(o.NonReady) == 0 && o.MonitorError == ""
+		// A failed deploy step (atomic went back) is not ready, whatever
+		// the objects in place.
+		st.Ready = len(o.NonReady) == 0 && o.MonitorError == "" && o.Failed == nil
 		st.NonModified = len(o.Modified) == 0
 		st.NonReadyStatus = truncate(o.NonReady)
 		st.ModifiedStatus = truncate(o.Modified)

@@ -68,6 +68,8 @@ type Reconciler struct {
 
 	// rendered remembers what the Bundles' renders gave.
 	rendered renderCache
+	// apiReader reads downstreamResources' sources uncached (downstream.go).
+	apiReader client.Reader
 }
 
 // Reconcile targets one Bundle.
@@ -107,7 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Stalled and waiting Bundles come back through their watches: a
 	// change of the Bundle, its Clusters or its BundleDeployments.
-	return out.Result(0)
+	return out.Result(downstreamRecheck(b))
 }
 
 // placement is one selected cluster and what it gets.
@@ -169,7 +171,10 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 
 	// Render once per distinct set of options: clusters without target
 	// customisation share one render.
-	renders := newReconcileRenders(r.Renderer, &r.rendered, b)
+	renders := newReconcileRenders(r.downstreamRenderer(b, clusters.Items), &r.rendered, b)
+	if err := r.addDownstreamInputs(ctx, b, renders); err != nil {
+		return err
+	}
 	var placements []*placement
 	failed := map[*render][]string{} // failed renders, with their clusters
 	keep := map[string]bool{}        // cluster namespaces whose BundleDeployment stays

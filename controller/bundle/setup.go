@@ -24,6 +24,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	if workers == 0 {
 		workers = 4
 	}
+	r.apiReader = mgr.GetAPIReader()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bundle").
 		// Labels too: fleet.AgentBundleLabel on a Bundle reaches its
@@ -34,6 +35,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(bundleOf)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(bundleOf), builder.OnlyMetadata,
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[ContentLabel] == "true" }))).
+		// The sources of downstreamResources.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bundlesCopying), builder.OnlyMetadata).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 2*time.Minute),

@@ -30,76 +30,147 @@ type Groups struct {
 type MissingGroupsError struct {
 	// Target is the index of the target in spec.targets.
 	Target int
+	// Restriction is set when a spec.targetRestrictions entry needs the
+	// groups; Target is then that entry's index.
+	Restriction bool
 	// Group is the group the target names; "" for a clusterGroupSelector
 	// target, which needs every group of the workspace.
 	Group string
 }
 
 func (e *MissingGroupsError) Error() string {
-	if e.Group != "" {
-		return fmt.Sprintf("spec.targets[%d] needs ClusterGroup %s to decide whether it selects the cluster: give its YAML (--group FILE)", e.Target, e.Group)
+	field := fmt.Sprintf("spec.targets[%d]", e.Target)
+	if e.Restriction {
+		field = fmt.Sprintf("spec.targetRestrictions[%d]", e.Target)
 	}
-	return fmt.Sprintf("spec.targets[%d] has a clusterGroupSelector: give the YAML of the workspace's ClusterGroups (--group FILE) to decide whether it selects the cluster", e.Target)
+	if e.Group != "" {
+		return fmt.Sprintf("%s needs ClusterGroup %s to decide whether it selects the cluster: give its YAML (--group FILE)", field, e.Group)
+	}
+	return fmt.Sprintf("%s has a clusterGroupSelector: give the YAML of the workspace's ClusterGroups (--group FILE) to decide whether it selects the cluster", field)
 }
 
-// Match returns the first target of the Bundle that selects the cluster, or
-// nil. A target selects by name (clusterName), labels (clusterSelector),
+// Match returns the target of the Bundle that decides whether the cluster
+// gets it, or nil when none selects it: the first target that selects the
+// cluster, or, with targetCustomizationMode AllMatches, the first selecting
+// target with doNotDeploy if there is one (any of them keeps the Bundle
+// away). A target selects by name (clusterName), labels (clusterSelector),
 // ClusterGroup name (clusterGroup) and ClusterGroup labels
 // (clusterGroupSelector); with several of them it needs every one, and with
 // none it selects nothing. A ClusterGroup without a selector selects no
-// cluster, an empty selector every one. An invalid selector is an error
-// that names the target. A target with doNotDeploy is returned like any
-// other: it selects the cluster, to deploy nothing there.
+// cluster, an empty selector every one. With targetRestrictions, no target
+// selects a cluster that no restriction selects (restrictions select by
+// the same rules). An invalid selector is an error that names the target
+// or restriction. A target with doNotDeploy is returned like any other: it
+// selects the cluster, to deploy nothing there.
 func Match(b *fleet.Bundle, c *fleet.Cluster, groups Groups) (*fleet.BundleTarget, error) {
-	for i := range b.Spec.Targets {
-		t := &b.Spec.Targets[i]
-		ok, err := selects(i, t, c, groups)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
+	all, err := MatchAll(b, c, groups)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	for _, t := range all {
+		if t.DoNotDeploy {
 			return t, nil
 		}
 	}
-	return nil, nil
+	return all[0], nil
 }
 
-func selects(i int, t *fleet.BundleTarget, c *fleet.Cluster, groups Groups) (bool, error) {
-	if t.ClusterName == "" && t.ClusterSelector == nil && t.ClusterGroup == "" && t.ClusterGroupSelector == nil {
-		return false, nil
+// MatchAll returns the targets whose options the cluster takes, in order:
+// the first that selects it (FirstMatch, the default), or every one that
+// does (AllMatches; their options are laid over the Bundle's in this
+// order). None when no target, or no restriction, selects the cluster.
+func MatchAll(b *fleet.Bundle, c *fleet.Cluster, groups Groups) ([]*fleet.BundleTarget, error) {
+	allowed, err := restrictionsAllow(b, c, groups)
+	if err != nil || !allowed {
+		return nil, err
 	}
-	if t.ClusterName != "" && t.ClusterName != c.Name {
-		return false, nil
-	}
-	if t.ClusterSelector != nil {
-		ok, err := labelsMatch(t.ClusterSelector, c.Labels)
+	var out []*fleet.BundleTarget
+	for i := range b.Spec.Targets {
+		t := &b.Spec.Targets[i]
+		ok, err := selects(fmt.Sprintf("spec.targets[%d]", i), i, false, criteria(t), c, groups)
 		if err != nil {
-			return false, fmt.Errorf("spec.targets[%d].clusterSelector: %w", i, err)
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		out = append(out, t)
+		if b.Spec.TargetCustomizationMode != fleet.TargetCustomizationModeAllMatches {
+			break
+		}
+	}
+	return out, nil
+}
+
+// restrictionsAllow reports whether the Bundle's targetRestrictions (an
+// allow list fleet apply writes from a GitRepo's targets) let the cluster
+// be targeted: always without restrictions, else when one selects it.
+func restrictionsAllow(b *fleet.Bundle, c *fleet.Cluster, groups Groups) (bool, error) {
+	if len(b.Spec.TargetRestrictions) == 0 {
+		return true, nil
+	}
+	for i := range b.Spec.TargetRestrictions {
+		r := &b.Spec.TargetRestrictions[i]
+		ok, err := selects(fmt.Sprintf("spec.targetRestrictions[%d]", i), i, true, selection{r.ClusterName, r.ClusterSelector, r.ClusterGroup, r.ClusterGroupSelector}, c, groups)
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+// selection is what a target or a restriction selects clusters by.
+type selection struct {
+	clusterName          string
+	clusterSelector      *metav1.LabelSelector
+	clusterGroup         string
+	clusterGroupSelector *metav1.LabelSelector
+}
+
+func criteria(t *fleet.BundleTarget) selection {
+	return selection{t.ClusterName, t.ClusterSelector, t.ClusterGroup, t.ClusterGroupSelector}
+}
+
+// selects reports whether s selects the cluster; field names the target or
+// restriction in errors, index and restriction say which in a
+// *MissingGroupsError.
+func selects(field string, index int, restriction bool, s selection, c *fleet.Cluster, groups Groups) (bool, error) {
+	t := &s
+	if t.clusterName == "" && t.clusterSelector == nil && t.clusterGroup == "" && t.clusterGroupSelector == nil {
+		return false, nil
+	}
+	if t.clusterName != "" && t.clusterName != c.Name {
+		return false, nil
+	}
+	if t.clusterSelector != nil {
+		ok, err := labelsMatch(t.clusterSelector, c.Labels)
+		if err != nil {
+			return false, fmt.Errorf("%s.clusterSelector: %w", field, err)
 		}
 		if !ok {
 			return false, nil
 		}
 	}
-	if t.ClusterGroup == "" && t.ClusterGroupSelector == nil {
+	if t.clusterGroup == "" && t.clusterGroupSelector == nil {
 		return true, nil
 	}
 	if groups.Given {
 		switch {
-		case t.ClusterGroup != "" && !slices.ContainsFunc(groups.Items, func(g fleet.ClusterGroup) bool { return g.Name == t.ClusterGroup }):
-			return false, &MissingGroupsError{Target: i, Group: t.ClusterGroup}
-		case t.ClusterGroup == "" && len(groups.Items) == 0:
-			return false, &MissingGroupsError{Target: i}
+		case t.clusterGroup != "" && !slices.ContainsFunc(groups.Items, func(g fleet.ClusterGroup) bool { return g.Name == t.clusterGroup }):
+			return false, &MissingGroupsError{Target: index, Restriction: restriction, Group: t.clusterGroup}
+		case t.clusterGroup == "" && len(groups.Items) == 0:
+			return false, &MissingGroupsError{Target: index, Restriction: restriction}
 		}
 	}
 	for j := range groups.Items {
 		g := &groups.Items[j]
-		if t.ClusterGroup != "" && g.Name != t.ClusterGroup {
+		if t.clusterGroup != "" && g.Name != t.clusterGroup {
 			continue
 		}
-		if t.ClusterGroupSelector != nil {
-			ok, err := labelsMatch(t.ClusterGroupSelector, g.Labels)
+		if t.clusterGroupSelector != nil {
+			ok, err := labelsMatch(t.clusterGroupSelector, g.Labels)
 			if err != nil {
-				return false, fmt.Errorf("spec.targets[%d].clusterGroupSelector: %w", i, err)
+				return false, fmt.Errorf("%s.clusterGroupSelector: %w", field, err)
 			}
 			if !ok {
 				continue
@@ -110,7 +181,7 @@ func selects(i int, t *fleet.BundleTarget, c *fleet.Cluster, groups Groups) (boo
 		}
 		ok, err := labelsMatch(g.Spec.Selector, c.Labels)
 		if err != nil {
-			return false, fmt.Errorf("spec.targets[%d]: ClusterGroup %s: spec.selector: %w", i, g.Name, err)
+			return false, fmt.Errorf("%s: ClusterGroup %s: spec.selector: %w", field, g.Name, err)
 		}
 		if ok {
 			return true, nil
@@ -136,6 +207,9 @@ func Describe(b *fleet.Bundle, c *fleet.Cluster, t *fleet.BundleTarget) string {
 			name = "target " + t.Name
 		}
 		return fmt.Sprintf("%s of Bundle %s selects cluster %s with doNotDeploy: the controller deploys nothing to it", name, b.Name, c.Name)
+	}
+	if len(b.Spec.TargetRestrictions) > 0 {
+		return fmt.Sprintf("no target of Bundle %s selects cluster %s, or its targetRestrictions leave it out: the controller deploys nothing to it", b.Name, c.Name)
 	}
 	return fmt.Sprintf("no target of Bundle %s selects cluster %s: the controller deploys nothing to it", b.Name, c.Name)
 }
