@@ -540,7 +540,8 @@ func (e driftEntry) status() fleet.ModifiedStatus {
 func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.Unstructured, opts *fleet.DiffOptions) ([]driftEntry, error) {
 	ignored, err := comparepatch.New(opts)
 	if err != nil {
-		return nil, err
+		// Only a new spec helps (it wakes the reconciler).
+		return nil, reconciler.Stall(MonitorFailedReason, "%v", err)
 	}
 	var out []driftEntry
 	var errs []error
