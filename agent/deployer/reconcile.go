@@ -535,8 +535,8 @@ func (e driftEntry) status() fleet.ModifiedStatus {
 }
 
 // diff dry-runs every object and reports those that are missing or differ
-// from what applying them would make.
-// diff.comparePatches name what is not drift (drift.go).
+// from what applying them would make, leaving out what
+// diff.comparePatches name (drift.go, internal/comparepatch).
 func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.Unstructured, opts *fleet.DiffOptions) ([]driftEntry, error) {
 	ignored, err := comparepatch.New(opts)
 	if err != nil {
