@@ -200,6 +200,9 @@ func (d *Deployer) setup() error {
 		// may make a refused BundleDeployment this cluster's.
 		For(&fleet.BundleDeployment{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		WatchesMetadata(&corev1.Secret{}, sameName).
+		// Another BundleDeployment's state, labels or dependsOn may
+		// unblock one waiting for its dependencies (dependencies.go).
+		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(d.dependentsOf), builder.WithPredicates(dependencyChanged())).
 		WatchesRawSource(source.Channel(d.orphans, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: d.opts.Workers,

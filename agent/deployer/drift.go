@@ -5,6 +5,10 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gitops-fleet/fleet/internal/comparepatch"
 )
 
 // maxDriftPaths bounds the field paths named in one modifiedStatus patch.
@@ -71,4 +75,24 @@ func unionKeys(a, b map[string]any) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// drifts compares the live object with what applying the bundle would make
+// of it (server-side apply found them different), leaving out what
+// diff.comparePatches name: whether they still differ, and the summary of
+// how.
+func drifts(ignored *comparepatch.Rules, live, desired *unstructured.Unstructured) (string, bool, error) {
+	l, lApplied, err := ignored.Normalize(live)
+	if err != nil {
+		return "", false, err
+	}
+	dd, dApplied, err := ignored.Normalize(desired)
+	if err != nil {
+		return "", false, err
+	}
+	summary := driftSummary(l.Object, dd.Object)
+	if (lApplied || dApplied) && summary == "" {
+		return "", false, nil
+	}
+	return summary, true, nil
 }

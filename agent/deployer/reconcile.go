@@ -23,6 +23,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/comparepatch"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
@@ -105,8 +106,8 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		case reconciler.KindStalled:
 			o.Failed = &failure{Reason: out.Stalled().Reason, Message: err.Error()}
 		case reconciler.KindWaiting:
-			if w := out.Waiting(); w.Reason == WaitingForContentReason {
-				o.Waiting = w.Message
+			if w := out.Waiting(); w.Reason == WaitingForContentReason || w.Reason == WaitingForDependencyReason {
+				o.Waiting, o.WaitingReason = w.Message, w.Reason
 			} else {
 				o.Failed = &failure{Reason: w.Reason, Message: err.Error()}
 			}
@@ -140,6 +141,13 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 			return o, 0, err
 		}
 		return d.monitor(ctx, bd, id, o, prev.Resources, nil)
+	}
+
+	// Dependencies: a new deployment waits for them (dependencies.go).
+	if !upToDate {
+		if err := d.checkDependencies(ctx, bd); err != nil {
+			return stop("", err)
+		}
 	}
 
 	// Content.
@@ -178,7 +186,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 			// Paused before anything was applied: nothing to monitor.
 			return o, 0, nil
 		}
-		if drift, err = d.diff(ctx, id, p.objects); err != nil {
+		if drift, err = d.diff(ctx, id, p.objects, opts.Diff); err != nil {
 			return d.monitorFailed(o, refs, err)
 		}
 		if correct != nil && len(drift) > 0 && !bd.Spec.Paused {
@@ -216,7 +224,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 			// counts from the same moment).
 			o.AppliedAt = ptr.To(metav1.Now())
 		}
-		if drift, err = d.diff(ctx, id, p.objects); err != nil {
+		if drift, err = d.diff(ctx, id, p.objects, opts.Diff); err != nil {
 			return d.monitorFailed(o, refs, err)
 		}
 	}
@@ -232,7 +240,7 @@ func (d *Deployer) monitor(ctx context.Context, bd *fleet.BundleDeployment, id *
 	for _, e := range drift {
 		o.Modified = append(o.Modified, e.status())
 	}
-	nonReady, err := d.health(ctx, id, refs, o.Resources, waitsForJobs(bd.Spec.Options))
+	nonReady, err := d.health(ctx, id, refs, o.Resources, bd.Spec.Options.IgnoreOptions, waitsForJobs(bd.Spec.Options))
 	if err != nil {
 		return d.monitorFailed(o, refs, err)
 	}
@@ -560,8 +568,14 @@ func (e driftEntry) status() fleet.ModifiedStatus {
 }
 
 // diff dry-runs every object and reports those that are missing or differ
-// from what applying them would make.
-func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.Unstructured) ([]driftEntry, error) {
+// from what applying them would make, leaving out what
+// diff.comparePatches name (drift.go, internal/comparepatch).
+func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.Unstructured, opts *fleet.DiffOptions) ([]driftEntry, error) {
+	ignored, err := comparepatch.New(opts)
+	if err != nil {
+		// Only a new spec helps (it wakes the reconciler).
+		return nil, reconciler.Stall(MonitorFailedReason, "%v", err)
+	}
 	var out []driftEntry
 	var errs []error
 	for _, o := range objs {
@@ -570,15 +584,26 @@ func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.
 		switch {
 		case err != nil && (apierrors.IsNotFound(err) || meta.IsNoMatchError(err)):
 			// Its namespace or its CRD is gone: so is the object.
-			out = append(out, driftEntry{ref: ref, missing: true})
+			if !ignored.IgnoresMissing(o) {
+				out = append(out, driftEntry{ref: ref, missing: true})
+			}
 		case err != nil:
 			errs = append(errs, fmt.Errorf("checking %s for drift: %w", ref, err))
 		case cse.Action == ssa.CreatedAction:
-			out = append(out, driftEntry{ref: ref, missing: true})
+			if !ignored.IgnoresMissing(o) {
+				out = append(out, driftEntry{ref: ref, missing: true})
+			}
 		case cse.Action == ssa.ConfiguredAction:
 			e := driftEntry{ref: ref}
 			if live != nil && merged != nil {
-				e.summary = driftSummary(live.Object, merged.Object)
+				var drifted bool
+				if e.summary, drifted, err = drifts(ignored, live, merged); err != nil {
+					errs = append(errs, fmt.Errorf("checking %s for drift: %w", ref, err))
+					continue
+				}
+				if !drifted {
+					continue
+				}
 			}
 			out = append(out, e)
 		}
@@ -587,9 +612,10 @@ func (d *Deployer) diff(ctx context.Context, id *identity, objs []*unstructured.
 }
 
 // health computes the kstatus of every object, one GET each as id, and
-// records each one's creation time in res (res[i] is refs[i]); with
+// records each one's creation time in res (res[i] is refs[i]). Conditions
+// that ignore.conditions name do not count (readiness.go); with
 // waitForJobs, a Job is ready only once complete (jobs.go).
-func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, res []fleet.BundleDeploymentResource, waitForJobs bool) ([]fleet.NonReadyStatus, error) {
+func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, res []fleet.BundleDeploymentResource, ignore *fleet.IgnoreOptions, waitForJobs bool) ([]fleet.NonReadyStatus, error) {
 	var out []fleet.NonReadyStatus
 	for i, r := range refs {
 		nr := fleet.NonReadyStatus{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}
@@ -605,7 +631,7 @@ func (d *Deployer) health(ctx context.Context, id *identity, refs []objRef, res 
 		}
 		recordCreated(res, i, u)
 		nr.UID = u.GetUID()
-		result, err := status.Compute(u)
+		result, err := status.Compute(withoutIgnoredConditions(u, ignore))
 		if err != nil {
 			nr.Summary = fleet.SummaryOf(string(status.UnknownStatus), err.Error())
 			out = append(out, nr)

@@ -40,6 +40,9 @@ type observation struct {
 	// not complete.
 	Waiting string
 	Failed  *failure
+	// WaitingReason is why it waits: WaitingForContent (also when empty)
+	// or WaitingForDependency.
+	WaitingReason string
 
 	// Applied is set when this pass applied DeploymentID.
 	Applied bool
@@ -88,6 +91,10 @@ func computeStatus(old fleet.BundleDeploymentStatus, o observation) fleet.Bundle
 	upToDate := st.AppliedDeploymentID == o.DeploymentID && o.DeploymentID != "" &&
 		st.SyncGeneration != nil && *st.SyncGeneration == o.ForceSyncGeneration
 
+	waitingReason := o.WaitingReason
+	if waitingReason == "" {
+		waitingReason = WaitingForContentReason
+	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: t, Status: s, Reason: reason, Message: shorten(msg), ObservedGeneration: o.Generation,
@@ -99,7 +106,7 @@ func computeStatus(old fleet.BundleDeploymentStatus, o observation) fleet.Bundle
 	case o.Failed != nil:
 		set(fleet.DeployedCondition, metav1.ConditionFalse, o.Failed.Reason, o.Failed.Message)
 	case o.Waiting != "":
-		set(fleet.DeployedCondition, metav1.ConditionFalse, WaitingForContentReason, o.Waiting)
+		set(fleet.DeployedCondition, metav1.ConditionFalse, waitingReason, o.Waiting)
 	case o.Paused && !upToDate:
 		set(fleet.DeployedCondition, metav1.ConditionFalse, fleet.PausedReason, "paused: deployment "+shortID(o.DeploymentID)+" is not applied until the BundleDeployment is unpaused")
 	case upToDate:
@@ -130,7 +137,7 @@ func computeStatus(old fleet.BundleDeploymentStatus, o observation) fleet.Bundle
 	case o.Failed != nil:
 		state, readyStatus, readyReason, readyMsg = fleet.ErrApplied, metav1.ConditionFalse, o.Failed.Reason, o.Failed.Message
 	case o.Waiting != "":
-		state, readyStatus, readyReason, readyMsg = fleet.WaitApplied, metav1.ConditionFalse, WaitingForContentReason, o.Waiting
+		state, readyStatus, readyReason, readyMsg = fleet.WaitApplied, metav1.ConditionFalse, waitingReason, o.Waiting
 	case o.Paused && !upToDate:
 		state, readyStatus, readyReason, readyMsg = fleet.WaitApplied, metav1.ConditionFalse, fleet.PausedReason, "paused"
 	case !o.Monitored:

@@ -151,6 +151,15 @@ const (
 	// ClusterMismatchReason: the BundleDeployment's cluster labels name
 	// another cluster than the agent's own; nothing was applied or pruned.
 	ClusterMismatchReason = "ClusterMismatch"
+	// WaitingForDependencyReason: a Bundle of spec.dependsOn is not in an
+	// accepted state on this cluster (or not deployed to it); nothing of
+	// the new deployment was applied. The BundleDeployment's state is
+	// WaitApplied.
+	WaitingForDependencyReason = "WaitingForDependency"
+	// DependencyCycleReason: spec.dependsOn leads back to the
+	// BundleDeployment itself while it waits, so it would wait forever;
+	// nothing was applied until the cycle is broken.
+	DependencyCycleReason = "DependencyCycle"
 
 	// Bundle reasons for content the controller refuses to render (Stalled).
 	// BundleTooLargeReason: the resources decode, or the manifests render,

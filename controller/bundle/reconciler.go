@@ -379,14 +379,7 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 		bd = &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: b.Name}}
 	}
 	want := bd.DeepCopy()
-	if want.Labels == nil {
-		want.Labels = map[string]string{}
-	}
-	want.Labels[fleet.BundleLabel] = b.Name
-	want.Labels[fleet.BundleNamespaceLabel] = b.Namespace
-	want.Labels[fleet.ClusterLabel] = c.Name
-	want.Labels[fleet.ClusterNamespaceLabel] = c.Namespace
-	want.Labels[fleet.ManagedLabel] = "true"
+	want.Labels = deploymentLabels(b, c)
 	claimed := b.Labels[fleet.AgentBundleLabel] != ""
 	if isAgentBundleFor(b, c) {
 		want.Labels[fleet.AgentBundleLabel] = "true"
@@ -400,6 +393,7 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 		want.Spec.DeploymentID = depID
 		want.Spec.Options = opts
 		want.Spec.CorrectDrift = opts.CorrectDrift.DeepCopy()
+		want.Spec.DependsOn = dependsOn(b)
 	}
 	written := false
 	switch {

@@ -17,13 +17,15 @@ import (
 const maxListed = 10
 
 // State derives a BundleDeployment's state, worst first: not yet applied
-// (ErrApplied when the apply failed, WaitApplied otherwise), NotReady,
+// (ErrApplied when the apply failed or dependsOn forms a cycle,
+// WaitApplied otherwise: waiting for content or for dependencies), NotReady,
 // OutOfSync (a paused change waits), Modified (drift), Ready.
 func State(bd *fleet.BundleDeployment) fleet.BundleState {
 	st := &bd.Status
 	if bd.Spec.DeploymentID != st.AppliedDeploymentID {
 		if c := meta.FindStatusCondition(st.Conditions, fleet.DeployedCondition); c != nil && c.Status == metav1.ConditionFalse &&
-			c.ObservedGeneration == bd.Generation && c.Reason != fleet.WaitingReason && c.Reason != fleet.WaitingForContentReason {
+			c.ObservedGeneration == bd.Generation && c.Reason != fleet.WaitingReason && c.Reason != fleet.WaitingForContentReason &&
+			c.Reason != fleet.WaitingForDependencyReason {
 			return fleet.ErrApplied
 		}
 		return fleet.WaitApplied

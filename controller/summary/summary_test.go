@@ -25,6 +25,11 @@ func TestState(t *testing.T) {
 		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: fleet.DeployedCondition, Status: metav1.ConditionFalse, Reason: fleet.ApplyFailedReason, Message: "boom"})
 	}
 	staged := func(b *fleet.BundleDeployment) { b.Spec.StagedDeploymentID = "s-2:o" }
+	deployed := func(reason string) func(*fleet.BundleDeployment) {
+		return func(b *fleet.BundleDeployment) {
+			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: fleet.DeployedCondition, Status: metav1.ConditionFalse, Reason: reason, Message: "m"})
+		}
+	}
 	cases := []struct {
 		b    fleet.BundleDeployment
 		want fleet.BundleState
@@ -35,6 +40,9 @@ func TestState(t *testing.T) {
 		{bd("a", "s-1:o", "s-1:o", false, true), fleet.NotReady},
 		{bd("a", "s-1:o", "s-1:o", true, false), fleet.Modified},
 		{bd("a", "s-1:o", "s-1:o", true, true, staged), fleet.OutOfSync},
+		// Waiting for dependencies is waiting, not an error; a cycle is.
+		{bd("a", "s-2:o", "s-1:o", true, true, deployed(fleet.WaitingForDependencyReason)), fleet.WaitApplied},
+		{bd("a", "s-2:o", "s-1:o", true, true, deployed(fleet.DependencyCycleReason)), fleet.ErrApplied},
 	}
 	for i, tc := range cases {
 		if got := State(&tc.b); got != tc.want {

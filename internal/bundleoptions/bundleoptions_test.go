@@ -145,8 +145,8 @@ targetCustomizationMode: AllMatches
 ignore: {conditions: [{type: Ready}]}
 valuesHash: abc
 `, []string{
-			"spec.dependsOn: ", "spec.helm.chart: ", "spec.helm.valuesFrom: ",
-			"spec.ignore.conditions: ", "spec.rolloutStrategy.maxUnavailable: ", "spec.valuesHash: ",
+			"spec.helm.chart: ", "spec.helm.valuesFrom: ",
+			"spec.rolloutStrategy.maxUnavailable: ", "spec.valuesHash: ",
 		}},
 		{"an empty rollout strategy", `
 rolloutStrategy: {partitions: []}
