@@ -536,6 +536,48 @@ type BundleStatus struct {
 	// resourcesSha256Sum is the hash of the Bundle's resources.
 	// +optional
 	ResourcesSHA256Sum string `json:"resourcesSha256Sum,omitempty"`
+	// newlyCreated is how many BundleDeployments the last pass created
+	// (at most rolloutStrategy.maxNew).
+	// +optional
+	NewlyCreated int `json:"newlyCreated,omitempty"`
+	// unavailable counts the BundleDeployments not Ready or not yet applied
+	// at their deploymentID, including those the last pass moved.
+	// +optional
+	Unavailable int `json:"unavailable"`
+	// unavailablePartitions counts the partitions with more unavailable
+	// clusters than their maxUnavailable.
+	// +optional
+	UnavailablePartitions int `json:"unavailablePartitions"`
+	// maxUnavailable is rolloutStrategy.maxUnavailable in clusters.
+	// +optional
+	MaxUnavailable int `json:"maxUnavailable"`
+	// maxUnavailablePartitions is rolloutStrategy.maxUnavailablePartitions
+	// in partitions.
+	// +optional
+	MaxUnavailablePartitions int `json:"maxUnavailablePartitions"`
+	// partitions are the rollout's partitions, in order.
+	// +optional
+	// +listType=atomic
+	PartitionStatus []PartitionStatus `json:"partitions,omitempty"`
+}
+
+// PartitionStatus is the state of one partition of a Bundle's rollout.
+type PartitionStatus struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// count is the number of clusters in the partition.
+	// +optional
+	Count int `json:"count,omitempty"`
+	// maxUnavailable is the partition's maxUnavailable in clusters.
+	// +optional
+	MaxUnavailable int `json:"maxUnavailable,omitempty"`
+	// unavailable counts the partition's clusters not Ready, or not yet at
+	// the Bundle's current deployment.
+	// +optional
+	Unavailable int `json:"unavailable,omitempty"`
+	// summary counts the partition's BundleDeployments by state.
+	// +optional
+	Summary BundleSummary `json:"summary,omitempty"`
 }
 
 // BundleDisplay holds short strings for kubectl columns.
