@@ -38,6 +38,8 @@ func TestLimit_ReadsNumbersAndPercentagesAsFleetDoes(t *testing.T) {
 		{count: 10, v: ios("ten"), err: `spec.rolloutStrategy.maxUnavailable: "ten" is neither a number nor a percentage`},
 		{count: 10, v: ios("0"), err: `"0" is neither`}, // Fleet refuses a zero in a string
 		{count: 10, v: ios("x%"), err: `"x%" is neither`},
+		{count: 0, v: ios("ten"), err: `"ten" is neither`}, // refused even with nothing to count
+		{count: 0, v: ios("10%"), want: 1},
 	} {
 		got, err := limit(tc.count, limitValue{"spec.rolloutStrategy.maxUnavailable", tc.v}, limitValue{"", &DefaultMaxUnavailable})
 		if tc.err != "" {

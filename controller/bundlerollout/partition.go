@@ -176,11 +176,8 @@ type limitValue struct {
 // holding a whole number is taken as it is, uncapped; a percentage is
 // count*p/100 rounded down, but at least 1 (so "0%" allows one) and at most
 // count. With count 0 the limit is 1. Anything else is an error naming the
-// field.
+// field, whatever count is (Fleet only notices when count > 0).
 func limit(count int, vals ...limitValue) (int, error) {
-	if count <= 0 {
-		return 1, nil
-	}
 	var lv limitValue
 	for _, v := range vals {
 		if v.v != nil {
@@ -193,9 +190,15 @@ func limit(count int, vals ...limitValue) (int, error) {
 	}
 	v := lv.v
 	if v.Type == intstr.Int {
+		if count <= 0 {
+			return 1, nil
+		}
 		return max(0, min(int(v.IntVal), count)), nil
 	}
 	if i, err := strconv.Atoi(v.StrVal); err == nil && i > 0 {
+		if count <= 0 {
+			return 1, nil
+		}
 		return i, nil
 	}
 	pct, ok := strings.CutSuffix(v.StrVal, "%")
@@ -203,7 +206,7 @@ func limit(count int, vals ...limitValue) (int, error) {
 	if !ok || err != nil {
 		return 0, fmt.Errorf("%s: %q is neither a number nor a percentage (like 25%%)", lv.field, v.StrVal)
 	}
-	if p <= 0 {
+	if count <= 0 || p <= 0 {
 		return 1, nil
 	}
 	return max(1, min(int(float64(count)*p)/100, count)), nil
