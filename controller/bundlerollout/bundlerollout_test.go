@@ -294,6 +294,15 @@ func TestDecide_StepsOfOnePass(t *testing.T) {
 		{name: "maxUnavailable 0 moves only clusters that are unavailable anyway (Fleet)", s: &fleet.RolloutStrategy{MaxUnavailable: ioi(0)},
 			targets: four(bd("v1", "v1", "v1", false), ready("v1"), ready("v1"), ready("v1")),
 			want:    want{steps: []Step{Deploy, Stage, Stage, Stage}, stoppedAt: 0, unavailable: 1, parts: []int{4}, held: 3}},
+		{name: "a change reverted before it got to a cluster: its staged field follows, even behind the stop", s: canary,
+			targets: func() []Target {
+				ts := four(bd("v2", "v2", "v2", false), bd("v2", "v2", "v2", false), bd("v1", "v2", "v1", true), ready("v1"))
+				for i := range ts {
+					ts[i].DeploymentID = "v1"
+				}
+				return ts
+			}(),
+			want: want{steps: []Step{Deploy, Deploy, Stage, Keep}, stoppedAt: 0, unavailable: 2, parts: []int{2, 0}, held: 0}},
 		{name: "a new Bundle: every cluster gets its BundleDeployment", s: canary,
 			targets: four(nil, nil, nil, nil),
 			// A partition the pass does not reach shows its unavailable

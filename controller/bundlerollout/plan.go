@@ -86,6 +86,11 @@ func (s *state) unavailable() bool {
 //     (default 0) are unavailable the pass stops, and the later partitions
 //     keep their BundleDeployments as they are.
 //
+// One difference from Fleet: a target whose deployment in force is already
+// the Bundle's (a change reverted before it got there) has its staged one
+// follow even in a partition the pass does not reach, which changes
+// nothing in force and keeps it from showing OutOfSync.
+//
 // With the defaults (maxUnavailable 100 %) no partition is ever unavailable
 // (a partition's unavailable clusters never exceed its size), so a change
 // reaches every cluster in one pass, as in Fleet.
@@ -174,6 +179,11 @@ func Decide(s *fleet.RolloutStrategy, targets []Target, parts []Partition) (Plan
 		case st.current != currentOf(t):
 			p.Steps[i] = Deploy
 		case st.staged != stagedOf(t):
+			p.Steps[i] = Stage
+		case currentOf(t) == t.DeploymentID && stagedOf(t) != t.DeploymentID:
+			// Already on the Bundle's deployment (a change reverted before
+			// it got here): staging it changes nothing in force, and the
+			// BundleDeployment stops showing OutOfSync.
 			p.Steps[i] = Stage
 		default:
 			p.Steps[i] = Keep
