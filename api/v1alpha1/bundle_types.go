@@ -536,15 +536,16 @@ type BundleStatus struct {
 	// resourcesSha256Sum is the hash of the Bundle's resources.
 	// +optional
 	ResourcesSHA256Sum string `json:"resourcesSha256Sum,omitempty"`
-	// newlyCreated is the number of BundleDeployments created (not
-	// updated) by the last rollout step.
+	// newlyCreated is how many BundleDeployments the last pass created
+	// (at most rolloutStrategy.maxNew).
 	// +optional
 	NewlyCreated int `json:"newlyCreated,omitempty"`
 	// unavailable is the number of BundleDeployments not ready or not yet
 	// at their deploymentID.
 	// +optional
 	Unavailable int `json:"unavailable"`
-	// unavailablePartitions is the number of partitions not available.
+	// unavailablePartitions counts the partitions with more unavailable
+	// clusters than their maxUnavailable.
 	// +optional
 	UnavailablePartitions int `json:"unavailablePartitions"`
 	// maxUnavailable is the rollout's limit of unavailable

@@ -238,3 +238,15 @@ const (
 	// server (refused, timeout, DNS, TLS).
 	UpstreamUnreachableReason = "UpstreamUnreachable"
 )
+
+// Reasons of a Bundle's Ready condition during a partitioned rollout.
+const (
+	// PartitionUnavailableReason: a Bundle's rollout waits at a partition
+	// with more unavailable clusters than it allows; later partitions keep
+	// their previous deployment.
+	PartitionUnavailableReason = "PartitionUnavailable"
+	// RolloutStrategyInvalidReason: a Bundle's rolloutStrategy cannot be
+	// applied (a limit that is neither a number nor a percentage, an
+	// invalid partition selector); nothing moves until it is fixed.
+	RolloutStrategyInvalidReason = "RolloutStrategyInvalid"
+)

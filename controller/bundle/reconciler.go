@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/bundlerollout"
 	"github.com/gitops-fleet/fleet/controller/sharding"
 	"github.com/gitops-fleet/fleet/controller/summary"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
@@ -120,6 +121,10 @@ type placement struct {
 	opts      fleet.BundleDeploymentOptions
 	render    *render
 	bd        *fleet.BundleDeployment // nil: none yet
+	// step is what the rollout strategy lets this pass do to bd; held: it
+	// keeps a deployment other than the Bundle's.
+	step bundlerollout.Step
+	held bool
 }
 
 // isAgentBundleFor reports whether b is the agent Bundle the controller made
@@ -137,9 +142,10 @@ func isAgentBundleFor(b *fleet.Bundle, c *fleet.Cluster) bool {
 }
 
 // keepsContent reports whether the content in force stays: a paused Bundle
-// or Cluster only stages a new deployment.
+// or Cluster only stages a new deployment, and so does a cluster the
+// rollout holds back.
 func (p *placement) keepsContent(b *fleet.Bundle) bool {
-	return p.bd != nil && (b.Spec.Paused || p.cluster.Spec.Paused)
+	return p.bd != nil && (b.Spec.Paused || p.cluster.Spec.Paused || p.held)
 }
 
 // reconcile targets the Bundle's clusters and fills its status, except the
@@ -223,6 +229,10 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 		}
 	}
 
+	rollout, err := planRollout(b, placements, targeting.Groups{Items: groups.Items})
+	if err != nil {
+		return err
+	}
 	if err := r.renderStaleContent(ctx, renders, placements, b); err != nil {
 		return err
 	}
@@ -232,6 +242,9 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 		if p.render.err != nil { // the render that refreshed the content failed
 			failed[p.render] = append(failed[p.render], p.cluster.Name)
 			continue
+		}
+		if p.step == bundlerollout.Skip {
+			continue // not created in this pass
 		}
 		writes = append(writes, p)
 	}
@@ -275,7 +288,8 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	}
 	s := summary.Summarize(bds)
 	s.DesiredReady = len(keep)
-	s.Pending = pending
+	held, skipped := rollout.status(b, placements, existing)
+	s.Pending = pending + skipped
 	b.Status.Summary = s
 	b.Status.ResourceCounts = summary.ResourceCounts(bds)
 	b.Status.ResourceKey = bundleResourceKey(renders.ordered)
@@ -286,6 +300,8 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	case len(failed) > 0:
 		reason, msg := renderFailures(renders.ordered, failed)
 		return reconciler.Stall(reason, "%s", msg)
+	case held > 0:
+		return rollout.held(b, held, s)
 	case s.Ready == s.DesiredReady && pending == 0:
 		return nil
 	default:
@@ -386,10 +402,12 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 	} else {
 		delete(want.Labels, fleet.AgentBundleLabel)
 	}
-	want.Spec.StagedDeploymentID = depID
-	want.Spec.StagedOptions = opts
+	if p.step != bundlerollout.Keep {
+		want.Spec.StagedDeploymentID = depID
+		want.Spec.StagedOptions = opts
+	}
 	want.Spec.Paused = paused
-	if !paused || !exists {
+	if p.step == bundlerollout.Deploy {
 		want.Spec.DeploymentID = depID
 		want.Spec.Options = opts
 		want.Spec.CorrectDrift = opts.CorrectDrift.DeepCopy()

@@ -174,6 +174,10 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	if err != nil {
 		return results, err
 	}
+	_, _, kinds0, err = h.requestBreakdown(ctx)
+	if err != nil {
+		return results, err
+	}
 	var changed time.Time
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := up.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
@@ -194,13 +198,25 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	if err != nil {
 		return results, err
 	}
+	_, _, kinds1, err = h.requestBreakdown(ctx)
+	if err != nil {
+		return results, err
+	}
+	plain := changeWrites(kinds0, kinds1, n)
 	c := Result{Name: "fleet-bundle-change", Count: n, Goal: "a Bundle change Ready on every cluster"}
 	c.WallS = f(took.Seconds())
 	c.ThroughputPerS = f(float64(n) / took.Seconds())
 	c.ControllerPeakRSSMB, c.ControllerCPUS = f(rss), f(cpu1-cpu0)
-	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; the first deployment of the Bundle took %.1f s; renders during the change %.0f, %.3f s in all; %s",
-		n, took.Seconds(), firstTook.Seconds(), renders1-renders0, renderS1-renderS0, h.renderNote())
-	return append(results, c), nil
+	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; the first deployment of the Bundle took %.1f s; renders during the change %.0f, %.3f s in all; %s; controller writes per cluster for the change: %s",
+		n, took.Seconds(), firstTook.Seconds(), renders1-renders0, renderS1-renderS0, h.renderNote(), plain)
+	results = append(results, c)
+
+	step("fleet-bundle-change-partitioned: the same Bundle with %d partitions, changed again", benchPartitions)
+	p, err := h.partitionedChange(ctx, up, b, n, plain)
+	if err != nil {
+		return results, fmt.Errorf("the partitioned change: %w", err)
+	}
+	return append(results, p), nil
 }
 
 // heartbeats sends every cluster's heartbeat once per interval, spread

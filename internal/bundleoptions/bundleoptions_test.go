@@ -146,7 +146,7 @@ ignore: {conditions: [{type: Ready}]}
 valuesHash: abc
 `, []string{
 			"spec.helm.chart: ", "spec.helm.valuesFrom: ",
-			"spec.rolloutStrategy.maxUnavailable: ", "spec.valuesHash: ",
+			"spec.valuesHash: ",
 		}},
 		{"an empty rollout strategy", `
 rolloutStrategy: {partitions: []}
