@@ -37,6 +37,9 @@ type Input struct {
 	// overlay's resources, so the overlay only holds patches and
 	// transformers.
 	Overlay map[string][]byte
+	// SkipSchemaValidation renders without checking the values against
+	// the charts' values.schema.json (helm.skipSchemaValidation).
+	SkipSchemaValidation bool
 }
 
 // Output is the rendered result.
@@ -119,7 +122,9 @@ func renderChart(in Input) (string, error) {
 
 	in.Chart.mu.Lock()
 	defer in.Chart.mu.Unlock()
-	if in.Chart.schema != nil {
+	if in.SkipSchemaValidation {
+		install.SkipSchemaValidation = true
+	} else if in.Chart.schema != nil {
 		coalesced, err := chartutil.CoalesceValues(in.Chart.chart, vals)
 		if err != nil {
 			return "", fmt.Errorf("rendering chart %s: %w", in.Chart.Name(), err)

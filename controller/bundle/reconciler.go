@@ -64,6 +64,9 @@ type Reconciler struct {
 	Recorder recorder.EventRecorder
 	// Renderer renders the Bundles' content (render workers).
 	Renderer BundleRenderer
+	// APIReader reads helm.valuesFrom ConfigMaps and Secrets (not cached);
+	// nil: Client.
+	APIReader client.Reader
 
 	// rendered remembers what the Bundles' renders gave.
 	rendered renderCache
@@ -106,7 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Stalled and waiting Bundles come back through their watches: a
 	// change of the Bundle, its Clusters or its BundleDeployments.
-	return out.Result(0)
+	return out.Result(requeueFor(b))
 }
 
 // placement is one selected cluster and what it gets.
@@ -163,6 +166,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	// Render once per distinct set of options: clusters without target
 	// customisation share one render.
 	renders := newReconcileRenders(r.Renderer, &r.rendered, b)
+	inputs := newValuesInputs(r.valuesReader(), b)
 	var placements []*placement
 	failed := map[*render][]string{} // failed renders, with their clusters
 	keep := map[string]bool{}        // cluster namespaces whose BundleDeployment stays
@@ -188,7 +192,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 			pending++
 			continue
 		}
-		rd, err := renders.get(ctx, opts)
+		rd, err := renders.renderFor(ctx, inputs, c, opts)
 		if err != nil {
 			return err
 		}
@@ -202,7 +206,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	// No cluster to render for: render the Bundle's own options, so a
 	// Bundle that cannot render says so before it targets anything.
 	if len(renders.ordered) == 0 {
-		rd, err := renders.get(ctx, b.Spec.BundleDeploymentOptions)
+		rd, err := renders.renderFor(ctx, inputs, nil, b.Spec.BundleDeploymentOptions)
 		if err != nil {
 			return err
 		}

@@ -34,6 +34,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(bundleOf)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(bundleOf), builder.OnlyMetadata,
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[ContentLabel] == "true" }))).
+		// helm.valuesFrom Secrets: a change renders the Bundles reading them.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bundlesReadingSecret), builder.OnlyMetadata,
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[ContentLabel] != "true" }))).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 2*time.Minute),
@@ -43,7 +46,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 
 // clusterTargetingChanged passes Cluster changes that can change which
 // Bundles target it or how: creation, deletion, labels, pause, its
-// namespace being assigned.
+// namespace being assigned, what `${ }` values templates read of it.
 func clusterTargetingChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -52,7 +55,7 @@ func clusterTargetingChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return false
 			}
-			return !equalLabels(o.Labels, n.Labels) || o.Spec.Paused != n.Spec.Paused ||
+			return !equalLabels(o.Labels, n.Labels) || o.Spec.Paused != n.Spec.Paused || templateContextChanged(o, n) ||
 				o.Status.Namespace != n.Status.Namespace || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
 		},
 	}

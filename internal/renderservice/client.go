@@ -119,9 +119,16 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // anything else (an *UnavailableError, the context's error) is the
 // controller's trouble and worth a retry.
 func (c *Client) Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
+	return c.RenderFor(ctx, name, resources, opts, nil)
+}
+
+// RenderFor is Render for one target cluster: values are the inputs of its
+// Helm values (the templates' context, the valuesFrom content), rendered in
+// the renderer's worker with the rest of the Bundle.
+func (c *Client) RenderFor(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions, values *renderer.ClusterValues) (*renderer.Output, error) {
 	lim := c.limits()
 	body, err := json.Marshal(request{
-		Request: renderworker.Request{Name: name, Resources: resources, Options: opts, Limits: lim.Size},
+		Request: renderworker.Request{Name: name, Resources: resources, Options: opts, Limits: lim.Size, Values: values},
 		Bounds:  boundsOf(lim),
 	})
 	if err != nil {

@@ -205,7 +205,7 @@ func (s *server) render(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	out, err := s.pool.RenderWithin(r.Context(), lim, req.Name, req.Resources, req.Options)
+	out, err := s.pool.RenderWithin(r.Context(), lim, req.Request)
 	var resp response
 	var re *renderworker.RenderError
 	switch {
