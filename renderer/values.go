@@ -2,6 +2,7 @@ package renderer
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,7 +63,7 @@ func ContextOf(c *fleet.Cluster) *ClusterContext {
 		}
 	}
 	if c.Spec.TemplateValues != nil && c.Spec.TemplateValues.Data != nil {
-		ctx.Values = c.Spec.TemplateValues.DeepCopy().Data
+		ctx.Values = c.Spec.TemplateValues.Data // data() copies it
 	}
 	return ctx
 }
@@ -81,9 +82,10 @@ func (c *ClusterContext) data() map[string]any {
 	for k, v := range c.Annotations {
 		annotations[k] = v
 	}
-	values := c.Values
-	if values == nil {
-		values = map[string]any{}
+	// A copy: sprig's set and unset change the dicts they are given.
+	values := map[string]any{}
+	if data, err := json.Marshal(c.Values); err == nil {
+		_ = json.Unmarshal(data, &values)
 	}
 	return map[string]any{
 		"ClusterName":        c.Name,
