@@ -173,6 +173,7 @@ func TestFleetChart_ControllerRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: all},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: all},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
