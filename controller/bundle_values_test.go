@@ -174,11 +174,13 @@ templateValues:
 	if err := up.Create(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	all := make([]string, n)
-	for i, c := range clusters {
-		all[i] = c.Name
-	}
-	waitDeployedTo(t, ws, b.Name, all...)
+	took := testenv.Eventually(t, 30*time.Second+time.Duration(n)*200*time.Millisecond, fmt.Sprintf("bundle deployed to the %d clusters", n), func() error {
+		if got := deployedTo(t, ws, b.Name); len(got) != n {
+			return fmt.Errorf("deployed to %d", len(got))
+		}
+		return nil
+	})
+	t.Logf("BundleDeployments for the %d clusters after %s", n, took.Round(time.Millisecond))
 	for i, c := range clusters {
 		if i >= 6 && i%97 != 0 { // every cluster of a small run, a sample of a large one
 			continue

@@ -147,7 +147,7 @@ func (c *Client) RenderFor(ctx context.Context, name string, resources []fleet.B
 			case <-time.After(time.Duration(attempt*attempt) * 250 * time.Millisecond):
 			}
 		}
-		out, err, retry := c.try(ctx, lim, body)
+		out, err, retry := c.try(ctx, lim, body, values != nil)
 		if !retry {
 			return out, err
 		}
@@ -157,7 +157,7 @@ func (c *Client) RenderFor(ctx context.Context, name string, resources []fleet.B
 }
 
 // try sends one request; retry says whether another attempt may succeed.
-func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte) (_ *renderer.Output, _ error, retry bool) {
+func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte, perCluster bool) (_ *renderer.Output, _ error, retry bool) {
 	creds, err := c.creds.Credentials(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the renderer's credentials: %w", err), false
@@ -213,6 +213,10 @@ func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte) 
 	}
 	if r.Error != "" {
 		return nil, &renderworker.RenderError{Reason: r.Reason, Message: r.Error, MaxRSS: r.MaxRSS}, false
+	}
+	if perCluster && !r.ValuesResolved {
+		// During an upgrade: an older renderer would deploy `${ }` unexpanded.
+		return nil, &UnavailableError{Endpoint: c.endpoint, Err: errors.New("the renderer is older than the controller: it does not compute Helm values per cluster (upgrade it with the controller)")}, false
 	}
 	return &renderer.Output{YAML: r.YAML}, nil, false
 }

@@ -218,7 +218,7 @@ func (s *server) render(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the renderer could not render: "+err.Error(), http.StatusInternalServerError)
 		return
 	default:
-		resp = response{Response: renderworker.Response{YAML: out.YAML}}
+		resp = response{Response: renderworker.Response{YAML: out.YAML}, ValuesResolved: true}
 	}
 	s.log.Info("rendered", "bundle", req.Name, "duration", time.Since(start).Round(time.Millisecond), "reason", resp.Reason)
 	w.Header().Set("Content-Type", "application/json")
