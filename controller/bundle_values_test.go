@@ -253,7 +253,7 @@ func TestBundle_ValuesTemplateErrorStallsNamingClusterAndValue(t *testing.T) {
 // ConfigMaps and Secrets of the Bundle's workspace are read by the
 // controller (as its chart's identity) and merged as Fleet merges them; a
 // Secret's content lands in the content Secret only, never in the Bundle,
-// the BundleDeployment, a status or an event; a change of the Secret
+// the BundleDeployment, a status, an event or the log; a change of the Secret
 // renders again. A reference to another namespace (another workspace) is
 // refused with ValuesFromNotAllowed, and nothing of it is read; a missing
 // Secret waits with ValuesFromInvalid until it exists.
@@ -348,10 +348,14 @@ valuesFrom:
 			seen = append(seen, string(data))
 		}
 	}
+	if !strings.Contains(logs.String(), `"name"="steal"`) {
+		t.Fatal("the controller's log does not show its reconciles of Bundle steal: is it captured?")
+	}
+	seen = append(seen, logs.String())
 	for _, s := range seen {
-		for _, v := range []string{secretValue, stolenValue} {
+		for _, v := range []string{secretValue, newValue, stolenValue} {
 			if strings.Contains(s, v) {
-				t.Errorf("a Secret's value %s is in a Bundle, BundleDeployment or event", v)
+				t.Errorf("a Secret's value %s is in a Bundle, BundleDeployment, event or the controller's log", v)
 			}
 		}
 	}
