@@ -372,7 +372,8 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // mergeValuesOptions lays a target's values options over the Bundle's, as
 // Fleet merges them: templateValues key by key, valuesFrom appended (a
-// reference already there is not repeated), the switches or-ed.
+// reference already there is not repeated), disablePreProcess and
+// disableDNS or-ed.
 func mergeValuesOptions(out, over *fleet.HelmOptions) {
 	if len(over.TemplateValues) > 0 {
 		if out.TemplateValues == nil {
@@ -392,8 +393,8 @@ func mergeValuesOptions(out, over *fleet.HelmOptions) {
 	}
 	out.DisablePreProcess = out.DisablePreProcess || over.DisablePreProcess
 	out.DisableDNS = out.DisableDNS || over.DisableDNS
-	out.SkipSchemaValidation = out.SkipSchemaValidation || over.SkipSchemaValidation
-	out.DisableDependencyUpdate = out.DisableDependencyUpdate || over.DisableDependencyUpdate
+	// As in Fleet, skipSchemaValidation and disableDependencyUpdate are the
+	// Bundle's only: a target's are not merged.
 }
 
 func valuesFromKey(v fleet.ValuesFrom) string {
