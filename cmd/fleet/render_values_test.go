@@ -58,7 +58,7 @@ func TestRenderBundle_ValuesPerClusterAndValuesFromTheUpstream(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name},
 			Spec: fleet.BundleSpec{
 				BundleDeploymentOptions: fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Chart: "chart",
-					Values: &fleet.GenericMap{Data: map[string]any{"tier": "${ .ClusterLabels.tier }-${ .ClusterName }"}},
+					Values:     &fleet.GenericMap{Data: map[string]any{"tier": "${ .ClusterLabels.tier }-${ .ClusterName }"}},
 					ValuesFrom: []fleet.ValuesFrom{{SecretKeyRef: &fleet.SecretKeySelector{LocalObjectReference: fleet.LocalObjectReference{Name: "db"}, Namespace: valuesFromNamespace}}}}},
 				Resources: []fleet.BundleResource{
 					{Name: "chart/Chart.yaml", Content: "apiVersion: v2\nname: show\nversion: 0.1.0\n"},
