@@ -209,6 +209,17 @@ func TestBundle_HostileBundlesStallWhileOthersDeploy(t *testing.T) {
 			Resources:               chart(`{{ repeat 400000000 "x" }}`)},
 			memReason, memMessage)
 	}
+	// `${ }` values templates run in the same workers, under the same
+	// limits, never in the controller.
+	valuesTemplate := func(tmpl string) fleet.BundleSpec {
+		return fleet.BundleSpec{Targets: toC1,
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Chart: "chart",
+				Values: &fleet.GenericMap{Data: map[string]any{"x": tmpl}}}},
+			Resources: chart("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")}
+	}
+	add("values-memory-bomb", valuesTemplate(`${ repeat 400000000 "x" | len }`), memReason, memMessage)
+	add("values-cpu-loop", valuesTemplate(`${ range until 5000 }${ range until 5000 }${ range until 5000 }${ end }${ end }${ end }`),
+		fleet.RenderTimeoutReason, "cluster c1: rendering took longer than 10s, the limit (bundleRenderTimeout)")
 	for i, remote := range []string{
 		"http://" + addr + "/deploy.yaml", "https://" + addr + "/deploy.yaml", "github.com/org/repo//deploy?ref=v1",
 		"ssh://git@" + addr + "/org/repo.git//deploy", "git::http://" + addr + "/org/repo//deploy", "git@" + addr + ":org/repo.git",

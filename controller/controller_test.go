@@ -34,6 +34,8 @@ var (
 	up   client.Client
 	// controllerIdentity is the controller's ServiceAccount.
 	controllerIdentity *rest.Config
+	// logs is the controller's log, to prove what never reaches it.
+	logs *testenv.Logs
 
 	// The renderer the controller renders Bundles in: its address, its
 	// directory and the running process (replaced when a test restarts it).
@@ -43,8 +45,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}}, func(s *testenv.Suite) error {
-		env, up = s.Env, s.Env.Upstream.Client
+	testenv.Main(m, testenv.Options{ControlPlanes: &controlplane.Options{Downstreams: 2}, CaptureLogs: true}, func(s *testenv.Suite) error {
+		env, up, logs = s.Env, s.Env.Upstream.Client, s.Logs
 		// The controller runs with exactly the rights charts/fleet gives it.
 		identity, err := env.Upstream.FleetControllerIdentity(s.Context(), config.DefaultSystemNamespace)
 		if err != nil {

@@ -217,11 +217,12 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	if err := (&bundle.Reconciler{
-		Shard:    opts.Shard,
-		Client:   mgr.GetClient(),
-		Cache:    mgr.GetCache(),
-		Recorder: events,
-		Renderer: bundleRenderer,
+		Shard:     opts.Shard,
+		Client:    mgr.GetClient(),
+		Cache:     mgr.GetCache(),
+		Recorder:  events,
+		Renderer:  bundleRenderer,
+		APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr, 0); err != nil {
 		return nil, err
 	}

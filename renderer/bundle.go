@@ -180,6 +180,7 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 			out.Helm.Values = &fleet.GenericMap{Data: chartutil.MergeTables(h.Values.DeepCopy().Data, merged)}
 		}
 		out.Helm.TakeOwnership = out.Helm.TakeOwnership || h.TakeOwnership
+		mergeValuesOptions(out.Helm, h)
 		if h.TimeoutSeconds != 0 {
 			out.Helm.TimeoutSeconds = h.TimeoutSeconds
 		}
@@ -198,6 +199,15 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 // deploys nothing to is a *NotDeployedError. Bundles from untrusted authors
 // render in a render worker (internal/renderworker) instead.
 func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fleet.ClusterGroup) (*Output, error) {
+	return RenderBundleWith(bundle, cluster, groups, nil)
+}
+
+// RenderBundleWith is RenderBundle with the content of the Bundle's
+// helm.valuesFrom references (ValuesFromRefs of the options for cluster), as
+// read from the upstream. A cluster's `${ }` values are templated with its
+// whole context (ContextOf), which renders what the controller's partial
+// context renders.
+func RenderBundleWith(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fleet.ClusterGroup, valuesFrom []ValuesSource) (*Output, error) {
 	if err := bundleoptions.Check(&bundle.Spec); err != nil {
 		return nil, err
 	}
@@ -206,7 +216,9 @@ func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fleet.C
 		return nil, err
 	}
 	opts := bundle.Spec.BundleDeploymentOptions
+	values := ClusterValues{ValuesFrom: valuesFrom}
 	if cluster != nil {
+		values.Cluster = ContextOf(cluster)
 		o, t, err := OptionsFor(bundle, cluster, targeting.Groups{Items: groups, Given: true})
 		if err != nil {
 			return nil, err
@@ -215,6 +227,10 @@ func RenderBundle(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fleet.C
 			return nil, &NotDeployedError{Message: targeting.Describe(bundle, cluster, t)}
 		}
 		opts = o
+	}
+	opts, err = ResolveValues(opts, values)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", bundle.Name, err)
 	}
 	return RenderFiles(bundle.Name, files, opts)
 }
@@ -275,7 +291,7 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 		if ns == "" {
 			ns = "default"
 		}
-		out, err := Render(Input{Chart: ch, ReleaseName: release, Namespace: ns, Values: values, IncludeCRDs: true})
+		out, err := Render(Input{Chart: ch, ReleaseName: release, Namespace: ns, Values: values, IncludeCRDs: true, SkipSchemaValidation: opts.Helm.SkipSchemaValidation})
 		if err != nil {
 			return nil, err
 		}

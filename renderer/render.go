@@ -40,6 +40,9 @@ type Input struct {
 	// IncludeCRDs renders the chart's crds/ too, first (`helm template
 	// --include-crds`): a Bundle's chart installs its CRDs as Helm does.
 	IncludeCRDs bool
+	// SkipSchemaValidation renders without checking the values against
+	// the charts' values.schema.json (helm.skipSchemaValidation).
+	SkipSchemaValidation bool
 }
 
 // Output is the rendered result.
@@ -123,7 +126,9 @@ func renderChart(in Input) (string, error) {
 
 	in.Chart.mu.Lock()
 	defer in.Chart.mu.Unlock()
-	if in.Chart.schema != nil {
+	if in.SkipSchemaValidation {
+		install.SkipSchemaValidation = true
+	} else if in.Chart.schema != nil {
 		coalesced, err := chartutil.CoalesceValues(in.Chart.chart, vals)
 		if err != nil {
 			return "", fmt.Errorf("rendering chart %s: %w", in.Chart.Name(), err)

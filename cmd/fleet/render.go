@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,12 +13,16 @@ import (
 
 	"github.com/spf13/cobra"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundleoptions"
+	bundlectrl "github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/internal/suggest"
 	"github.com/gitops-fleet/fleet/internal/targeting"
@@ -144,6 +149,7 @@ func newRenderBundleCommand() *cobra.Command {
 	var (
 		bundleFile, clusterFile, configFile, output string
 		groupFiles                                  []string
+		upstream                                    rolloutFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bundle --bundle FILE [--cluster FILE [--group FILE]...] [--config FILE]",
@@ -162,7 +168,13 @@ controller deploys to it, and nothing, with a note on stderr, when it deploys
 nothing there. A target with clusterGroup or clusterGroupSelector needs the
 workspace's ClusterGroups: give their YAML with --group (repeatable; a file
 may hold several ClusterGroup documents). A target that needs a group that was
-not given is an error, never a guess.`,
+not given is an error, never a guess.
+
+The cluster's ${ } values templates (helm.values, helm.templateValues) and
+global.fleet.clusterLabels.<key> values are rendered with that Cluster, as the
+controller renders them. helm.valuesFrom ConfigMaps and Secrets are read from
+the upstream cluster, as the controller reads them: a Bundle with valuesFrom
+needs --kubeconfig or --context (and the right to read them there).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "yaml" && output != "json" {
@@ -194,6 +206,7 @@ not given is an error, never a guess.`,
 				}
 			}
 			opts := bundle.Spec.BundleDeploymentOptions
+			values := &renderer.ClusterValues{}
 			if clusterFile != "" {
 				cluster, err := readCluster(clusterFile)
 				if err != nil {
@@ -211,12 +224,17 @@ not given is an error, never a guess.`,
 					return nil
 				}
 				opts = o
+				values.Cluster = renderer.ContextOf(cluster)
+			}
+			var err error
+			if values.ValuesFrom, err = readValuesFrom(cmd.Context(), upstream, bundle, opts); err != nil {
+				return fmt.Errorf("bundle %s: %w", bundleFile, err)
 			}
 			pool, err := renderworker.NewPool(func() renderworker.Limits { return renderworker.LimitsOf(cfg) })
 			if err != nil {
 				return err
 			}
-			out, err := pool.Render(cmd.Context(), bundle.Name, bundle.Spec.Resources, opts)
+			out, err := pool.RenderFor(cmd.Context(), bundle.Name, bundle.Spec.Resources, opts, values)
 			if re := (*renderworker.RenderError)(nil); errors.As(err, &re) {
 				return fmt.Errorf("bundle %s: %s (%s)", bundleFile, re.Message, re.Reason)
 			}
@@ -235,8 +253,47 @@ not given is an error, never a guess.`,
 	cmd.Flags().StringVar(&clusterFile, "cluster", "", "Cluster YAML file: render what the controller deploys to that cluster")
 	cmd.Flags().StringArrayVar(&groupFiles, "group", nil, "ClusterGroup YAML file (repeatable; several documents per file allowed): the groups clusterGroup and clusterGroupSelector targets consult")
 	cmd.Flags().StringVar(&configFile, "config", "", "controller config (for its Bundle rendering limits): the fleet-controller ConfigMap YAML, or its config document")
+	cmd.Flags().StringVar(&upstream.kubeconfig, "kubeconfig", "", "kubeconfig of the upstream cluster to read helm.valuesFrom ConfigMaps and Secrets from (default: $KUBECONFIG, ~/.kube/config when --context is given)")
+	cmd.Flags().StringVar(&upstream.context, "context", "", "context of the kubeconfig to read helm.valuesFrom from")
 	_ = cmd.MarkFlagRequired("bundle")
 	return cmd
+}
+
+// readValuesFrom reads the Bundle's helm.valuesFrom sources from the
+// upstream, as the controller does; without --kubeconfig or --context a
+// Bundle that has some is an error saying so.
+func readValuesFrom(ctx context.Context, f rolloutFlags, bundle *fleet.Bundle, opts fleet.BundleDeploymentOptions) ([]renderer.ValuesSource, error) {
+	ns := bundle.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	refs := renderer.ValuesFromRefs(opts.Helm, ns)
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if f.kubeconfig == "" && f.context == "" {
+		return nil, usageError("helm.valuesFrom reads %s %s/%s from the upstream cluster, as the controller does: give --kubeconfig or --context to read it there", refs[0].Kind, refs[0].Namespace, refs[0].Name)
+	}
+	u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(u.REST, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, u.Explain(err, "valuesFrom ConfigMaps and Secrets")
+	}
+	var out []renderer.ValuesSource
+	for _, ref := range refs {
+		src, fail, err := bundlectrl.ReadValuesSource(ctx, c, ns, ref)
+		if err != nil {
+			return nil, u.Explain(err, ref.Kind+"s")
+		}
+		if fail != nil {
+			return nil, fmt.Errorf("%s (%s)", fail.Message, fail.Reason)
+		}
+		out = append(out, src)
+	}
+	return out, nil
 }
 
 // readClusterGroups reads every document of a file as a ClusterGroup.

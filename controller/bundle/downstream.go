@@ -143,23 +143,36 @@ func (r *Reconciler) downstreamRenderer(b *fleet.Bundle, clusters []fleet.Cluste
 	return &downstreamRenderer{BundleRenderer: r.Renderer, reader: r.apiReader, namespace: b.Namespace, refused: refused}
 }
 
-func (d *downstreamRenderer) Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
-	out, err := d.BundleRenderer.Render(ctx, name, resources, opts)
+func (d *downstreamRenderer) RenderFor(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions, values *renderer.ClusterValues) (*renderer.Output, error) {
+	out, err := d.BundleRenderer.RenderFor(ctx, name, resources, opts, values)
 	if err != nil || len(opts.DownstreamResources) == 0 {
 		return out, err
 	}
 	var b bytes.Buffer
-	b.Write(out.YAML)
 	for _, ref := range opts.DownstreamResources {
 		doc, err := d.copyOf(ctx, ref)
 		if err != nil {
 			return nil, err
 		}
-		b.WriteString("\n---\n")
+		b.WriteString("---\n")
 		b.Write(doc)
 		b.WriteString("\n")
 	}
-	return &renderer.Output{YAML: b.Bytes()}, nil
+	// The copies are ordinary objects: the main phase, when the content
+	// has phases (hooks or CRDs).
+	content, err := bundlecontent.AppendToMain(out.YAML, b.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	return &renderer.Output{YAML: content}, nil
+}
+
+// soonest is the sooner of two requeue delays, 0 meaning none.
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // copyOf returns the copy of one downstream resource as a JSON document:

@@ -66,6 +66,9 @@ type Reconciler struct {
 	Recorder recorder.EventRecorder
 	// Renderer renders the Bundles' content (render workers).
 	Renderer BundleRenderer
+	// APIReader reads helm.valuesFrom ConfigMaps and Secrets (not cached);
+	// nil: Client.
+	APIReader client.Reader
 
 	// rendered remembers what the Bundles' renders gave.
 	rendered renderCache
@@ -110,7 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Stalled and waiting Bundles come back through their watches: a
 	// change of the Bundle, its Clusters or its BundleDeployments.
-	return out.Result(downstreamRecheck(b))
+	return out.Result(soonest(downstreamRecheck(b), requeueFor(b)))
 }
 
 // placement is one selected cluster and what it gets.
@@ -181,6 +184,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	if err := r.addDownstreamInputs(ctx, b, renders); err != nil {
 		return err
 	}
+	inputs := newValuesInputs(r.valuesReader(), b)
 	var placements []*placement
 	failed := map[*render][]string{} // failed renders, with their clusters
 	keep := map[string]bool{}        // cluster namespaces whose BundleDeployment stays
@@ -206,7 +210,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 			pending++
 			continue
 		}
-		rd, err := renders.get(ctx, opts)
+		rd, err := renders.renderFor(ctx, inputs, c, opts)
 		if err != nil {
 			return err
 		}
@@ -220,7 +224,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	// No cluster to render for: render the Bundle's own options, so a
 	// Bundle that cannot render says so before it targets anything.
 	if len(renders.ordered) == 0 {
-		rd, err := renders.get(ctx, b.Spec.BundleDeploymentOptions)
+		rd, err := renders.renderFor(ctx, inputs, nil, b.Spec.BundleDeploymentOptions)
 		if err != nil {
 			return err
 		}

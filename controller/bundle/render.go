@@ -27,7 +27,9 @@ import (
 // controller process. A *renderworker.RenderError is the Bundle's failure;
 // any other error is the controller's own trouble, retried.
 type BundleRenderer interface {
-	Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error)
+	// values are the target cluster's inputs of the Helm values (nil:
+	// none), rendered in the worker with the rest of the Bundle.
+	RenderFor(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions, values *renderer.ClusterValues) (*renderer.Output, error)
 	// Limits are the limits renders run under now.
 	Limits() renderworker.Limits
 }
@@ -89,7 +91,11 @@ func (c *renderCache) forget(key types.NamespacedName) {
 
 // render is one set of options of a Bundle during one reconcile.
 type render struct {
-	opts      fleet.BundleDeploymentOptions
+	opts fleet.BundleDeploymentOptions
+	// values are the cluster's inputs of the Helm values (nil: none).
+	values *renderer.ClusterValues
+	// optsHash is the render's key: the options' hash and the values
+	// inputs' hash.
 	optsHash  string
 	contentID string
 	// rendered says whether this reconcile rendered it, and so has its
@@ -128,15 +134,19 @@ func newReconcileRenders(r BundleRenderer, cache *renderCache, b *fleet.Bundle) 
 	}
 }
 
-// get returns the render of the Bundle with opts. An error is the
+// getWith returns the render of the Bundle with opts (whose hash is
+// optsHash) and values. An error is the
 // controller's own trouble (a worker that could not start); the Bundle's
 // failures are in the render.
-func (rr *reconcileRenders) get(ctx context.Context, opts fleet.BundleDeploymentOptions) (*render, error) {
-	h := optionsHash(opts)
+func (rr *reconcileRenders) getWith(ctx context.Context, opts fleet.BundleDeploymentOptions, optsHash string, values *renderer.ClusterValues) (*render, error) {
+	h := optsHash
+	if values != nil {
+		h += "/" + valuesHash(values)
+	}
 	if rd, ok := rr.byHash[h]; ok {
 		return rd, nil
 	}
-	rd := &render{opts: opts, optsHash: h}
+	rd := &render{opts: opts, values: values, optsHash: h}
 	if o, ok := rr.cache.lookup(rr.key, rr.inputs, h); ok {
 		rd.contentID, rd.keys, rd.err = o.contentID, o.keys, o.err
 	} else if err := rr.run(ctx, rd); err != nil {
@@ -169,7 +179,7 @@ func (rr *reconcileRenders) outcome(rd *render) (contentID string, manifests []b
 
 func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
 	start := time.Now()
-	out, err := rr.renderer.Render(ctx, rr.bundle.Name, rr.bundle.Spec.Resources, rd.opts)
+	out, err := rr.renderer.RenderFor(ctx, rr.bundle.Name, rr.bundle.Spec.Resources, rd.opts, rd.values)
 	rd.rendered = err == nil || errors.As(err, new(*renderworker.RenderError))
 	metrics.BundleRenderDuration.Observe(time.Since(start).Seconds())
 	var re *renderworker.RenderError

@@ -37,6 +37,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[ContentLabel] == "true" }))).
 		// The sources of downstreamResources.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bundlesCopying), builder.OnlyMetadata).
+		// helm.valuesFrom Secrets: a change renders the Bundles reading them.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bundlesReadingSecret), builder.OnlyMetadata,
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[ContentLabel] != "true" }))).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 2*time.Minute),
@@ -46,7 +49,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 
 // clusterTargetingChanged passes Cluster changes that can change which
 // Bundles target it or how: creation, deletion, labels, pause, its
-// namespace being assigned.
+// namespace being assigned, what `${ }` values templates read of it.
 func clusterTargetingChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -55,7 +58,7 @@ func clusterTargetingChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return false
 			}
-			return !equalLabels(o.Labels, n.Labels) || o.Spec.Paused != n.Spec.Paused ||
+			return !equalLabels(o.Labels, n.Labels) || o.Spec.Paused != n.Spec.Paused || templateContextChanged(o, n) ||
 				o.Status.Namespace != n.Status.Namespace || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
 		},
 	}

@@ -172,3 +172,33 @@ func stripComments(b []byte) []byte {
 	}
 	return out.Bytes()
 }
+
+// AppendToMain adds docs (multi-document YAML) to the main phase of
+// content: at the end of content without phases, or at the end of its main
+// section (made, in its place, when the content has none).
+func AppendToMain(content, docs []byte) ([]byte, error) {
+	sections, err := SplitPhases(content)
+	if err != nil {
+		return nil, err
+	}
+	if len(sections) == 1 && sections[0].Phase == PhaseMain && !bytes.Contains(content, []byte(PhaseMarker)) {
+		out := bytes.TrimRight(content, "\n")
+		if len(out) > 0 {
+			out = append(out, '\n')
+		}
+		return append(out, docs...), nil
+	}
+	i := 0
+	for i < len(sections) && phaseIndex(sections[i].Phase) < phaseIndex(PhaseMain) {
+		i++
+	}
+	if i == len(sections) || sections[i].Phase != PhaseMain {
+		sections = append(sections[:i], append([]Section{{Phase: PhaseMain}}, sections[i:]...)...)
+	}
+	y := bytes.TrimRight(sections[i].YAML, "\n")
+	if len(y) > 0 {
+		y = append(y, '\n')
+	}
+	sections[i].YAML = append(y, docs...)
+	return JoinPhases(sections), nil
+}

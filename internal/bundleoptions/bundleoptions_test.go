@@ -145,7 +145,7 @@ targetCustomizationMode: AllMatches
 ignore: {conditions: [{type: Ready}]}
 valuesHash: abc
 `, []string{
-			"spec.helm.chart: ", "spec.helm.valuesFrom: ",
+			"spec.helm.chart: ",
 			"spec.valuesHash: ",
 		}},
 		{"an empty rollout strategy", `

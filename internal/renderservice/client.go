@@ -119,9 +119,16 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // anything else (an *UnavailableError, the context's error) is the
 // controller's trouble and worth a retry.
 func (c *Client) Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
+	return c.RenderFor(ctx, name, resources, opts, nil)
+}
+
+// RenderFor is Render for one target cluster: values are the inputs of its
+// Helm values (the templates' context, the valuesFrom content), rendered in
+// the renderer's worker with the rest of the Bundle.
+func (c *Client) RenderFor(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions, values *renderer.ClusterValues) (*renderer.Output, error) {
 	lim := c.limits()
 	body, err := json.Marshal(request{
-		Request: renderworker.Request{Name: name, Resources: resources, Options: opts, Limits: lim.Size},
+		Request: renderworker.Request{Name: name, Resources: resources, Options: opts, Limits: lim.Size, Values: values},
 		Bounds:  boundsOf(lim),
 	})
 	if err != nil {
@@ -140,7 +147,7 @@ func (c *Client) Render(ctx context.Context, name string, resources []fleet.Bund
 			case <-time.After(time.Duration(attempt*attempt) * 250 * time.Millisecond):
 			}
 		}
-		out, err, retry := c.try(ctx, lim, body)
+		out, err, retry := c.try(ctx, lim, body, values != nil)
 		if !retry {
 			return out, err
 		}
@@ -150,7 +157,7 @@ func (c *Client) Render(ctx context.Context, name string, resources []fleet.Bund
 }
 
 // try sends one request; retry says whether another attempt may succeed.
-func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte) (_ *renderer.Output, _ error, retry bool) {
+func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte, perCluster bool) (_ *renderer.Output, _ error, retry bool) {
 	creds, err := c.creds.Credentials(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the renderer's credentials: %w", err), false
@@ -206,6 +213,10 @@ func (c *Client) try(ctx context.Context, lim renderworker.Limits, body []byte) 
 	}
 	if r.Error != "" {
 		return nil, &renderworker.RenderError{Reason: r.Reason, Message: r.Error, MaxRSS: r.MaxRSS}, false
+	}
+	if perCluster && !r.ValuesResolved {
+		// During an upgrade: an older renderer would deploy `${ }` unexpanded.
+		return nil, &UnavailableError{Endpoint: c.endpoint, Err: errors.New("the renderer is older than the controller: it does not compute Helm values per cluster (upgrade it with the controller)")}, false
 	}
 	return &renderer.Output{YAML: r.YAML}, nil, false
 }

@@ -96,4 +96,8 @@ type response struct {
 	renderworker.Response
 	// MaxRSS is the worker's peak resident memory in bytes.
 	MaxRSS int64 `json:"maxRSS,omitempty"`
+	// ValuesResolved: the renderer computed the Helm values per cluster
+	// (request values). A renderer older than that ignores them, and its
+	// manifests are not taken.
+	ValuesResolved bool `json:"valuesResolved,omitempty"`
 }

@@ -205,7 +205,7 @@ func (s *server) render(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	out, err := s.pool.RenderWithin(r.Context(), lim, req.Name, req.Resources, req.Options)
+	out, err := s.pool.RenderWithin(r.Context(), lim, req.Request)
 	var resp response
 	var re *renderworker.RenderError
 	switch {
@@ -218,7 +218,7 @@ func (s *server) render(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the renderer could not render: "+err.Error(), http.StatusInternalServerError)
 		return
 	default:
-		resp = response{Response: renderworker.Response{YAML: out.YAML}}
+		resp = response{Response: renderworker.Response{YAML: out.YAML}, ValuesResolved: true}
 	}
 	s.log.Info("rendered", "bundle", req.Name, "duration", time.Since(start).Round(time.Millisecond), "reason", resp.Reason)
 	w.Header().Set("Content-Type", "application/json")

@@ -84,13 +84,21 @@ func (p *Pool) Limits() Limits { return p.limits() }
 // target's) in a worker: what renderer.BundleFiles and renderer.RenderFiles
 // do in-process, bounded in time, memory and network access.
 func (p *Pool) Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
-	return p.RenderWithin(ctx, p.limits(), name, resources, opts)
+	return p.RenderWithin(ctx, p.limits(), Request{Name: name, Resources: resources, Options: opts})
 }
 
-// RenderWithin is Render under the limits given instead of the pool's: the
-// renderer service renders under the limits each request carries.
-func (p *Pool) RenderWithin(ctx context.Context, lim Limits, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
-	req, err := json.Marshal(Request{Name: name, Resources: resources, Options: opts, Limits: lim.Size})
+// RenderFor is Render for one target cluster: values are the inputs of its
+// Helm values (the templates' context, the valuesFrom content).
+func (p *Pool) RenderFor(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions, values *renderer.ClusterValues) (*renderer.Output, error) {
+	return p.RenderWithin(ctx, p.limits(), Request{Name: name, Resources: resources, Options: opts, Values: values})
+}
+
+// RenderWithin renders r under the limits given instead of the pool's (its
+// size limits are set from lim): the renderer service renders under the
+// limits each request carries.
+func (p *Pool) RenderWithin(ctx context.Context, lim Limits, r Request) (*renderer.Output, error) {
+	r.Limits = lim.Size
+	req, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the render request: %w", err)
 	}

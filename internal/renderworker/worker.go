@@ -53,6 +53,10 @@ type Request struct {
 	Resources []fleet.BundleResource        `json:"resources,omitempty"`
 	Options   fleet.BundleDeploymentOptions `json:"options"`
 	Limits    renderer.SizeLimits           `json:"limits"`
+	// Values are the per-cluster inputs of the Helm values: the part of
+	// the target cluster its `${ }` templates read, the valuesFrom
+	// content (renderer.ResolveValues runs here, in the worker).
+	Values *renderer.ClusterValues `json:"values,omitempty"`
 }
 
 // Response is a worker's answer on stdout: manifests, or the failure and
@@ -114,7 +118,15 @@ func render(req Request) (resp Response) {
 	if err != nil {
 		return failure(err)
 	}
-	out, err := renderer.RenderFiles(req.Name, files, req.Options)
+	var values renderer.ClusterValues
+	if req.Values != nil {
+		values = *req.Values
+	}
+	opts, err := renderer.ResolveValues(req.Options, values)
+	if err != nil {
+		return failure(fmt.Errorf("bundle %s: %w", req.Name, err))
+	}
+	out, err := renderer.RenderFiles(req.Name, files, opts)
 	if err != nil {
 		return failure(err)
 	}
