@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	bundlectrl "github.com/gitops-fleet/fleet/controller/bundle"
+	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
