@@ -107,6 +107,12 @@ func (r *hookRun) preHooks(ctx context.Context, bd *fleet.BundleDeployment, p *p
 	if len(r.of(phase)) == 0 {
 		return nil
 	}
+	key := hooksKey(bd)
+	if prev != nil && (prev.HooksRun == key+"|pre" || prev.HooksRun == key+"|post") {
+		// This deployment's pre hooks ran already: the apply after them
+		// is being retried.
+		return nil
+	}
 	var defs []*unstructured.Unstructured
 	if p.namespace != nil {
 		err := r.d.local.Get(ctx, client.ObjectKey{Name: p.namespace.GetName()}, &corev1.Namespace{})
@@ -137,7 +143,32 @@ func (r *hookRun) preHooks(ctx context.Context, bd *fleet.BundleDeployment, p *p
 			return fmt.Errorf("applying the CRDs and namespaces before the %s hooks: %w", phase, err)
 		}
 	}
-	return r.run(ctx, phase)
+	if err := r.run(ctx, phase); err != nil {
+		return err
+	}
+	return r.recordHooksRun(ctx, bd, key+"|pre")
+}
+
+// hooksKey names one deployment of a BundleDeployment: its deploymentID and
+// forced sync generation (what makes the agent apply again).
+func hooksKey(bd *fleet.BundleDeployment) string {
+	return fmt.Sprintf("%s/%d", bd.Spec.DeploymentID, bd.Spec.Options.ForceSyncGeneration)
+}
+
+// recordHooksRun writes into the inventory that the deployment completed
+// a hook step, before anything that could fail after it.
+func (r *hookRun) recordHooksRun(ctx context.Context, bd *fleet.BundleDeployment, step string) error {
+	cur, err := r.d.inv.get(ctx, bd.Name)
+	if err != nil {
+		return err
+	}
+	inv := r.d.newInventory(bd, r.id, nil)
+	if cur != nil {
+		c := *cur
+		inv = &c
+	}
+	inv.HooksRun = step
+	return r.d.inv.put(ctx, inv)
 }
 
 // postHooks runs after the main objects: post-install or post-upgrade, as
@@ -148,10 +179,22 @@ func (r *hookRun) postHooks(ctx context.Context, bd *fleet.BundleDeployment) err
 	if bd.Status.AppliedDeploymentID == "" {
 		phase = bundlecontent.PhasePostInstall
 	}
+	key := hooksKey(bd)
+	if cur, err := r.d.inv.get(ctx, bd.Name); err != nil {
+		return err
+	} else if cur != nil && cur.HooksRun == key+"|post" {
+		return nil
+	}
 	if err := r.run(ctx, phase); err != nil {
 		return err
 	}
-	return r.d.keepDeleteHooks(ctx, bd.Name, r)
+	if err := r.d.keepDeleteHooks(ctx, bd.Name, r); err != nil {
+		return err
+	}
+	if len(r.of(phase)) == 0 {
+		return nil
+	}
+	return r.recordHooksRun(ctx, bd, key+"|post")
 }
 
 // of returns the hooks of a phase in the order Helm runs them.

@@ -3,6 +3,7 @@ package deployer
 import (
 	"errors"
 	"fmt"
+	"k8s.io/client-go/util/retry"
 	"strings"
 	"testing"
 	"time"
@@ -312,5 +313,44 @@ func TestHooks_RunAsTheServiceAccount(t *testing.T) {
 		if !f.exists(cm(appNS, n)) {
 			t.Errorf("configmap %s missing", n)
 		}
+	}
+}
+
+// TestHooks_RetriedDeploymentDoesNotRunItsHooksAgain: Helm runs a
+// release's hooks once. When the agent applies the same deployment again
+// because its status never reached the upstream (the status write failed,
+// the agent restarted, the status was lost), the hooks that already ran
+// are not run again: a before-hook-creation hook would be deleted and made
+// again (a Job run twice). Seen on real clusters as a hook Job completing
+// after the main objects.
+func TestHooks_RetriedDeploymentDoesNotRunItsHooksAgain(t *testing.T) {
+	f := newFixture(t)
+	appNS := "retry-" + f.suffix
+	id := f.deploy("retried", phased(
+		section(bundlecontent.PhasePreInstall, hookCM("pre", "pre-install", "0", "")),
+		section(bundlecontent.PhaseMain, configMapYAML("main", "x")),
+		section(bundlecontent.PhasePostInstall, hookCM("post", "post-install", "0", "")),
+	), fleet.BundleDeploymentOptions{DefaultNamespace: appNS})
+	bd, _ := f.waitBD("retried", 60*time.Second, "Ready", readyFor(id))
+	pre, post := uidOf(t, f, appNS, "pre"), uidOf(t, f, appNS, "post")
+	applied := bd.Status.AppliedAt
+
+	// The status is lost: the agent applies the same deployment again.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		bd := f.getBD("retried")
+		bd.Status.AppliedDeploymentID = ""
+		return f.up.Status().Update(t.Context(), bd)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitBD("retried", 60*time.Second, "applied again and Ready", func(bd *fleet.BundleDeployment) bool {
+		return readyFor(id)(bd) && bd.Status.AppliedAt != nil && applied != nil && !bd.Status.AppliedAt.Equal(applied)
+	})
+	if got := uidOf(t, f, appNS, "pre"); got != pre {
+		t.Errorf("the pre-install hook ran again for the same deployment (uid %s, was %s)", got, pre)
+	}
+	if got := uidOf(t, f, appNS, "post"); got != post {
+		t.Errorf("the post-install hook ran again for the same deployment (uid %s, was %s)", got, post)
 	}
 }

@@ -98,6 +98,12 @@ type inventory struct {
 	Namespace          string `json:"namespace,omitempty"`
 	DeleteNamespace    bool   `json:"deleteNamespace,omitempty"`
 	DeleteCRDResources bool   `json:"deleteCRDResources,omitempty"`
+	// HooksRun is the last hook step a deployment completed,
+	// "<deploymentID>/<forceSyncGeneration>|pre" or "...|post", so an
+	// apply retried for the same deployment (its status write failed, the
+	// agent restarted) does not run its hooks again, as Helm runs them once
+	// per release (hooks.go). put keeps it when the new inventory has none.
+	HooksRun string `json:"hooksRun,omitempty"`
 }
 
 func (inv *inventory) equal(o *inventory) bool {
@@ -106,7 +112,8 @@ func (inv *inventory) equal(o *inventory) bool {
 	}
 	return inv.BundleDeployment == o.BundleDeployment && inv.ClusterNamespace == o.ClusterNamespace &&
 		inv.KeepResources == o.KeepResources && inv.ServiceAccount == o.ServiceAccount && slices.Equal(inv.Resources, o.Resources) &&
-		inv.Namespace == o.Namespace && inv.DeleteNamespace == o.DeleteNamespace && inv.DeleteCRDResources == o.DeleteCRDResources
+		inv.Namespace == o.Namespace && inv.DeleteNamespace == o.DeleteNamespace && inv.DeleteCRDResources == o.DeleteCRDResources &&
+		inv.HooksRun == o.HooksRun
 }
 
 // contains reports whether every ref is listed.
@@ -207,6 +214,11 @@ func (s *inventoryStore) put(ctx context.Context, inv *inventory) error {
 	old, err := s.get(ctx, inv.BundleDeployment)
 	if err != nil {
 		return err
+	}
+	if inv.HooksRun == "" && old != nil && old.HooksRun != "" {
+		keep := *inv
+		keep.HooksRun = old.HooksRun
+		inv = &keep
 	}
 	if old.equal(inv) {
 		return nil
