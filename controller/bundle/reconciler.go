@@ -411,11 +411,13 @@ func (r *Reconciler) ensureDeployment(ctx context.Context, b *fleet.Bundle, p *p
 		want.Spec.StagedOptions = opts
 	}
 	want.Spec.Paused = paused
+	// dependsOn gates only deployments not yet applied (the agent checks
+	// it), so it follows the Bundle at once, whatever the rollout step.
+	want.Spec.DependsOn = dependsOn(b)
 	if p.step == bundlerollout.Deploy {
 		want.Spec.DeploymentID = depID
 		want.Spec.Options = opts
 		want.Spec.CorrectDrift = opts.CorrectDrift.DeepCopy()
-		want.Spec.DependsOn = dependsOn(b)
 	}
 	written := false
 	switch {
