@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,31 +120,12 @@ func (d *Deployer) putHistory(ctx context.Context, name string, h *history) erro
 		}
 		h.Entries = h.Entries[:len(h.Entries)-1]
 	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.opts.AgentNamespace, Name: HistoryName(name)}}
-	err := d.local.Get(ctx, client.ObjectKeyFromObject(s), s)
-	switch {
-	case apierrors.IsNotFound(err):
-		s.Labels = map[string]string{HistoryLabel: "true"}
-		s.Annotations = map[string]string{InventoryBundleDeploymentAnnotation: name}
-		s.Data = map[string][]byte{historyKey: data}
-		err = d.local.Create(ctx, s, client.FieldOwner(fieldManager))
-	case err == nil:
-		s.Data = map[string][]byte{historyKey: data}
-		err = d.local.Update(ctx, s, client.FieldOwner(fieldManager))
-	}
-	if err != nil {
-		return fmt.Errorf("writing deployment history %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return nil
+	return d.putBDSecret(ctx, HistoryName(name), name, "deployment history", map[string]string{HistoryLabel: "true"}, historyKey, data)
 }
 
 // removeHistory deletes the history of a deleted BundleDeployment.
 func (d *Deployer) removeHistory(ctx context.Context, name string) error {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.opts.AgentNamespace, Name: HistoryName(name)}}
-	if err := d.local.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting deployment history %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return nil
+	return d.deleteBDSecret(ctx, HistoryName(name), "deployment history")
 }
 
 // desired returns the manifests and options to apply: the

@@ -456,32 +456,11 @@ func (d *Deployer) keepDeleteHooks(ctx context.Context, bdName string, r *hookRu
 	if err != nil {
 		return err
 	}
-	key := client.ObjectKey{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}
-	s := &corev1.Secret{}
-	err = d.local.Get(ctx, key, s)
-	switch {
-	case apierrors.IsNotFound(err):
-		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Annotations: map[string]string{InventoryBundleDeploymentAnnotation: bdName}},
-			Data:       map[string][]byte{deleteHooksKey: b},
-		}
-		err = d.local.Create(ctx, s, client.FieldOwner(fieldManager))
-	case err == nil && string(s.Data[deleteHooksKey]) != string(b):
-		s.Data = map[string][]byte{deleteHooksKey: b}
-		err = d.local.Update(ctx, s, client.FieldOwner(fieldManager))
-	}
-	if err != nil {
-		return fmt.Errorf("keeping the delete hooks in secret %s/%s: %w", key.Namespace, key.Name, err)
-	}
-	return nil
+	return d.putBDSecret(ctx, DeleteHooksName(bdName), bdName, "delete hooks secret", nil, deleteHooksKey, b)
 }
 
 func (d *Deployer) forgetDeleteHooks(ctx context.Context, bdName string) error {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.opts.AgentNamespace, Name: DeleteHooksName(bdName)}}
-	if err := d.local.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting secret %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return nil
+	return d.deleteBDSecret(ctx, DeleteHooksName(bdName), "delete hooks secret")
 }
 
 // runDeleteHooks runs the kept pre-delete or post-delete hooks of a deleted
