@@ -180,7 +180,6 @@ func MergeOptions(base, over fleet.BundleDeploymentOptions) fleet.BundleDeployme
 			out.Helm.Values = &fleet.GenericMap{Data: chartutil.MergeTables(h.Values.DeepCopy().Data, merged)}
 		}
 		out.Helm.TakeOwnership = out.Helm.TakeOwnership || h.TakeOwnership
-		mergeValuesOptions(out.Helm, h)
 		if h.TimeoutSeconds != 0 {
 			out.Helm.TimeoutSeconds = h.TimeoutSeconds
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"regexp"
 	"sort"
 	"strings"
@@ -368,33 +367,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// mergeValuesOptions lays a target's values options over the Bundle's, as
-// Fleet merges them: templateValues key by key, valuesFrom appended (a
-// reference already there is not repeated), disablePreProcess and
-// disableDNS or-ed.
-func mergeValuesOptions(out, over *fleet.HelmOptions) {
-	if len(over.TemplateValues) > 0 {
-		if out.TemplateValues == nil {
-			out.TemplateValues = map[string]string{}
-		}
-		maps.Copy(out.TemplateValues, over.TemplateValues)
-	}
-	seen := map[string]bool{}
-	for _, v := range out.ValuesFrom {
-		seen[valuesFromKey(v)] = true
-	}
-	for _, v := range over.ValuesFrom {
-		if k := valuesFromKey(v); k == "" || !seen[k] {
-			out.ValuesFrom = append(out.ValuesFrom, *v.DeepCopy())
-			seen[k] = k != ""
-		}
-	}
-	out.DisablePreProcess = out.DisablePreProcess || over.DisablePreProcess
-	out.DisableDNS = out.DisableDNS || over.DisableDNS
-	// As in Fleet, skipSchemaValidation and disableDependencyUpdate are the
-	// Bundle's only: a target's are not merged.
 }
 
 // ValuesFromRef is one ConfigMap or Secret key helm.valuesFrom reads.
