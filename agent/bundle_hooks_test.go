@@ -121,7 +121,7 @@ spec:
 		t.Errorf("the pre-upgrade hook ran on the install: %v", err)
 	}
 	bds := &fleet.BundleDeploymentList{}
-	if err := up.List(t.Context(), bds, client.MatchingLabels{fleet.BundleLabel: "hooked"}); err != nil || len(bds.Items) != 1 {
+	if err := up.List(t.Context(), bds, client.MatchingLabels{fleet.BundleLabel: "hooked", fleet.BundleNamespaceLabel: ws}); err != nil || len(bds.Items) != 1 {
 		t.Fatalf("BundleDeployments of hooked: %d (%v)", len(bds.Items), err)
 	}
 	var res []string
