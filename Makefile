@@ -166,9 +166,9 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 	echo "=== make $@: $(1) took $$(( $$(date +%s) - t ))s"
 
 .PHONY: test
-test: ## Run the unit and envtest suites (hack/race.sh: with the race detector where it can find a race) and, beside them, the e2e suite on real clusters (hack/suites.sh); builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
+test: ## Run the unit and envtest suites (hack/unit.sh; the race detector: make race) and, beside them, the e2e suite on real clusters (hack/suites.sh); builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
 	@$(call timed,dev-deps,$(MAKE) --no-print-directory dev-deps)
-	@$(call timed,binaries (hack/test-prepare.sh: the Kubernetes binaries and helm CLIs then images; beside them the race detector's compile),hack/test-prepare.sh)
+	@$(call timed,binaries (hack/test-prepare.sh: the Kubernetes binaries and helm CLIs then images; beside them the suites' compile),hack/test-prepare.sh)
 	@$(call timed,suites (hack/suites.sh: unit and envtest suites beside the e2e suite),FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/suites.sh $(GO_TEST_FLAGS))
 
 .PHONY: e2e
@@ -176,7 +176,7 @@ e2e: dev-deps dev-bins helm images ## Run only the e2e suite on real local clust
 	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
 .PHONY: race
-race: controlplane-bins helm ## Run the unit and envtest suites as make test does (hack/race.sh: the race detector where it can find a race; not e2e); needs cgo and gcc.
+race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (hack/race.sh: where fleet's code has concurrency; not e2e); CI runs it after make test; needs cgo and gcc.
 	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
 
 .PHONY: fuzz

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test's suites: the unit and envtest suites (hack/race.sh), the
+# make test's suites: the unit and envtest suites (hack/unit.sh), the
 # remotedialer fork's own tests, and, side by side with them, the e2e suite
 # on real local clusters. Both halves spend most of their time waiting (for
 # controllers, API servers, kubelets, pods), so on a 2-core machine each
@@ -25,7 +25,7 @@ e2e_pid=$!
 echo "suites: the e2e suite runs beside the unit and envtest suites (its output follows when it ends)"
 
 rc=0
-CGO_ENABLED=1 hack/race.sh "$@" || rc=1
+hack/unit.sh "$@" || rc=1
 echo "suites: unit and envtest suites done in $((SECONDS - start))s"
 make --no-print-directory test-remotedialer || rc=1
 echo "suites: waiting for the e2e suite"

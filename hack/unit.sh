@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# make test's unit and envtest suites: every test package but test/e2e (real
+# clusters: hack/suites.sh runs it beside this), each once, without the race
+# detector (make race runs it; CI runs both), then the slowest packages.
+#
+# CGO_ENABLED=0, as make build and go vet use, so the suites reuse the
+# product's compiled packages from the build cache: on a fresh machine the
+# dependency graph (about 1,500 packages) is compiled once for the binaries
+# and the tests together. TEST_P packages at a time (default 3): the envtest
+# suites first, slowest first (each control plane takes 300-500 MB and spends
+# most of its time waiting), then the unit packages, whose CPU fills the
+# waits.
+#
+# Usage: hack/unit.sh [go test flags]; FLEET_BIN_DIR names the control-plane
+# binaries, as for make test. UNIT_COMPILE_ONLY=1 only compiles the packages
+# the run and the e2e suite test (hack/test-prepare.sh does it beside the
+# builds of the binaries).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CGO_ENABLED=0
+source hack/packages.sh
+
+if [[ ${UNIT_COMPILE_ONLY:-} == 1 ]]; then
+	# Compile (no link, no run) into the build cache. Errors are left to the
+	# run itself to report, where they name the test package.
+	go list -export -deps -test "${envtest[@]}" "${unit[@]}" ./test/e2e >/dev/null 2>&1 || true
+	exit 0
+fi
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+start=$SECONDS
+rc=0
+echo "unit: ${#envtest[@]} envtest suites and ${#unit[@]} unit packages, ${TEST_P:-3} at a time (the race detector: make race)"
+go test -p "${TEST_P:-3}" "$@" "${envtest[@]}" "${unit[@]}" 2>&1 | tee "$log" || rc=1
+echo "unit: slowest packages (s)"
+grep -E '^(ok|FAIL)\s' "$log" | awk '$NF ~ /s$/ {t=$NF; sub(/s$/, "", t); print t, $1, $2}' | sort -rn | head -15 |
+	awk '{printf "  %7.1f %-4s %s\n", $1, $2, $3}'
+echo "unit: done in $((SECONDS - start))s"
+exit $rc
