@@ -16,7 +16,7 @@ import (
 )
 
 // TestBundle_UnsupportedOptionIsStalledAndNotDeployed: a Bundle that sets
-// an option fleet does not do yet (here a target's chart repository) is
+// an option fleet does not do yet (here a target's overwrites) is
 // Ready=False and Stalled with reason UnsupportedOption and the option's
 // path, and gets no BundleDeployment; without the option it deploys and
 // the condition clears.
@@ -29,13 +29,13 @@ func TestBundle_UnsupportedOptionIsStalledAndNotDeployed(t *testing.T) {
 		Targets: []fleet.BundleTarget{
 			{Name: "elsewhere", ClusterName: "other"},
 			{Name: "prod", ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
-				BundleDeploymentOptions: fleet.BundleDeploymentOptions{IgnoreOptions: &fleet.IgnoreOptions{}, Helm: &fleet.HelmOptions{Repo: "https://charts.example", Chart: "app"}}},
+				BundleDeploymentOptions: fleet.BundleDeploymentOptions{IgnoreOptions: &fleet.IgnoreOptions{}, Overwrites: []fleet.OverwrittenResource{{Kind: "ConfigMap", Name: "x"}}}},
 		},
 	}}
 	if err := up.Create(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	const want = "spec.targets[1].helm.repo: charts from a repository are not fetched yet; put the chart in resources"
+	const want = "spec.targets[1].overwrites: taking resources over from another Bundle is not supported yet"
 	testenv.Eventually(t, 30*time.Second, "Stalled UnsupportedOption", func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
@@ -57,7 +57,7 @@ func TestBundle_UnsupportedOptionIsStalledAndNotDeployed(t *testing.T) {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}
-		b.Spec.Targets[1].Helm = nil
+		b.Spec.Targets[1].Overwrites = nil
 		return up.Update(t.Context(), b)
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundleoptions"
+	"github.com/gitops-fleet/fleet/internal/chartpath"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 )
 
@@ -266,10 +267,10 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 	files, opts = fleetLayout(files, opts)
 	var manifests []byte
 	switch {
-	case opts.Helm != nil && opts.Helm.Chart != "":
-		chartDir := path.Clean(opts.Helm.Chart)
-		if _, ok := files[path.Join(chartDir, "Chart.yaml")]; !ok {
-			return nil, fmt.Errorf("helm.chart %q: the Bundle has no %s", opts.Helm.Chart, path.Join(chartDir, "Chart.yaml"))
+	case opts.Helm != nil && (opts.Helm.Chart != "" || chartpath.Remote(opts.Helm)):
+		chartDir, err := chartDirOf(files, opts.Helm)
+		if err != nil {
+			return nil, err
 		}
 		ch, err := loadChartFiles(files, chartDir)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/chartpath"
 )
 
 // fleetLayout reads a Bundle's files as Fleet lays them out: Fleet's
@@ -22,7 +23,7 @@ import (
 //
 // Options the Bundle sets win; the returned options are a copy.
 func fleetLayout(files map[string][]byte, opts fleet.BundleDeploymentOptions) (map[string][]byte, fleet.BundleDeploymentOptions) {
-	chart := opts.Helm != nil && opts.Helm.Chart != ""
+	chart := opts.Helm != nil && (opts.Helm.Chart != "" || chartpath.Remote(opts.Helm))
 	kustomize := opts.Kustomize != nil && opts.Kustomize.Dir != ""
 	if !chart {
 		if _, ok := files["Chart.yaml"]; ok {

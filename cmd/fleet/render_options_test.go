@@ -28,9 +28,9 @@ spec:
     ignore: {}
 `+target)
 	}
-	b := bundle("  - name: prod\n    helm: {repo: 'https://charts.example', chart: app}\n")
+	b := bundle("  - name: prod\n    overwrites: [{kind: ConfigMap, name: x}]\n")
 	code, _, stderr := runMain(t, "render", "bundle", "--bundle", b)
-	want := "(UnsupportedOption): spec.targets[1].helm.repo: charts from a repository are not fetched yet; put the chart in resources"
+	want := "(UnsupportedOption): spec.targets[1].overwrites: taking resources over from another Bundle is not supported yet"
 	if code != 1 || !strings.Contains(stderr, want) {
 		t.Errorf("exit %d, stderr %q, want 1 and %q", code, stderr, want)
 	}

@@ -63,14 +63,14 @@ var Table = []Option{
 	{Path: "downstreamResources", Support: Implemented, Why: "the controller reads each named Secret or ConfigMap (`kind` in any case, as Fleet) from the Bundle's own namespace and adds a copy..."},
 	{Path: "forceSyncGeneration", Support: Implemented},
 	{Path: "helm.atomic", Support: Implemented, Why: "a deployment that does not become ready within its health timeout (`helm.timeoutSeconds`, else 2 min) is replaced by the newest earlier..."},
-	{Path: "helm.chart", Support: NotYet, Why: "charts from a URL or an OCI registry are not fetched yet; put the chart in resources", Set: isRemoteChart},
+	{Path: "helm.chart", Support: Implemented, Why: "a directory of the Bundle's resources; a chart named by URL (`oci://`, `https://`) is rendered from the copy the GitRepo source..."},
 	{Path: "helm.disableDNS", Support: NoEffect, Why: "templates never resolve DNS here (Helm's `getHostByName` answers nothing in a render worker, which has no network"},
 	{Path: "helm.disableDependencyUpdate", Support: NoEffect, Why: "the renderer never fetches dependencies, it renders the chart's `charts/` as the Bundle holds them (Fleet's..."},
 	{Path: "helm.disablePreProcess", Support: Implemented, Why: "as Fleet: no `${ }` templating and no `templateValues`"},
 	{Path: "helm.force", Support: Implemented, Why: "a change to an immutable field (a Job's template, an immutable ConfigMap, a Service's `clusterIP`) is applied by deleting and recreating..."},
 	{Path: "helm.maxHistory", Support: Implemented, Why: "how many deployments that became Ready are kept per BundleDeployment to go back to, the one in force included (as Helm counts..."},
 	{Path: "helm.releaseName", Support: Implemented},
-	{Path: "helm.repo", Support: NotYet, Why: "charts from a repository are not fetched yet; put the chart in resources"},
+	{Path: "helm.repo", Support: Implemented, Why: "the GitRepo source (or `fleet apply`) fetches the chart and embeds it in the Bundle under `.chart/<sha256>/` (Fleet's layout);..."},
 	{Path: "helm.skipSchemaValidation", Support: Implemented, Why: "as Fleet (Helm's option): the values are not checked against the charts' `values.schema.json`"},
 	{Path: "helm.takeOwnership", Support: Implemented, Why: "always on: server-side apply takes over resources that exist"},
 	{Path: "helm.templateValues", Support: Implemented, Why: "as Fleet: each entry a `${ }` template, rendered per cluster, read as YAML and set as the top-level value of its key (over `helm.values`)"},
@@ -78,7 +78,7 @@ var Table = []Option{
 	{Path: "helm.values", Support: Implemented},
 	{Path: "helm.valuesFiles", Support: Implemented},
 	{Path: "helm.valuesFrom", Support: Implemented, Why: "read upstream by the controller, in the Bundle's own namespace only (`namespace` empty or equal to it"},
-	{Path: "helm.version", Support: NotYet, Why: "chart versions from a repository are not fetched yet; put the chart in resources"},
+	{Path: "helm.version", Support: Implemented, Why: "the version or semver range the GitRepo source resolves in the repository when it fetches the chart; kept in the Bundle..."},
 	{Path: "helm.waitForJobs", Support: Implemented, Why: "always on: the health wait counts a Job ready when it completed (kstatus)"},
 	{Path: "helmOpOptions.helmOpCABundle", Support: NotYet, Why: "Bundles of HelmOps are not supported yet"},
 	{Path: "helmOpOptions.helmOpInsecureSkipTLSVerify", Support: NotYet, Why: "Bundles of HelmOps are not supported yet"},
@@ -244,10 +244,3 @@ func nonZero(v any) bool {
 func isFalse(v any) bool { return v == false }
 
 func isAllMatches(v any) bool { return v == string(fleet.TargetCustomizationModeAllMatches) }
-
-// isRemoteChart: a chart named by URL (https://, oci://) rather than a
-// directory of the Bundle's resources.
-func isRemoteChart(v any) bool {
-	s, _ := v.(string)
-	return strings.Contains(s, "://")
-}

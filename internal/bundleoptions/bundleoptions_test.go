@@ -130,14 +130,18 @@ helm: {disableDNS: true, maxHistory: 3, waitForJobs: true}
 createNamespace: true
 targetCustomizationMode: FirstMatch
 `, nil},
-		{"a target's chart repository", `
+		{"charts from a repository, a registry or a URL (embedded by the GitRepo source)", `
+helm: {chart: oci://registry.example/app, version: 1.2.3}
 targets:
 - name: a
 - name: b
-  helm: {repo: https://charts.example, chart: app}
-`, []string{"spec.targets[1].helm.repo: charts from a repository are not fetched yet; put the chart in resources"}},
+  helm: {repo: https://charts.example, chart: app, version: ^1.0.0}
+- name: c
+  helm: {chart: https://charts.example/app-1.0.0.tgz}
+`, nil},
 		{"the Bundle's options and its own fields", `
 helm: {chart: oci://registry.example/app, valuesFrom: [{secretKeyRef: {name: s}}]}
+overwrites: [{kind: ConfigMap, name: a}]
 createNamespace: false
 dependsOn: [{name: db}]
 rolloutStrategy: {maxUnavailable: 10%}
@@ -145,7 +149,7 @@ targetCustomizationMode: AllMatches
 ignore: {conditions: [{type: Ready}]}
 valuesHash: abc
 `, []string{
-			"spec.helm.chart: ",
+			"spec.overwrites: ",
 			"spec.valuesHash: ",
 		}},
 		{"an empty rollout strategy", `
