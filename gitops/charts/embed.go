@@ -3,6 +3,7 @@ package charts
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"sort"
 	"unicode/utf8"
@@ -48,4 +49,71 @@ func base64GZ(data []byte) (string, error) {
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(b.Bytes()), nil
+}
+
+// Wanted lists the remote charts a Bundle's renderer may look for, once
+// each: the Bundle's own helm options when they name one
+// (chartpath.Remote), and for each target that sets chart, repo or
+// version, the Bundle's options with the target's laid over (as the
+// renderer merges them), when they name one. Fleet's `fleet apply` embeds
+// a target's options as written; the merge gives the same directory when
+// a target sets all three, and the one the renderer uses when it sets only
+// some (a target pinning another version of the Bundle's chart).
+func Wanted(spec *fleet.BundleSpec) []fleet.HelmOptions {
+	var out []fleet.HelmOptions
+	seen := map[string]bool{}
+	add := func(h fleet.HelmOptions) {
+		if !chartpath.Remote(&h) {
+			return
+		}
+		ref := fleet.HelmOptions{Chart: h.Chart, Repo: h.Repo, Version: h.Version}
+		if dir := chartpath.Dir(&ref); !seen[dir] {
+			seen[dir] = true
+			out = append(out, ref)
+		}
+	}
+	var base fleet.HelmOptions
+	if spec.Helm != nil {
+		base = *spec.Helm
+		add(base)
+	}
+	for _, t := range spec.Targets {
+		th := t.Helm
+		if th == nil || (th.Chart == "" && th.Repo == "" && th.Version == "") {
+			continue
+		}
+		merged := fleet.HelmOptions{Chart: base.Chart, Repo: base.Repo, Version: base.Version}
+		if th.Chart != "" {
+			merged.Chart = th.Chart
+		}
+		if th.Repo != "" {
+			merged.Repo = th.Repo
+		}
+		if th.Version != "" {
+			merged.Version = th.Version
+		}
+		add(merged)
+	}
+	return out
+}
+
+// Embed fetches every chart the Bundle's options name (Wanted) and returns
+// their resources, to append to the Bundle's own, and the charts in the
+// same order. The first failure stops it, naming the chart.
+func (f *Fetcher) Embed(ctx context.Context, spec *fleet.BundleSpec, auth Auth, urlRegex string, compress bool) ([]fleet.BundleResource, []*Chart, error) {
+	var res []fleet.BundleResource
+	var fetched []*Chart
+	for _, h := range Wanted(spec) {
+		ch, err := f.Fetch(ctx, Request{Helm: h, Auth: auth, URLRegex: urlRegex})
+		if err != nil {
+			return nil, nil, err
+		}
+		r, err := Resources(h, ch, compress)
+		if err != nil {
+			return nil, nil, err
+		}
+		res = append(res, r...)
+		fetched = append(fetched, ch)
+	}
+	return res, fetched, nil
 }

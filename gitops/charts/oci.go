@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/Masterminds/semver/v3"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -45,7 +46,8 @@ func (s *session) fromOCI(ctx context.Context) (*Chart, error) {
 		}
 	}
 	v, err, _ := s.f.flight.Do("oci|"+manifestKey, func() (any, error) {
-		data, err := s.pullChartLayer(ctx, client, full+"@"+desc.Digest.String(), tag)
+		// By digest: what was resolved, even if the tag moves meanwhile.
+		data, err := s.pullChartLayer(ctx, client, s.ref.Location+"@"+desc.Digest.String(), tag)
 		if err != nil {
 			return nil, err
 		}
@@ -131,21 +133,21 @@ func isRange(v string) bool {
 // layer larger than the archive limit before reading it.
 func (s *session) pullChartLayer(ctx context.Context, client *registry.Client, ref, tag string) ([]byte, error) {
 	limit := s.f.opts.Limits.Archive
-	var tooLarge int64
+	var tooLarge atomic.Int64 // PreCopy runs concurrently
 	res, err := withContext(ctx, func() (*registry.GenericPullResult, error) {
 		return client.Generic().PullGeneric(ref, registry.GenericPullOptions{
 			AllowedMediaTypes: []string{ocispec.MediaTypeImageManifest, registry.ConfigMediaType, registry.ChartLayerMediaType, registry.LegacyChartLayerMediaType},
 			PreCopy: func(_ context.Context, d ocispec.Descriptor) error {
 				if d.Size > limit && d.MediaType != ocispec.MediaTypeImageManifest {
-					tooLarge = d.Size
+					tooLarge.Store(d.Size)
 					return errBound
 				}
 				return nil
 			},
 		})
 	})
-	if tooLarge > 0 {
-		return nil, &TooLargeError{Chart: s.ref.String(), What: "archive", Size: tooLarge, Limit: limit}
+	if n := tooLarge.Load(); n > 0 {
+		return nil, &TooLargeError{Chart: s.ref.String(), What: "archive", Size: n, Limit: limit}
 	}
 	if err != nil {
 		return nil, s.ociError(err, tag)
