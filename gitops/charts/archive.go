@@ -73,11 +73,11 @@ func (e *TooLargeError) Error() string {
 	case "files uncompressed":
 		return fmt.Sprintf("%s: the archive's files decompress to more than %s, the limit", e.Chart, formatBytes(e.Limit))
 	}
-	size := "larger than " + formatBytes(e.Limit)
+	size := ""
 	if e.Size > e.Limit {
-		size = formatBytes(e.Size)
+		size = formatBytes(e.Size) + ", "
 	}
-	return fmt.Sprintf("%s: the chart archive is %s, over the limit of %s: the chart is embedded in the Bundle, and etcd refuses objects over about 1.5 MiB; split the chart or deploy a smaller one",
+	return fmt.Sprintf("%s: the chart archive is %sover the limit of %s: the chart is embedded in the Bundle, and etcd refuses objects over about 1.5 MiB; split the chart or deploy a smaller one",
 		e.Chart, size, formatBytes(e.Limit))
 }
 
@@ -119,6 +119,9 @@ func extract(what string, tgz []byte, l Limits) (map[string][]byte, *chart.Chart
 		}
 		if errors.Is(err, errBound) {
 			return nil, nil, &TooLargeError{Chart: what, What: "files uncompressed", Limit: l.Uncompressed}
+		}
+		if errors.Is(err, tar.ErrInsecurePath) {
+			return nil, nil, fmt.Errorf("%s: the chart archive has a file outside its root: %q", what, h.Name)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: reading the chart archive: %v", what, err)

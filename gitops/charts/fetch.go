@@ -238,6 +238,13 @@ func (s *session) index(ctx context.Context) (*repo.IndexFile, error) {
 		return c.index, nil
 	}
 	v, err, _ := s.f.flight.Do("index|"+key, func() (any, error) {
+		// A fetch that finished just before this one started left it.
+		s.f.mu.Lock()
+		c, ok := s.f.indexes[key]
+		s.f.mu.Unlock()
+		if ok && time.Since(c.at) < s.f.opts.IndexTTL {
+			return c.index, nil
+		}
 		u, err := url.JoinPath(s.ref.Location, "index.yaml")
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", s.ref, err)
@@ -274,6 +281,11 @@ func (s *session) fromURL(ctx context.Context, u, digest string) (*Chart, error)
 		}
 	}
 	v, err, _ := s.f.flight.Do("url|"+s.identity+"|"+u+"|"+digest, func() (any, error) {
+		if digest != "" {
+			if ch := s.f.cached(s.identity + "|sha256:" + digest); ch != nil {
+				return ch, nil
+			}
+		}
 		data, size, err := s.get(ctx, u, s.f.opts.Limits.Archive)
 		if errors.Is(err, errBound) {
 			return nil, &TooLargeError{Chart: s.ref.String(), What: "archive", Size: size, Limit: s.f.opts.Limits.Archive}
@@ -312,10 +324,13 @@ func (s *session) get(ctx context.Context, u string, limit int64) ([]byte, int64
 		return nil, resp.ContentLength, errBound
 	}
 	data, err := readAtMost(resp.Body, limit)
-	if err != nil && !errors.Is(err, errBound) {
+	if errors.Is(err, errBound) {
+		return nil, 0, err // the size is not known: reading stopped
+	}
+	if err != nil {
 		return nil, 0, fmt.Errorf("%s: reading %s: %v", s.ref, redactURL(resp.Request.URL), err)
 	}
-	return data, int64(len(data)), err
+	return data, int64(len(data)), nil
 }
 
 // statusError words an HTTP refusal, saying why credentials were not sent

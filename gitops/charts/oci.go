@@ -46,6 +46,14 @@ func (s *session) fromOCI(ctx context.Context) (*Chart, error) {
 		}
 	}
 	v, err, _ := s.f.flight.Do("oci|"+manifestKey, func() (any, error) {
+		s.f.mu.Lock()
+		key, ok := s.f.resolved[manifestKey]
+		s.f.mu.Unlock()
+		if ok {
+			if ch := s.f.cached(key); ch != nil {
+				return ch, nil
+			}
+		}
 		// By digest: what was resolved, even if the tag moves meanwhile.
 		data, err := s.pullChartLayer(ctx, client, s.ref.Location+"@"+desc.Digest.String(), tag)
 		if err != nil {
@@ -138,7 +146,8 @@ func (s *session) pullChartLayer(ctx context.Context, client *registry.Client, r
 		return client.Generic().PullGeneric(ref, registry.GenericPullOptions{
 			AllowedMediaTypes: []string{ocispec.MediaTypeImageManifest, registry.ConfigMediaType, registry.ChartLayerMediaType, registry.LegacyChartLayerMediaType},
 			PreCopy: func(_ context.Context, d ocispec.Descriptor) error {
-				if d.Size > limit && d.MediaType != ocispec.MediaTypeImageManifest {
+				isChart := d.MediaType == registry.ChartLayerMediaType || d.MediaType == registry.LegacyChartLayerMediaType
+				if d.Size > limit && (isChart || d.MediaType == registry.ConfigMediaType) {
 					tooLarge.Store(d.Size)
 					return errBound
 				}

@@ -15,6 +15,8 @@ import (
 	"path"
 	"strings"
 
+	"github.com/Masterminds/semver/v3"
+
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/chartpath"
 )
@@ -63,6 +65,17 @@ type Ref struct {
 //
 // Errors name the field and what to write instead.
 func ParseRef(h fleet.HelmOptions) (Ref, error) {
+	ref, err := parseRef(h)
+	if err != nil || ref.Kind == URL || ref.Version == "" {
+		return ref, err
+	}
+	if _, err := semver.NewConstraint(ref.Version); err != nil {
+		return Ref{}, fmt.Errorf("helm.version %q is neither a version nor a semver range: %v", ref.Version, err)
+	}
+	return ref, nil
+}
+
+func parseRef(h fleet.HelmOptions) (Ref, error) {
 	if h.Repo != "" {
 		u, err := url.Parse(h.Repo)
 		if err != nil {

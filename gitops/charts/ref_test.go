@@ -53,6 +53,7 @@ func TestParseRef_Errors(t *testing.T) {
 		{fleet.HelmOptions{Chart: "oci://registry.example/app:1.0.0", Version: "2.0.0"}, `has tag "1.0.0" but helm.version is "2.0.0"`},
 		{fleet.HelmOptions{Chart: "oci://registry.example"}, "oci://<registry>/<path>/<chart>"},
 		{fleet.HelmOptions{Repo: "https://bot:s3cret@charts.example"}, `helm.repo "https://xxxxx@charts.example"`},
+		{fleet.HelmOptions{Repo: "https://charts.example", Chart: "app", Version: "^^1"}, `helm.version "^^1" is neither a version nor a semver range`},
 	} {
 		_, err := charts.ParseRef(c.helm)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
