@@ -39,7 +39,10 @@ func Dir(h *fleet.HelmOptions) string {
 // user information written into a URL shown as "xxxxx".
 func Describe(h *fleet.HelmOptions) string {
 	var b strings.Builder
-	b.WriteString("chart " + quote(Redact(h.Chart)))
+	b.WriteString("chart")
+	if h.Chart != "" {
+		b.WriteString(" " + quote(Redact(h.Chart)))
+	}
 	if h.Version != "" {
 		b.WriteString(" version " + quote(h.Version))
 	}
