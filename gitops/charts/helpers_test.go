@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -159,6 +160,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if noLength {
 		w.(http.Flusher).Flush()
+	} else {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	}
 	_, _ = w.Write(data)
 }

@@ -181,6 +181,10 @@ func (s *session) ociError(err error, version string) error {
 	case errors.As(err, &resp) && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden):
 		u := *resp.URL
 		return s.statusError(resp.StatusCode, &u)
+	case errors.Is(err, auth.ErrBasicCredentialNotFound):
+		// The registry asked for credentials this fetch does not send.
+		home, _ := s.ref.host()
+		return s.statusError(http.StatusUnauthorized, home)
 	}
 	return fmt.Errorf("%s: %v", s.ref, redactErr(err))
 }
