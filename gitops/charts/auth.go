@@ -97,6 +97,17 @@ func (a Auth) identity() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// trust distinguishes how servers are trusted (CAs, verification off,
+// plain HTTP) in cache keys: empty for the system's CAs over verified TLS.
+func (a Auth) trust() string {
+	if len(a.CABundle) == 0 && !a.InsecureSkipTLSVerify && !a.PlainHTTP {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s|%t|%t", len(a.CABundle), a.CABundle, a.InsecureSkipTLSVerify, a.PlainHTTP)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
 // policy decides which requests carry the credentials. As Fleet: only when
 // the GitRepo's helmRepoURLRegex (anchored at the start) matches the chart
 // reference as written (helm.repo, else helm.chart). Stricter than Fleet:

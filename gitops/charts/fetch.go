@@ -128,10 +128,14 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) (*Chart, error) {
 	if s.client, err = f.httpClient(req.Auth, pol, ref.Kind != OCI); err != nil {
 		return nil, err
 	}
-	// Charts fetched with credentials are cached apart from those fetched
-	// without, so a GitRepo never gets a chart it could not fetch itself.
+	// Charts and indexes fetched with credentials are cached apart from
+	// those fetched without, so a GitRepo never gets a chart it could not
+	// fetch itself; and apart by how the server was trusted, so what a
+	// GitRepo fetched without TLS verification (or with its own CA) never
+	// serves one that verifies.
+	s.identity = req.Auth.trust()
 	if pol.enabled {
-		s.identity = req.Auth.identity()
+		s.identity += "|" + req.Auth.identity()
 	}
 	var ch *Chart
 	switch ref.Kind {

@@ -312,3 +312,23 @@ func TestFetch_Bounds(t *testing.T) {
 		t.Errorf("not a chart: %v", err)
 	}
 }
+
+// TestFetch_CacheKeepsTrustApart: what one GitRepo fetched without TLS
+// verification (allowed by configuration) is not handed to another that
+// verifies: that one's fetch fails on the untrusted certificate, while a
+// GitRepo trusting the server through its CA fetches.
+func TestFetch_CacheKeepsTrustApart(t *testing.T) {
+	s := newServer(t, true)
+	s.serveRepository(t, repoChart{name: "app", version: "1.0.0", archive: chartArchive(t, "app", "1.0.0", nil)})
+	f := charts.NewFetcher(charts.Options{})
+	h := fleet.HelmOptions{Repo: s.URL, Chart: "app", Version: "1.0.0"}
+	if _, err := fetch(t, f, charts.Request{Helm: h, Auth: charts.Auth{InsecureSkipTLSVerify: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fetch(t, f, charts.Request{Helm: h}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a verifying fetch got the insecure fetch's chart: %v", err)
+	}
+	if _, err := fetch(t, f, charts.Request{Helm: h, Auth: charts.Auth{CABundle: s.caPEM()}}); err != nil {
+		t.Errorf("with the CA: %v", err)
+	}
+}
