@@ -162,7 +162,7 @@ func Evaluate(repo *fleet.GitRepo, restrictions []fleet.GitRepoRestriction, opts
 
 	if len(m.repoPatterns) > 0 && !repoAllowed(spec.Repo, m) {
 		refuse("spec.repo", "spec.repo %q matches none of the allowedRepoPatterns of %s (%s), each matched against the whole URL: use a repository they allow, or ask for a pattern that allows it",
-			spec.Repo, by, list(m.repoPatterns))
+			RedactURL(spec.Repo), by, list(m.repoPatterns))
 	}
 
 	if eff.ClientSecretName != "" && len(m.allowedClientSecretNames) > 0 && !slices.Contains(m.allowedClientSecretNames, eff.ClientSecretName) {
@@ -174,6 +174,27 @@ func Evaluate(repo *fleet.GitRepo, restrictions []fleet.GitRepoRestriction, opts
 		return Effective{}, &Refusal{Problems: problems}
 	}
 	return eff, nil
+}
+
+// RedactURL is a repository URL fit for a message, a log or an event: the
+// user information of a URL with a scheme (https://user:token@host/...,
+// where a token may stand as the user) is replaced by "***". A URL in
+// scp form (git@host:path) names only the ssh user and is kept.
+func RedactURL(repo string) string {
+	scheme, rest, ok := strings.Cut(repo, "://")
+	if !ok {
+		return repo
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return repo
+	}
+	out := scheme + "://***@" + authority[at+1:]
+	if hasPath {
+		out += "/" + path
+	}
+	return out
 }
 
 // source names where a value came from: the GitRepo's field, or the
