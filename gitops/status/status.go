@@ -4,13 +4,15 @@
 // fleet.cattle.io/repo-name in its namespace) with their BundleDeployments.
 // Pure functions (cluster-api style), so every case is a table entry.
 //
-// The lists the status holds are bounded, so a GitRepo's status stays far
-// below etcd's 1.5 MiB request limit whatever the repository or the number
-// of clusters (Fleet users hit that limit, rancher/fleet#3482): at most
-// MaxResources resources, MaxClusterIDBytes of cluster names in their
-// perClusterState lists, MaxClusterCounts clusters in
-// perClusterResourceCounts, 10 BundleDeployments in summary.nonReadyResources
-// (with 3 resources each), and MaxMessage bytes per message.
+// The lists the status holds are bounded, so a GitRepo's status stays below
+// etcd's 1.5 MiB request limit whatever the repository or the number of
+// clusters (Fleet users hit that limit, rancher/fleet#3482): at most
+// MaxResources resources in MaxResourceEntryBytes, MaxClusterIDBytes of
+// cluster names in their perClusterState lists, MaxClusterCounts clusters
+// in perClusterResourceCounts, 10 BundleDeployments in
+// summary.nonReadyResources (with 3 resources each), and MaxMessage bytes
+// per message: about 1 MiB if every name had the longest length Kubernetes
+// allows, a few hundred KiB in practice.
 package status
 
 import (
@@ -33,11 +35,14 @@ import (
 
 // Bounds of the lists and messages of a GitRepo's status.
 const (
-	// MaxResources bounds status.resources.
-	MaxResources = 1000
+	// MaxResources and MaxResourceEntryBytes bound status.resources: the
+	// first resources (by type and id), at most 1000 and 256 KiB of them
+	// without their cluster lists.
+	MaxResources          = 1000
+	MaxResourceEntryBytes = 256 << 10
 	// MaxClusterIDBytes bounds the cluster names over every
-	// resources[].perClusterState list; a resource whose lists were cut
-	// has incompleteState.
+	// resources[].perClusterState list (so resources take at most 512 KiB
+	// in all); a resource whose lists were cut has incompleteState.
 	MaxClusterIDBytes = 256 << 10
 	// MaxClusterCounts bounds status.perClusterResourceCounts (the first
 	// clusters by namespace/name).
@@ -372,24 +377,14 @@ func resources(bds []fleet.BundleDeployment) []fleet.Resource {
 		}
 	}
 
-	out := make([]fleet.Resource, 0, min(len(byKey), MaxResources))
-	for k := range byKey {
-		out = append(out, fleet.Resource{
+	out := make([]fleet.Resource, 0, len(byKey))
+	for k, entries := range byKey {
+		slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.cluster, b.cluster) })
+		r := fleet.Resource{
 			Kind: k.Kind, APIVersion: k.APIVersion, Namespace: k.Namespace, Name: k.Name,
 			Type: resourceType(k.APIVersion, k.Kind), ID: resourceID(k.Namespace, k.Name),
-		})
-	}
-	slices.SortFunc(out, func(a, b fleet.Resource) int {
-		return cmp.Or(strings.Compare(a.Type+"/"+a.ID, b.Type+"/"+b.ID), strings.Compare(a.APIVersion, b.APIVersion))
-	})
-	out = out[:min(len(out), MaxResources)]
-
-	budget := MaxClusterIDBytes
-	for i := range out {
-		r := &out[i]
-		entries := byKey[fleet.ResourceKey{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}]
-		slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.cluster, b.cluster) })
-		r.State = string(fleet.Ready)
+			State: string(fleet.Ready),
+		}
 		for _, e := range entries {
 			if r.State == string(fleet.Ready) && e.state != string(fleet.Ready) {
 				r.State = e.state
@@ -400,15 +395,43 @@ func resources(bds []fleet.BundleDeployment) []fleet.Resource {
 			r.IncompleteState = r.IncompleteState || e.incomplete
 			r.Error = r.Error || e.error
 			r.Transitioning = r.Transitioning || e.transitioning
-			if budget < len(e.cluster) {
-				r.IncompleteState = true
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b fleet.Resource) int {
+		return cmp.Or(strings.Compare(a.Type+"/"+a.ID, b.Type+"/"+b.ID), strings.Compare(a.APIVersion, b.APIVersion))
+	})
+
+	// The first resources, as many as the bounds hold, then their clusters
+	// as long as the names' budget lasts.
+	n, size := 0, 0
+	for n < len(out) && n < MaxResources {
+		size += entrySize(&out[n])
+		if size > MaxResourceEntryBytes {
+			break
+		}
+		n++
+	}
+	out = out[:n]
+	budget := MaxClusterIDBytes
+	for i := range out {
+		r := &out[i]
+		for _, e := range byKey[fleet.ResourceKey{Kind: r.Kind, APIVersion: r.APIVersion, Namespace: r.Namespace, Name: r.Name}] {
+			if cost := len(e.cluster) + len(`"",`); cost <= budget {
+				budget -= cost
+				appendCluster(&r.PerClusterState, e.state, e.cluster)
 				continue
 			}
-			budget -= len(e.cluster)
-			appendCluster(&r.PerClusterState, e.state, e.cluster)
+			r.IncompleteState = true
 		}
 	}
 	return out
+}
+
+// entrySize is about the size of a resource's JSON without its cluster
+// lists: its strings and room for the field names.
+func entrySize(r *fleet.Resource) int {
+	return 256 + len(r.APIVersion) + len(r.Kind) + len(r.Type) + len(r.ID) + len(r.Namespace) + len(r.Name) + len(r.State) + len(r.Message)
 }
 
 // defaultState is the state of a BundleDeployment's resources that its
