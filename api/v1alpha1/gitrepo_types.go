@@ -326,10 +326,10 @@ type StatusBase struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// resources lists the resources of the Bundles and their state per
-	// cluster. Bounded so the status stays far below etcd's request limit:
-	// at most 1000 resources, and 256 KiB of cluster names over all
-	// perClusterState lists (a resource whose list was cut has
-	// incompleteState).
+	// cluster. Bounded so the status stays below etcd's request limit: the
+	// first 1000 resources by type and id (at most 256 KiB of them), and
+	// 256 KiB of cluster names over all perClusterState lists (a resource
+	// whose lists were cut has incompleteState).
 	// +optional
 	// +listType=atomic
 	Resources []Resource `json:"resources,omitempty"`
