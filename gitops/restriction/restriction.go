@@ -129,18 +129,21 @@ func Evaluate(repo *fleet.GitRepo, restrictions []fleet.GitRepoRestriction, opts
 	refuse := func(field, format string, args ...any) {
 		problems = append(problems, Problem{Reason: fleet.RestrictionRefusedReason, Field: field, Message: fmt.Sprintf(format, args...)})
 	}
-	by := "GitRepoRestriction " + strings.Join(m.names, ", ")
+	by, byAllow := "GitRepoRestriction "+strings.Join(m.names, ", "), ""
 	if len(m.names) > 1 {
 		by = "GitRepoRestrictions " + strings.Join(m.names, ", ")
+		byAllow = by + " allow"
+	} else {
+		byAllow = by + " allows"
 	}
 
 	switch {
 	case eff.TargetNamespace == "" && len(m.allowedTargetNamespaces) > 0:
-		refuse("spec.targetNamespace", "spec.targetNamespace is not set, and %s allow only the target namespaces %s: set spec.targetNamespace to one of them",
-			by, list(m.allowedTargetNamespaces))
+		refuse("spec.targetNamespace", "spec.targetNamespace is not set, and %s only the target namespaces %s: set spec.targetNamespace to one of them",
+			byAllow, list(m.allowedTargetNamespaces))
 	case eff.TargetNamespace == "" && m.allowedTargetNamespaceSelector != nil:
-		refuse("spec.targetNamespace", "spec.targetNamespace is not set, and %s allow only target namespaces labelled %s downstream: set spec.targetNamespace",
-			by, metav1.FormatLabelSelector(m.allowedTargetNamespaceSelector))
+		refuse("spec.targetNamespace", "spec.targetNamespace is not set, and %s only target namespaces labelled %s downstream: set spec.targetNamespace",
+			byAllow, metav1.FormatLabelSelector(m.allowedTargetNamespaceSelector))
 	case eff.TargetNamespace != "" && len(m.allowedTargetNamespaces) > 0 && !slices.Contains(m.allowedTargetNamespaces, eff.TargetNamespace):
 		refuse("spec.targetNamespace", "spec.targetNamespace %q is not allowed by %s: use one of %s",
 			eff.TargetNamespace, by, list(m.allowedTargetNamespaces))
@@ -152,8 +155,8 @@ func Evaluate(repo *fleet.GitRepo, restrictions []fleet.GitRepoRestriction, opts
 			// Fleet lets an empty serviceAccount through, so the agent's
 			// own identity deploys, which is what the list is there to
 			// prevent.
-			refuse("spec.serviceAccount", "spec.serviceAccount is not set and no GitRepoRestriction gives a defaultServiceAccount, so the agent's own identity would deploy; %s allow only the service accounts %s: set spec.serviceAccount to one of them",
-				by, list(m.allowedServiceAccounts))
+			refuse("spec.serviceAccount", "spec.serviceAccount is not set and no GitRepoRestriction gives a defaultServiceAccount, so the agent's own identity would deploy; %s only the service accounts %s: set spec.serviceAccount to one of them",
+				byAllow, list(m.allowedServiceAccounts))
 		case !slices.Contains(m.allowedServiceAccounts, eff.ServiceAccount):
 			refuse(source("spec.serviceAccount", spec.ServiceAccount), "%s %q is not allowed by %s: use one of %s",
 				source("spec.serviceAccount", spec.ServiceAccount), eff.ServiceAccount, by, list(m.allowedServiceAccounts))

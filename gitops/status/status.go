@@ -17,6 +17,7 @@ package status
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -154,7 +155,7 @@ func outcome(repo *fleet.GitRepo, obs Observed, bundles []*fleet.Bundle, bds []f
 	case obs.Refusal != nil:
 		return reconciler.Failure(reconciler.Stall(obs.Refusal.Reason(), "%s", shorten(obs.Refusal.Error())))
 	case obs.Sync != nil:
-		return reconciler.Failure(obs.Sync)
+		return reconciler.Failure(bounded(obs.Sync))
 	}
 	if reason, msg := stalledBundles(bundles); reason != "" {
 		return reconciler.Failure(reconciler.Stall(reason, "%s", shorten(msg)))
@@ -169,6 +170,33 @@ func outcome(repo *fleet.GitRepo, obs Observed, bundles []*fleet.Bundle, bds []f
 		return reconciler.Success(fleet.NoBundlesReason, "the %d Bundle(s) of the repository target no cluster", len(bundles))
 	}
 	return reconciler.Success(fleet.SucceededReason, "")
+}
+
+// bounded is the sync's error with its message cut to MaxMessage, of the
+// same kind (stalled, waiting, retrying with its reason, raced, transient),
+// so no message from git or a fleet.yaml can make the status too large for
+// the API server (a condition's message holds at most 32768 bytes).
+func bounded(err error) error {
+	var (
+		s *reconciler.Stalled
+		w *reconciler.Waiting
+		r *reconciler.Retrying
+	)
+	switch {
+	case errors.As(err, &s):
+		return &reconciler.Stalled{Reason: s.Reason, Message: shorten(s.Message)}
+	case errors.As(err, &w):
+		c := *w
+		c.Message = shorten(w.Message)
+		return &c
+	case reconciler.Failure(err).Kind() == reconciler.KindRaced:
+		return err
+	case errors.As(err, &r):
+		return reconciler.Retry(r.Reason, errors.New(shorten(r.Err.Error())))
+	case len(err.Error()) > MaxMessage:
+		return errors.New(shorten(err.Error()))
+	}
+	return err
 }
 
 func noBundles(repo *fleet.GitRepo) string {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -474,9 +475,20 @@ func TestCompute_LongMessagesCut(t *testing.T) {
 		if len(msg) > MaxMessage || !strings.HasSuffix(msg, "...") || !strings.HasPrefix(msg, "path x: é") {
 			t.Errorf("%s: %d bytes (%q...), want at most %d ending in ...", what, len(msg), msg[:min(len(msg), 20)], MaxMessage)
 		}
-		if !json.Valid([]byte(fmt.Sprintf("%q", msg))) || strings.ContainsRune(msg, '\uFFFD') {
+		if !utf8.ValidString(msg) {
 			t.Errorf("%s was cut inside a rune", what)
 		}
+	}
+}
+
+// TestCompute_LongTransientErrorCut: a transient error of any length keeps
+// its reason and is cut, so the condition stays within the API's limit.
+func TestCompute_LongTransientErrorCut(t *testing.T) {
+	err := reconciler.Retry("GitServerUnreachable", errors.New("ls-remote: "+strings.Repeat("x", 50000)))
+	st := Compute(gitRepo(), Observed{Sync: err}, t0)
+	c := meta.FindStatusCondition(st.Conditions, fleet.ReadyCondition)
+	if c.Reason != "GitServerUnreachable" || len(c.Message) > MaxMessage+100 || !strings.Contains(c.Message, "retrying: ls-remote: xxx") {
+		t.Errorf("Ready %s, a message of %d bytes (%.60s...); want reason GitServerUnreachable and about %d bytes", c.Reason, len(c.Message), c.Message, MaxMessage)
 	}
 }
 
