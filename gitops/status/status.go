@@ -457,9 +457,9 @@ func resources(bds []fleet.BundleDeployment) []fleet.Resource {
 }
 
 // entrySize is about the size of a resource's JSON without its cluster
-// lists: its strings and room for the field names.
+// lists: its strings and the field names (160 bytes with every one set).
 func entrySize(r *fleet.Resource) int {
-	return 256 + len(r.APIVersion) + len(r.Kind) + len(r.Type) + len(r.ID) + len(r.Namespace) + len(r.Name) + len(r.State) + len(r.Message)
+	return 160 + len(r.APIVersion) + len(r.Kind) + len(r.Type) + len(r.ID) + len(r.Namespace) + len(r.Name) + len(r.State) + len(r.Message)
 }
 
 // defaultState is the state of a BundleDeployment's resources that its

@@ -424,11 +424,12 @@ func TestCompute_Bounded(t *testing.T) {
 	}
 	st := Compute(gitRepo(), Observed{Bundles: []fleet.Bundle{bundle("apps-web")}, BundleDeployments: bds}, t0)
 
-	if len(st.Resources) != MaxResources {
-		t.Errorf("%d resources, want the bound %d", len(st.Resources), MaxResources)
-	}
-	idBytes, incomplete := 0, 0
+	idBytes, incomplete, entries := 0, 0, 0
 	for _, r := range st.Resources {
+		noLists := r
+		noLists.PerClusterState = fleet.PerClusterState{}
+		b, _ := json.Marshal(noLists)
+		entries += len(b)
 		p := r.PerClusterState
 		for _, ids := range [][]string{p.Ready, p.WaitApplied, p.Pending, p.Modified, p.Orphaned, p.Missing, p.Unknown, p.NotReady} {
 			for _, id := range ids {
@@ -441,6 +442,9 @@ func TestCompute_Bounded(t *testing.T) {
 		if len(r.Message) > 256 {
 			t.Errorf("resource %s: a message of %d bytes", r.ID, len(r.Message))
 		}
+	}
+	if len(st.Resources) > MaxResources || len(st.Resources) < 300 || entries > MaxResourceEntryBytes {
+		t.Errorf("%d resources, %d bytes of JSON without their lists; want at most %d and %d bytes (and most of that)", len(st.Resources), entries, MaxResources, MaxResourceEntryBytes)
 	}
 	if idBytes > MaxClusterIDBytes || idBytes < MaxClusterIDBytes/2 {
 		t.Errorf("%d bytes of cluster names in perClusterState, want at most (and near) %d", idBytes, MaxClusterIDBytes)
@@ -462,6 +466,22 @@ func TestCompute_Bounded(t *testing.T) {
 		t.Errorf("the status is %d bytes of JSON, want at most 1 MiB (etcd takes 1.5 MiB per request)", len(b))
 	}
 	t.Logf("status of %d clusters, %d resources: %d bytes of JSON", clusters, clusters+shared, len(b))
+}
+
+// TestCompute_AtMostMaxResources: small resources are listed up to
+// MaxResources, the first by type and id.
+func TestCompute_AtMostMaxResources(t *testing.T) {
+	d := bd("apps-web", "c1", fleet.Ready)
+	for i := range 1500 {
+		d.Status.Resources = append(d.Status.Resources, fleet.BundleDeploymentResource{Kind: "ConfigMap", APIVersion: "v1", Namespace: "a", Name: fmt.Sprintf("c-%04d", i)})
+	}
+	st := Compute(gitRepo(), Observed{Bundles: []fleet.Bundle{bundle("apps-web")}, BundleDeployments: []fleet.BundleDeployment{d}}, t0)
+	if len(st.Resources) != MaxResources || st.Resources[0].Name != "c-0000" || st.Resources[MaxResources-1].Name != "c-0999" {
+		t.Errorf("%d resources (%s ... %s), want c-0000 ... c-0999", len(st.Resources), st.Resources[0].Name, st.Resources[len(st.Resources)-1].Name)
+	}
+	if st.Resources[0].IncompleteState || len(st.Resources[0].PerClusterState.Ready) != 1 {
+		t.Errorf("first resource %+v: want complete, ready on c1", st.Resources[0])
+	}
 }
 
 // TestCompute_LongMessagesCut: a BundleDeployment's or a sync's message of
