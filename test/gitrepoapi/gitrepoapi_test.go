@@ -208,6 +208,9 @@ func TestGitRepo_CRDRefusesBadValues(t *testing.T) {
 	durationMessage := "pollingInterval must be a Go duration such as 15s, 5m or 1h30m"
 	for _, bad := range []string{"1d", "2w", "15", "-1s", "+15s", "five minutes", "15 s", "1h 30m", ".5s"} {
 		err := create(func(s map[string]any) { s["pollingInterval"] = bad })
+		if bad == "1d" {
+			t.Logf("pollingInterval 1d: %v", err)
+		}
 		if err == nil || !strings.Contains(err.Error(), durationMessage) || !strings.Contains(err.Error(), "spec.pollingInterval") {
 			t.Errorf("pollingInterval %q: %v; want refused with %q", bad, err, durationMessage)
 		}
