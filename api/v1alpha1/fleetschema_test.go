@@ -23,16 +23,33 @@ var statusDifferences = map[string]string{
 
 // TestSchemaMatchesFleet walks Fleet's published CRD schema (rancher/fleet
 // 3b2c622c, dev/fleetcrds/testdata) and ours (charts/fleet/crds): every
-// spec path of Fleet's must be ours, with Fleet's type, so every Bundle and
-// BundleDeployment Fleet writes is accepted and read back as written.
-// Status paths are counted (the coverage is logged) and those we have must
-// have Fleet's type unless listed in statusDifferences.
+// spec path of Fleet's must be ours, with Fleet's type, so every Bundle,
+// BundleDeployment, GitRepo and GitRepoRestriction Fleet's users write is
+// accepted and read back as written. Status paths are counted (the
+// coverage is logged); GitRepo's must all be ours; those we have must have
+// Fleet's type unless listed in statusDifferences.
 func TestSchemaMatchesFleet(t *testing.T) {
-	for _, plural := range []string{"bundles", "bundledeployments"} {
+	for _, tc := range []struct {
+		plural string
+		// topLevel: the kind's fields are at the top level, as
+		// GitRepoRestriction's (it has no spec).
+		topLevel bool
+		// allStatus: every status path of Fleet's must be ours.
+		allStatus bool
+	}{
+		{plural: "bundles"},
+		{plural: "bundledeployments"},
+		{plural: "gitrepos", allStatus: true},
+		{plural: "gitreporestrictions", topLevel: true, allStatus: true},
+	} {
+		plural := tc.plural
 		t.Run(plural, func(t *testing.T) {
 			theirs, ours := schemas(t, plural)
 
 			spec := fleetcrds.Under(theirs, "spec")
+			if tc.topLevel {
+				spec = topLevel(theirs)
+			}
 			var have int
 			var strict []string
 			for _, p := range spec {
@@ -67,9 +84,20 @@ func TestSchemaMatchesFleet(t *testing.T) {
 				}
 			}
 			t.Logf("status: %d of Fleet's %d paths (%.1f %%); not here: %s", have, len(status), percent(have, len(status)), strings.Join(missing, ", "))
+			if tc.allStatus {
+				for _, p := range missing {
+					if _, ok := differs(p); !ok {
+						t.Errorf("status path %s of Fleet's is not ours (add it, or to statusDifferences with the reason)", p)
+					}
+				}
+			}
 
 			var extra []string
-			for _, p := range append(fleetcrds.Under(ours, "spec"), fleetcrds.Under(ours, "status")...) {
+			mine := append(fleetcrds.Under(ours, "spec"), fleetcrds.Under(ours, "status")...)
+			if tc.topLevel {
+				mine = append(mine, topLevel(ours)...)
+			}
+			for _, p := range mine {
 				if _, ok := theirs[p]; !ok {
 					extra = append(extra, p)
 				}
@@ -129,6 +157,25 @@ func schemas(t *testing.T, plural string) (theirs, ours map[string]fleetcrds.Nod
 		t.Fatal(err)
 	}
 	return fleetcrds.Paths(fs), fleetcrds.Paths(os)
+}
+
+// topLevel lists the paths of a kind without spec (GitRepoRestriction):
+// every path but the object's metadata and status, sorted.
+func topLevel(paths map[string]fleetcrds.Node) []string {
+	var out []string
+	for p := range paths {
+		root := p
+		if i := strings.IndexAny(p, ".[{"); i >= 0 {
+			root = p[:i]
+		}
+		switch root {
+		case "apiVersion", "kind", "metadata", "status":
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // differs reports whether p is, or is under, a path listed in

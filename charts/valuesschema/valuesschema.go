@@ -51,6 +51,7 @@ var ConfigValues = map[string]string{
 	"insecureKubeconfig":              "insecureKubeconfig",
 	"kubeConfigSecretNamespaces":      "kubeConfigSecretNamespaces",
 	"allowInsecureAPIServerURL":       "allowInsecureAPIServerURL",
+	"allowGitInsecureSkipTLSVerify":   "allowGitInsecureSkipTLSVerify",
 	"ignoreClusterRegistrationLabels": "ignoreClusterRegistrationLabels",
 	"capiNamespaces":                  "capi.namespaces",
 	"capiClusterSelector":             "capi.clusterSelector",

@@ -298,7 +298,7 @@ registrationTokenTTLRequired: true, importTokenTTL: 1h, requestCredentialTTL: 2h
 agentRollout: {canary: {selector: {matchLabels: {example.com/ring: canary}}}, maxUnavailable: "10%", progressDeadline: 5m, autoRollback: true},
 bootstrap: {enabled: false, namespace: mgmt, agentNamespace: fleet-agent-local},
 insecureKubeconfig: {exec: true, tls: true, files: true, proxy: true}, kubeConfigSecretNamespaces: {"*": [kc], team-a: [kc-a]},
-allowInsecureAPIServerURL: true, ignoreClusterRegistrationLabels: false, capiNamespaces: [capi, capi-2], capiClusterSelector: "a=b,c in (d)",
+allowInsecureAPIServerURL: true, allowGitInsecureSkipTLSVerify: true, ignoreClusterRegistrationLabels: false, capiNamespaces: [capi, capi-2], capiClusterSelector: "a=b,c in (d)",
 agentLabelKeys: [env, "team-*"], bundleMaxSize: 64Mi, bundleMaxResourceSize: 8Mi, bundleRenderTimeout: 1m,
 bundleRenderMemoryLimit: 512Mi, bundleRenderConcurrency: 8}`
 	for name, document := range map[string]string{

@@ -120,6 +120,11 @@ type Config struct {
 	// (in this configuration or a kubeconfig Secret's apiServerURL key): their
 	// bearer tokens would cross the network unencrypted.
 	AllowInsecureAPIServerURL bool `json:"allowInsecureAPIServerURL,omitempty"`
+	// AllowGitInsecureSkipTLSVerify lets GitRepos set
+	// insecureSkipTLSVerify: the source component would then fetch their
+	// repository without checking who answers. Off, such a GitRepo is
+	// refused (Accepted=False, InsecureSkipTLSVerifyRefused).
+	AllowGitInsecureSkipTLSVerify bool `json:"allowGitInsecureSkipTLSVerify,omitempty"`
 
 	// IgnoreClusterRegistrationLabels stops agent-supplied labels from
 	// reaching the Clusters the controller creates.

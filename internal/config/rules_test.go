@@ -119,7 +119,7 @@ registrationTokenTTLRequired: true, importTokenTTL: 1h, requestCredentialTTL: 1h
 agentRollout: {canary: {count: 1}, maxUnavailable: "10%", progressDeadline: 5m, autoRollback: true},
 bootstrap: {enabled: true, namespace: fleet-local, agentNamespace: cattle-fleet-system},
 insecureKubeconfig: {exec: true, tls: true, files: true, proxy: true}, kubeConfigSecretNamespaces: {"*": [kc]},
-allowInsecureAPIServerURL: true, ignoreClusterRegistrationLabels: true, capiNamespaces: ["*"], capiClusterSelector: "a=b",
+allowInsecureAPIServerURL: true, allowGitInsecureSkipTLSVerify: true, ignoreClusterRegistrationLabels: true, capiNamespaces: ["*"], capiClusterSelector: "a=b",
 agentLabelKeys: [env], bundleMaxSize: 32Mi, bundleMaxResourceSize: 16Mi, bundleRenderTimeout: 30s,
 bundleRenderMemoryLimit: 256Mi, bundleRenderConcurrency: 2}`
 	if _, err := Parse([]byte(full)); err != nil {
