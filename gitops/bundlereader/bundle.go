@@ -300,7 +300,9 @@ func (r *reader) encode(b *fleet.Bundle, files map[string][]byte) ([]fleet.Bundl
 	if err != nil {
 		return nil, err
 	}
-	if n >= compressAbove && !r.opts.Compress {
+	// Fleet compresses from 1 MB; a Bundle over the limit is compressed
+	// before it is refused.
+	if (n >= compressAbove || n > r.limits.BundleBytes) && !r.opts.Compress {
 		if res, err = build(true); err != nil {
 			return nil, err
 		}
