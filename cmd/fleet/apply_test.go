@@ -58,7 +58,7 @@ func copyTree(t *testing.T, dirs ...string) string {
 // out of plain manifests.
 func TestApply_OfflineBundlesAreAcceptedStrictlyAndRender(t *testing.T) {
 	env := testenv.StartControlPlanes(t, controlplane.Options{})
-	c := client.WithFieldValidation(env.Upstream.Client, metav1.FieldValidationStrict)
+	c := client.WithFieldValidation(env.Upstream.Client, client.FieldValidation(metav1.FieldValidationStrict))
 	ws := testenv.Namespace(t, env.Upstream.Client, "fleet-apply-offline-")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "bundles.yaml")

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -263,7 +264,7 @@ func (r *reader) scan(ctx context.Context, p string) ([]string, error) {
 	if clean == ".." || strings.HasPrefix(clean, "../") {
 		return nil, errors.New("a path must stay inside the repository")
 	}
-	matches, err := filepath.Glob(r.abs(clean))
+	matches, err := filepath.Glob(filepath.Join(globEscape.ReplaceAllString(r.root, `\$1`), filepath.FromSlash(clean)))
 	if err != nil {
 		return nil, fmt.Errorf("not a valid path glob: %w", err)
 	}
@@ -334,6 +335,10 @@ func (r *reader) scan(ctx context.Context, p string) ([]string, error) {
 	}
 	return dirs, nil
 }
+
+// globEscape finds the characters of the checkout's own path that Glob
+// would take for patterns.
+var globEscape = regexp.MustCompile(`([*?[\\])`)
 
 // fleetYAMLNames are the names of a Bundle directory's options file, the
 // first found wins.
