@@ -41,7 +41,7 @@ func (r *reader) readBundle(ctx context.Context, dir string) (*Bundle, error) {
 	fy := &FleetYAML{}
 	optsFile := ""
 	for _, n := range fleetYAMLNames {
-		data, err := readLimited(filepath.Join(abs, n), r.limits.FileBytes)
+		data, err := r.readInside(dir, n)
 		if os.IsNotExist(err) {
 			continue
 		}
@@ -109,7 +109,7 @@ func (r *reader) readBundle(ctx context.Context, dir string) (*Bundle, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	l := &loader{dir: abs, rel: dir, exclude: exclude, limits: r.limits}
+	l := &loader{ctx: ctx, dir: abs, rel: dir, exclude: exclude, limits: r.limits}
 	files, err := l.load()
 	if err != nil {
 		return nil, err
@@ -218,7 +218,7 @@ func (r *reader) mergeValuesFiles(dir, fieldFile string, h helmRef, exclude map[
 		}
 		exclude[clean] = true
 		exclude[path.Base(clean)] = true
-		data, err := readLimited(r.abs(path.Join(dir, clean)), r.limits.FileBytes)
+		data, err := r.readInside(dir, clean)
 		if err != nil {
 			return &FieldError{File: fieldFile, Field: field, Err: fmt.Errorf("%q: %w", vf, unwrapPathError(err))}
 		}
@@ -233,6 +233,25 @@ func (r *reader) mergeValuesFiles(dir, fieldFile string, h helmRef, exclude map[
 	}
 	h.helm.ValuesFiles = nil
 	return nil
+}
+
+// readInside reads file rel of Bundle directory dir, following a symbolic
+// link only to a file inside dir: fleet apply's own inputs must not be the
+// machine's files.
+func (r *reader) readInside(dir, rel string) ([]byte, error) {
+	full := r.abs(path.Join(dir, rel))
+	resolved, err := filepath.EvalSymlinks(full)
+	if err != nil {
+		return nil, err
+	}
+	base, err := filepath.EvalSymlinks(r.abs(dir))
+	if err != nil {
+		return nil, err
+	}
+	if rp, err := filepath.Rel(base, resolved); err != nil || rp == ".." || strings.HasPrefix(rp, ".."+string(filepath.Separator)) {
+		return nil, fmt.Errorf("%s is a symbolic link to outside %s", path.Join(dir, rel), dir)
+	}
+	return readLimited(resolved, r.limits.FileBytes)
 }
 
 func unwrapPathError(err error) error {

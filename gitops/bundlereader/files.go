@@ -3,6 +3,8 @@ package bundlereader
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +22,7 @@ import (
 // (the renderer leaves them out of plain manifests). Symbolic links are
 // followed when they stay inside the directory.
 type loader struct {
+	ctx     context.Context
 	dir     string // on disk
 	rel     string // relative to the checkout, for errors
 	exclude map[string]bool
@@ -50,6 +53,9 @@ func (l *loader) walk(rel string, patterns []string, depth int) error {
 	patterns = append(append([]string(nil), patterns...), own...)
 	entries, err := os.ReadDir(abs)
 	if err != nil {
+		return err
+	}
+	if err := l.ctx.Err(); err != nil {
 		return err
 	}
 	for _, e := range entries {
@@ -151,6 +157,9 @@ var trailingSpace = regexp.MustCompile(`([^\\])\s+$`)
 // readFleetIgnore reads a .fleetignore: one pattern a line, "#" comments,
 // trailing spaces dropped unless escaped. None: no patterns.
 func readFleetIgnore(name string) ([]string, error) {
+	if st, err := os.Lstat(name); err == nil && !st.Mode().IsRegular() {
+		return nil, errors.New("must be a file, not a symbolic link or directory")
+	}
 	data, err := readLimited(name, 1<<20)
 	if os.IsNotExist(err) {
 		return nil, nil

@@ -257,7 +257,7 @@ func TestRead_FleetYAMLMistakesNameFileLineAndField(t *testing.T) {
 		{"in a target customisation", "targetCustomizations:\n- name: a\n  clusterName: x\n- name: b\n  helm:\n    valuse: {}\n", []string{`p/fleet.yaml:6: unknown field "targetCustomizations[1].helm.valuse", did you mean "values"?`}},
 		{"wrong type", "helm:\n  releaseName: [1, 2]\n", []string{"p/fleet.yaml:2: ", "helm.releaseName"}},
 		{"not YAML", "helm:\n  values: {a: 1\n", []string{"p/fleet.yaml:", "not valid YAML"}},
-		{"bad dependsOn", "dependsOn:\n- acceptedStates: [Done]\n", []string{"p/fleet.yaml:1: dependsOn[0]: give a name or a selector", `p/fleet.yaml:2: dependsOn[0].acceptedStates[0]: unknown state "Done"`}},
+		{"bad dependsOn", "dependsOn:\n- acceptedStates: [Done]\n", []string{"p/fleet.yaml:2: dependsOn[0]: give a name or a selector", `p/fleet.yaml:2: dependsOn[0].acceptedStates[0]: unknown state "Done"`}},
 		{"reserved label", "labels:\n  fleet.cattle.io/repo-name: other\n", []string{`p/fleet.yaml:1: labels: label "fleet.cattle.io/repo-name" is set by fleet apply`}},
 		{"bad name", "name: Not_A_Name\n", []string{`p/fleet.yaml:1: name: "Not_A_Name" is not a valid Bundle name`}},
 		{"image scans", "imageScans:\n- image: x\n", []string{"p/fleet.yaml:1: imageScans: image scans are not supported"}},
@@ -380,8 +380,9 @@ func TestRead_EncodingAsFleet(t *testing.T) {
 }
 
 // TestRead_SymbolicLinks: a link to a file inside the directory is read as
-// that file; a link out of the directory or to a directory is its path's
-// error (a checkout must not make the reader read the machine's files).
+// that file; a link out of the directory or to a directory, a fleet.yaml or
+// values file linked to outside, is its path's error (a checkout must not
+// make the reader read the machine's files, nor show them in an error).
 func TestRead_SymbolicLinks(t *testing.T) {
 	root := write(t, map[string]string{"p/real.yaml": cm, "shared/secret.txt": "not for Bundles", "q/cm.yaml": cm, "r/cm.yaml": cm, "r/sub/x.yaml": cm})
 	must := func(err error) {
@@ -391,9 +392,14 @@ func TestRead_SymbolicLinks(t *testing.T) {
 	}
 	must(os.Symlink("real.yaml", filepath.Join(root, "p/link.yaml")))
 	must(os.Symlink("../shared/secret.txt", filepath.Join(root, "q/out.txt")))
-	must(os.Symlink("/etc/hostname", filepath.Join(root, "q/abs.txt")))
+	must(os.Symlink(filepath.Join(root, "shared/secret.txt"), filepath.Join(root, "q/abs.txt")))
 	must(os.Symlink("sub", filepath.Join(root, "r/dirlink")))
-	res := read(t, root, []string{"p", "q", "r"}, Options{})
+	must(os.MkdirAll(filepath.Join(root, "s"), 0o755))
+	must(os.Symlink("../shared/secret.txt", filepath.Join(root, "s/fleet.yaml")))
+	must(os.MkdirAll(filepath.Join(root, "u"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "u/fleet.yaml"), []byte("helm:\n  valuesFiles: [v.yaml]\n"), 0o644))
+	must(os.Symlink("../shared/secret.txt", filepath.Join(root, "u/v.yaml")))
+	res := read(t, root, []string{"p", "q", "r", "s", "u"}, Options{})
 	p := bundleNamed(t, res, "test-p")
 	if got := resourceNames(p); !slices.Equal(got, []string{"link.yaml", "real.yaml"}) || p.Spec.Resources[0].Content != cm {
 		t.Errorf("p resources %v", got)
@@ -403,6 +409,17 @@ func TestRead_SymbolicLinks(t *testing.T) {
 	}
 	if err := errorFor(res, "r"); err == nil || !strings.Contains(err.Error(), "r/dirlink: symbolic link to a directory") {
 		t.Errorf("r: %v", err)
+	}
+	if err := errorFor(res, "s"); err == nil || !strings.Contains(err.Error(), "s/fleet.yaml is a symbolic link to outside s") {
+		t.Errorf("s: %v", err)
+	}
+	if err := errorFor(res, "u"); err == nil || !strings.Contains(err.Error(), "u/v.yaml is a symbolic link to outside u") {
+		t.Errorf("u: %v", err)
+	}
+	for _, e := range res.Errors {
+		if strings.Contains(e.Error(), "not for Bundles") {
+			t.Errorf("an error shows a file from outside: %v", e)
+		}
 	}
 	for _, b := range res.Bundles {
 		for _, r := range b.Bundle.Spec.Resources {
