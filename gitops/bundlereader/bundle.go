@@ -46,7 +46,7 @@ func (r *reader) readBundle(ctx context.Context, dir string) (*Bundle, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path.Join(dir, n), err)
+			return nil, fmt.Errorf("%s: %w", path.Join(dir, n), unwrapPathError(err))
 		}
 		optsFile = n
 		if fy, err = parseFleetYAML(path.Join(dir, n), data); err != nil {
@@ -249,7 +249,7 @@ func (r *reader) readInside(dir, rel string) ([]byte, error) {
 		return nil, err
 	}
 	if rp, err := filepath.Rel(base, resolved); err != nil || rp == ".." || strings.HasPrefix(rp, ".."+string(filepath.Separator)) {
-		return nil, fmt.Errorf("%s is a symbolic link to outside %s", path.Join(dir, rel), dir)
+		return nil, &os.PathError{Op: "read", Path: path.Join(dir, rel), Err: fmt.Errorf("%s is a symbolic link to outside %s", path.Join(dir, rel), dir)}
 	}
 	return readLimited(resolved, r.limits.FileBytes)
 }
