@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -247,5 +249,51 @@ func TestApply_UsageAndInputErrors(t *testing.T) {
 	s := b.Spec
 	if s.ServiceAccount != "deployer" || s.TargetNamespace != "tn" || !s.Paused || s.ForceSyncGeneration != 4 || !s.KeepResources || !s.DeleteNamespace || !s.CorrectDrift.Force || b.Labels["team"] != "blue" || b.Labels["tier"] != "web" || b.Namespace != "fleet-local" {
 		t.Errorf("options not in the Bundle:\n%s", stdout)
+	}
+}
+
+// TestApply_RunsAsTheCallerAndNoMore: fleet apply writes with the caller's
+// own identity (a kubeconfig impersonating alice, who may write Bundles in
+// one namespace only): there it applies; in another namespace the API
+// server refuses, the command says so and exits 1, and nothing is written.
+func TestApply_RunsAsTheCallerAndNoMore(t *testing.T) {
+	env := testenv.StartControlPlanes(t, controlplane.Options{})
+	c := env.Upstream.Client
+	ws := testenv.Namespace(t, c, "fleet-apply-alice-")
+	other := testenv.Namespace(t, c, "fleet-apply-other-")
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "bundle-writer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundles"}, Verbs: []string{"get", "list", "create", "patch", "update", "delete"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "alice"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "bundle-writer"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: "alice", APIGroup: "rbac.authorization.k8s.io"}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := c.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := clientcmd.Load(env.Upstream.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range cfg.AuthInfos {
+		u.Impersonate = "alice"
+	}
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := writeFile(t, t.TempDir(), "kubeconfig", string(data))
+
+	code, stdout, stderr := runMain(t, "apply", "--kubeconfig", kc, "-n", ws, "--root", applyFixtures, "test", "simple")
+	if code != 0 || !strings.Contains(stdout, "Bundle "+ws+"/test-simple created") {
+		t.Errorf("in her namespace: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = runMain(t, "apply", "--kubeconfig", kc, "-n", other, "--root", applyFixtures, "test", "simple")
+	if code != 1 || !strings.Contains(stderr, `User "alice" cannot`) {
+		t.Errorf("in another namespace: exit %d, stderr %q; want 1 and the API server's refusal", code, stderr)
+	}
+	list := &fleet.BundleList{}
+	if err := c.List(t.Context(), list, client.InNamespace(other)); err != nil || len(list.Items) != 0 {
+		t.Errorf("Bundles in the namespace alice may not write: %d (%v)", len(list.Items), err)
 	}
 }
