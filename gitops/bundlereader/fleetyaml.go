@@ -63,7 +63,7 @@ func (e *FieldError) Unwrap() error { return e.Err }
 
 var (
 	quotedField = regexp.MustCompile(`field "([^"]+)"`)
-	typedField  = regexp.MustCompile(`Go struct field [A-Za-z0-9_]+\.(\S+) of type`)
+	typedField  = regexp.MustCompile(`cannot unmarshal (\S+) into Go struct field [A-Za-z0-9_]+\.(\S+) of type (.+)$`)
 	yamlLine    = regexp.MustCompile(`line (\d+)`)
 )
 
@@ -144,7 +144,8 @@ func locate(file string, data []byte, err error) error {
 		if m := quotedField.FindStringSubmatch(msg); m != nil {
 			fe.Field = m[1]
 		} else if m := typedField.FindStringSubmatch(msg); m != nil {
-			fe.Field = m[1]
+			fe.Field = jsonPath(m[2])
+			fe.Err = fmt.Errorf("wants a value of Go type %s, not %s", m[3], article(m[1]))
 		}
 		if fe.Field != "" {
 			fe.Line = lineOf(data, fe.Field)
@@ -154,6 +155,26 @@ func locate(file string, data []byte, err error) error {
 		out = append(out, fe)
 	}
 	return errors.Join(out...)
+}
+
+func article(kind string) string {
+	if strings.ContainsAny(kind[:1], "aeiou") {
+		return "an " + kind
+	}
+	return "a " + kind
+}
+
+// jsonPath drops the Go names of embedded structs (BundleSpec.) from a
+// decoding error's field path, leaving the YAML fields.
+func jsonPath(p string) string {
+	segs := strings.Split(p, ".")
+	out := segs[:0]
+	for _, s := range segs {
+		if s != "" && (s[0] < 'A' || s[0] > 'Z') {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ".")
 }
 
 // lineOf is the line of field (a dotted path with [i] indexes, as strict

@@ -255,7 +255,7 @@ func TestRead_FleetYAMLMistakesNameFileLineAndField(t *testing.T) {
 		{"misspelt field", "namespace: x\nhelm:\n  relaseName: y\n", []string{`p/fleet.yaml:3: unknown field "helm.relaseName", did you mean "releaseName"?`}},
 		{"wrong case", "defaultnamespace: x\n", []string{`p/fleet.yaml:1: unknown field "defaultnamespace", did you mean "defaultNamespace"?`}},
 		{"in a target customisation", "targetCustomizations:\n- name: a\n  clusterName: x\n- name: b\n  helm:\n    valuse: {}\n", []string{`p/fleet.yaml:6: unknown field "targetCustomizations[1].helm.valuse", did you mean "values"?`}},
-		{"wrong type", "helm:\n  releaseName: [1, 2]\n", []string{"p/fleet.yaml:2: ", "helm.releaseName"}},
+		{"wrong type", "helm:\n  releaseName: [1, 2]\n", []string{"p/fleet.yaml:2: helm.releaseName: wants a value of Go type string, not an array"}},
 		{"not YAML", "helm:\n  values: {a: 1\n", []string{"p/fleet.yaml:", "not valid YAML"}},
 		{"bad dependsOn", "dependsOn:\n- acceptedStates: [Done]\n", []string{"p/fleet.yaml:2: dependsOn[0]: give a name or a selector", `p/fleet.yaml:2: dependsOn[0].acceptedStates[0]: unknown state "Done"`}},
 		{"reserved label", "labels:\n  fleet.cattle.io/repo-name: other\n", []string{`p/fleet.yaml:1: labels: label "fleet.cattle.io/repo-name" is set by fleet apply`}},
