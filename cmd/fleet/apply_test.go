@@ -103,7 +103,7 @@ func TestApply_OfflineBundlesAreAcceptedStrictlyAndRender(t *testing.T) {
 	}{
 		{"test-helm", false, []string{"name: local-chart", `color: "green"`, `keep: "inline"`, `over: "file"`}, nil},
 		{"test-tc", true, []string{"name: tc", `replicas: "2"`}, nil},
-		{"test-overlays", true, []string{"name: overlaid", "env: dev"}, nil},
+		{"test-overlays", true, []string{`"name":"overlaid"`, `"env":"dev"`}, []string{`"env":"all"`}},
 		{"test-kustomize", false, []string{"name: dev-kustomized", "env: base"}, nil},
 		{"test-simple", false, []string{"name: simple", "greeting: hello"}, nil},
 		{"test-nested", false, []string{"name: nested-top", "name: nested-plain"}, []string{"nested-app", "nested-child"}},
