@@ -220,8 +220,8 @@ func applyBundle(ctx context.Context, c client.Client, mgr *ssa.ResourceManager,
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return nil, err
-	case existing.Labels[bundlereader.RepoLabel] != repo:
-		owner := existing.Labels[bundlereader.RepoLabel]
+	case existing.Labels[fleet.RepoLabel] != repo:
+		owner := existing.Labels[fleet.RepoLabel]
 		if owner == "" {
 			return nil, errors.New("a Bundle of this name exists and was not made by fleet apply; not overwritten (give the fleet.yaml another name)")
 		}
@@ -241,7 +241,7 @@ func applyBundle(ctx context.Context, c client.Client, mgr *ssa.ResourceManager,
 // might have missed a path's Bundle.
 func prune(ctx context.Context, out io.Writer, c client.Client, repo, namespace string, res *bundlereader.Result, writeFailed []string) error {
 	list := &fleet.BundleList{}
-	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{bundlereader.RepoLabel: repo}); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{fleet.RepoLabel: repo}); err != nil {
 		return err
 	}
 	made := map[string]bool{}

@@ -19,7 +19,6 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/dev/testenv"
-	"github.com/gitops-fleet/fleet/gitops/bundlereader"
 )
 
 // applyFixtures is the checkout the bundlereader tests read.
@@ -87,7 +86,7 @@ func TestApply_OfflineBundlesAreAcceptedStrictlyAndRender(t *testing.T) {
 		if err := c.Create(t.Context(), obj); err != nil {
 			t.Errorf("the API server refuses Bundle %s: %v", obj.GetName(), err)
 		}
-		if obj.GetLabels()[bundlereader.RepoLabel] != "test" || obj.GetLabels()[bundlereader.CommitLabel] != "abc123" {
+		if obj.GetLabels()[fleet.RepoLabel] != "test" || obj.GetLabels()[fleet.CommitLabel] != "abc123" {
 			t.Errorf("Bundle %s labels %v", obj.GetName(), obj.GetLabels())
 		}
 		files[obj.GetName()] = writeFile(t, dir, obj.GetName()+".yaml", string(doc))
@@ -176,7 +175,7 @@ func TestApply_ToTheClusterPrunesOnlyAfterACompleteRead(t *testing.T) {
 		return out
 	}
 
-	other := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "theirs", Labels: map[string]string{bundlereader.RepoLabel: "other"}},
+	other := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "theirs", Labels: map[string]string{fleet.RepoLabel: "other"}},
 		Spec: fleet.BundleSpec{Resources: []fleet.BundleResource{{Name: "cm.yaml", Content: "kind: ConfigMap"}}}}
 	if err := c.Create(t.Context(), other); err != nil {
 		t.Fatal(err)
@@ -190,7 +189,7 @@ func TestApply_ToTheClusterPrunesOnlyAfterACompleteRead(t *testing.T) {
 	if err := c.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "test-helm"}, b); err != nil {
 		t.Fatal(err)
 	}
-	if b.Labels[bundlereader.CommitLabel] != "c1" || b.Spec.Helm == nil || b.Spec.Helm.Values.Data["color"] != "green" {
+	if b.Labels[fleet.CommitLabel] != "c1" || b.Spec.Helm == nil || b.Spec.Helm.Values.Data["color"] != "green" {
 		t.Errorf("test-helm as written: labels %v helm %+v", b.Labels, b.Spec.Helm)
 	}
 	apply(0, []string{"Bundle " + ws + "/test-simple unchanged"}, nil)
@@ -199,7 +198,7 @@ func TestApply_ToTheClusterPrunesOnlyAfterACompleteRead(t *testing.T) {
 	writeFile(t, root, "steal/fleet.yaml", "name: theirs\n")
 	writeFile(t, root, "steal/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stolen\n")
 	apply(1, nil, []string{`path steal: Bundle ` + ws + `/theirs: `, `a Bundle of this name belongs to GitRepo "other"; not overwritten`})
-	if err := c.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "theirs"}, b); err != nil || b.Labels[bundlereader.RepoLabel] != "other" || b.Spec.Resources[0].Content != "kind: ConfigMap" {
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "theirs"}, b); err != nil || b.Labels[fleet.RepoLabel] != "other" || b.Spec.Resources[0].Content != "kind: ConfigMap" {
 		t.Errorf("the other GitRepo's Bundle changed: %v %+v", err, b)
 	}
 	if err := os.RemoveAll(filepath.Join(root, "steal")); err != nil {

@@ -143,11 +143,11 @@ func (r *reader) labels(own map[string]string) map[string]string {
 	out := map[string]string{}
 	maps.Copy(out, r.opts.Labels)
 	maps.Copy(out, own)
-	out[RepoLabel] = r.repo
+	out[fleet.RepoLabel] = r.repo
 	if r.opts.Commit != "" {
-		out[CommitLabel] = r.opts.Commit
+		out[fleet.CommitLabel] = r.opts.Commit
 	} else {
-		delete(out, CommitLabel)
+		delete(out, fleet.CommitLabel)
 	}
 	return out
 }

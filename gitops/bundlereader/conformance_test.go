@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 )
 
 // TestConformance_FleetExamples compares what the reader makes of each
@@ -76,7 +78,7 @@ func TestConformance_FleetExamples(t *testing.T) {
 				delete(got, "status")
 				md := got["metadata"].(map[string]any)
 				delete(md, "creationTimestamp")
-				delete(md["labels"].(map[string]any), RepoLabel)
+				delete(md["labels"].(map[string]any), fleet.RepoLabel)
 				normalize(want[i])
 				normalize(got)
 				if d := cmp.Diff(want[i], got); d != "" {

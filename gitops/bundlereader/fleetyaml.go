@@ -93,7 +93,7 @@ func parseFleetYAML(file string, data []byte) (*FleetYAML, error) {
 		for _, m := range validation.IsValidLabelValue(v) {
 			bad("labels", "label %q value %q: %s", k, v, m)
 		}
-		if k == RepoLabel || k == CommitLabel {
+		if k == fleet.RepoLabel || k == fleet.CommitLabel {
 			bad("labels", "label %q is set by fleet apply (the GitRepo and commit), not in fleet.yaml", k)
 		}
 	}

@@ -24,23 +24,17 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 )
 
-// Labels fleet apply sets on every Bundle, as Fleet does.
-const (
-	// RepoLabel is the GitRepo (fleet apply's NAME) a Bundle was made for;
-	// fleet apply prunes by it.
-	RepoLabel = "fleet.cattle.io/repo-name"
-	// CommitLabel is the commit the Bundle was read from.
-	CommitLabel = "fleet.cattle.io/commit"
-)
+// The labels fleet apply sets on every Bundle, as Fleet does, are
+// fleet.RepoLabel (fleet apply prunes by it) and fleet.CommitLabel.
 
 // Options are the GitRepo-level options of fleet apply (its flags).
 type Options struct {
 	// Namespace of the Bundles (the GitRepo's).
 	Namespace string
 	// Labels are added to every Bundle (--label); a fleet.yaml's labels
-	// win over them, RepoLabel and CommitLabel win over both.
+	// win over them, fleet.RepoLabel and fleet.CommitLabel win over both.
 	Labels map[string]string
-	// Commit is the CommitLabel value (empty: no label).
+	// Commit is the fleet.CommitLabel value (empty: no label).
 	Commit string
 	// ServiceAccount, when set, replaces every Bundle's serviceAccount.
 	ServiceAccount string

@@ -113,7 +113,7 @@ func TestRead_FixturesGiveFleetsBundles(t *testing.T) {
 	if simple.APIVersion != "fleet.cattle.io/v1alpha1" || simple.Kind != "Bundle" || simple.Namespace != "ws" {
 		t.Errorf("simple: %s %s in %q", simple.APIVersion, simple.Kind, simple.Namespace)
 	}
-	if want := map[string]string{RepoLabel: "test", CommitLabel: "abc123", "env": "test"}; !reflect.DeepEqual(simple.Labels, want) {
+	if want := map[string]string{fleet.RepoLabel: "test", fleet.CommitLabel: "abc123", "env": "test"}; !reflect.DeepEqual(simple.Labels, want) {
 		t.Errorf("simple labels %v, want %v", simple.Labels, want)
 	}
 	if got := resourceNames(simple); !slices.Equal(got, []string{"README.md", "configmap.yaml"}) {
