@@ -249,7 +249,15 @@ func TestE2E(t *testing.T) {
 	t.Run("controller installed with helm", func(t *testing.T) {
 		must(t, env.InstallController(t.Context(),
 			// Cluster API auto-registration opted in for namespace capi.
-			"capi.namespaces={capi}"))
+			"capi.namespaces={capi}",
+			// Agents check in every 20s, not every minute, and a new agent
+			// pod takes the Lease 2s after the old one lets it go, not 10s:
+			// the suite waits for heartbeats and agent restarts often.
+			// Offline still comes after 3 minutes without a heartbeat, as
+			// with the defaults, so every subtest sees the same states.
+			"agent.checkinInterval=20s", "offlineAfterMissedHeartbeats=9",
+			"agent.leaderElection.leaseDuration=15s", "agent.leaderElection.renewDeadline=10s",
+			"agent.leaderElection.retryPeriod=2s"))
 	})
 
 	t.Run("the upstream registers itself as fleet-local/local, its agent in cattle-fleet-system", func(t *testing.T) {

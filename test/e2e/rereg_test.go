@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,16 +45,35 @@ func killRequestIdentity(t *testing.T, cs *kubernetes.Clientset) string {
 	return sa.Namespace
 }
 
-// noAgentPods waits until no agent pod is left.
-func noAgentPods(t *testing.T, cs *kubernetes.Clientset) {
+// stopAgent scales the agent to zero and waits until no agent pod is left.
+// An agent-initiated cluster's agent Bundle corrects drift, so an agent
+// still running when the scale lands may put its replicas back (its drift
+// check can run in the moment before its pod ends); the scale is made again
+// until no agent is left to undo it, as an operator stopping an agent would.
+func stopAgent(t *testing.T, cs *kubernetes.Clientset) {
 	t.Helper()
 	must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+		s, err := cs.AppsV1().Deployments(agentNS).GetScale(t.Context(), "fleet-agent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s.Spec.Replicas != 0 {
+			s.Spec.Replicas = 0
+			if _, err := cs.AppsV1().Deployments(agentNS).UpdateScale(t.Context(), "fleet-agent", s, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
 		pods, err := cs.CoreV1().Pods(agentNS).List(t.Context(), metav1.ListOptions{LabelSelector: agentPods})
 		if err != nil {
 			return err
 		}
 		if len(pods.Items) > 0 {
-			return fmt.Errorf("%d agent pods still there", len(pods.Items))
+			var b strings.Builder
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				fmt.Fprintf(&b, " pod %s created %s phase %s deleting %v;", p.Name, p.CreationTimestamp.Format(time.RFC3339), p.Status.Phase, p.DeletionTimestamp != nil)
+			}
+			return fmt.Errorf("%d agent pods still there:%s", len(pods.Items), b.String())
 		}
 		return nil
 	}))
@@ -104,8 +124,7 @@ func testRecovery(t *testing.T, name string) {
 		t.Fatalf("Cluster %s records key %q, not its agent's", name, got)
 	}
 
-	scaleAgent(t, cs, 0)
-	noAgentPods(t, cs)
+	stopAgent(t, cs)
 	clusterNS := killRequestIdentity(t, cs)
 	if _, err := cs.CoreV1().Secrets(agentNS).Get(t.Context(), registration.BootstrapSecretName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a bootstrap Secret is in %s: %v", agentNS, err)
