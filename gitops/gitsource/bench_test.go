@@ -1,0 +1,103 @@
+package gitsource
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The peak-RSS benchmark runs each fetch in a child process (this test binary, started again
+// with childEnv set), so the kernel's maximum resident set size of that process is the fetch's
+// and nothing else's.
+const (
+	childEnv     = "GITSOURCE_FETCH_CHILD_URL"
+	childRootEnv = "GITSOURCE_FETCH_CHILD_ROOT"
+)
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(childEnv); url != "" {
+		os.Exit(fetchChild(url, os.Getenv(childRootEnv)))
+	}
+	os.Exit(m.Run())
+}
+
+// fetchChild is the child: one Checkout of the repository's main branch, as the source
+// component does it.
+func fetchChild(url, root string) int {
+	c, err := New(Options{Root: root, Limits: Limits{MaxFetchBytes: 4 << 30, MaxCheckoutBytes: 4 << 30, MaxCacheBytes: 16 << 30}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	snap, err := c.Checkout(ctx, Repository{URL: url, Branch: "main"}, time.Time{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer snap.Close()
+	st := c.Stats()
+	fmt.Printf("%d %d\n", st.FetchedBytes, st.DiskBytes)
+	return 0
+}
+
+// BenchmarkCheckout_LargeRepositoryPeakRSS fetches and checks out a repository of
+// GITSOURCE_BENCH_MIB MiB (default 128) of incompressible files (1 MiB each) and reports the
+// child process's peak RSS. Run it with:
+//
+//	go test -run '^$' -bench LargeRepositoryPeakRSS -benchtime 1x ./gitops/gitsource/
+func BenchmarkCheckout_LargeRepositoryPeakRSS(b *testing.B) {
+	mib := 128
+	if v, err := strconv.Atoi(os.Getenv("GITSOURCE_BENCH_MIB")); err == nil && v > 0 {
+		mib = v
+	}
+	s := newBenchServer(b, mib)
+	var peak int64
+	for b.Loop() {
+		root := b.TempDir()
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+s.url(), childRootEnv+"="+root)
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("child: %v: %s", err, out)
+		}
+		rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024 // KiB on Linux
+		peak = max(peak, rss)
+		var fetched, disk int64
+		fmt.Sscan(string(out), &fetched, &disk)
+		b.ReportMetric(float64(fetched)/(1<<20), "fetched-MiB")
+		b.ReportMetric(float64(disk)/(1<<20), "disk-MiB")
+		_ = os.RemoveAll(root)
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(float64(mib), "repo-MiB")
+}
+
+// newBenchServer is a served repository of mib files of 1 MiB random bytes.
+func newBenchServer(b *testing.B, mib int) *server {
+	b.Helper()
+	s := newServer(b, serverOptions{})
+	buf := make([]byte, 1<<20)
+	for i := range mib {
+		if _, err := rand.Read(buf); err != nil {
+			b.Fatal(err)
+		}
+		p := filepath.Join(s.work, fmt.Sprintf("dir%02d", i%16), fmt.Sprintf("f%04d.bin", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.commitWork()
+	return s
+}
