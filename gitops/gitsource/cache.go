@@ -147,6 +147,8 @@ type Cache struct {
 	entries map[Key]*entry
 	lists   map[string]*listing
 
+	trashN int // guarded by mu
+
 	lists64, fetches, fetchedBytes, checkouts atomic.Int64
 }
 
@@ -168,7 +170,7 @@ type entry struct {
 	users    int // Checkout calls in progress
 	lastUsed time.Time
 	size     int64
-	pruned   bool // removed from the cache; its directory goes when its last tree is closed
+	pruned   bool // no GitRepo uses the key: its directory goes when its last Snapshot is closed
 }
 
 type tree struct {
@@ -291,27 +293,60 @@ func (s *Snapshot) FS() fs.FS { return os.DirFS(s.Dir) }
 // latest commit.
 func (s *Snapshot) Close() error {
 	s.once.Do(func() {
-		s.c.mu.Lock()
+		c, e := s.c, s.e
+		c.mu.Lock()
 		s.t.refs--
-		var remove []string
-		if s.t.refs == 0 && (s.t.commit != s.e.latest || s.e.pruned) {
-			delete(s.e.trees, s.t.commit)
-			remove = append(remove, s.t.dir)
+		var trash []string
+		if e.pruned && e.idleLocked() {
+			trash = append(trash, c.dropLocked(e))
+		} else if s.t.refs == 0 && s.t.commit != e.latest {
+			delete(e.trees, s.t.commit)
+			trash = append(trash, c.trashLocked(s.t.dir))
 		}
-		if s.e.pruned && s.e.idleLocked() {
-			remove = append(remove, s.e.dir)
-		}
-		s.c.mu.Unlock()
-		for _, dir := range remove {
-			if err := removeAll(dir); err != nil {
-				s.close = err
-			}
-		}
-		if len(remove) > 0 {
-			s.c.measure(s.e)
+		c.mu.Unlock()
+		s.close = c.empty(trash)
+		if len(trash) > 0 && !e.pruned {
+			c.measure(e)
 		}
 	})
 	return s.close
+}
+
+// trashLocked moves a directory out of the way (a rename: nothing can use it after Cache.mu is
+// released), to be removed by empty outside the lock. Cache.mu must be held.
+func (c *Cache) trashLocked(dir string) string {
+	c.trashN++
+	to := filepath.Join(c.tmpDir, fmt.Sprintf("trash-%d", c.trashN))
+	if err := os.Rename(dir, to); err != nil {
+		if os.IsNotExist(err) {
+			return ""
+		}
+		return dir // removed in place
+	}
+	return to
+}
+
+// dropLocked takes an idle entry out of the cache and trashes its directory. Cache.mu must be held.
+func (c *Cache) dropLocked(e *entry) string {
+	if c.entries[e.key] == e {
+		delete(c.entries, e.key)
+	}
+	e.pruned = true
+	return c.trashLocked(e.dir)
+}
+
+// empty removes trashed directories.
+func (c *Cache) empty(dirs []string) error {
+	var errs []error
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if err := removeAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // idleLocked: no Snapshot and no Checkout call holds the entry. Cache.mu must be held.
@@ -350,10 +385,11 @@ func (c *Cache) Checkout(ctx context.Context, repo Repository, notBefore time.Ti
 
 	c.mu.Lock()
 	e := c.entries[key]
-	if e == nil || e.pruned {
+	if e == nil {
 		e = &entry{key: key, dir: filepath.Join(c.opts.Root, key.dirName()), trees: map[string]*tree{}}
 		c.entries[key] = e
 	}
+	e.pruned = false // in use again
 	e.users++
 	e.lastUsed = time.Now()
 	c.mu.Unlock()
@@ -433,13 +469,11 @@ func (c *Cache) materialise(ctx context.Context, e *entry, ep endpoint, repo Rep
 	for k, old := range e.trees {
 		if k != commit && old.refs == 0 {
 			delete(e.trees, k)
-			stale = append(stale, old.dir)
+			stale = append(stale, c.trashLocked(old.dir))
 		}
 	}
 	c.mu.Unlock()
-	for _, d := range stale {
-		_ = removeAll(d)
-	}
+	_ = c.empty(stale)
 	s := &Snapshot{Key: e.key, Commit: commit, Dir: dir, Submodules: submodules, c: c, e: e, t: t}
 	if err := c.enforceDiskCap(e); err != nil {
 		// The tree does not stay: it is over the cap.
@@ -481,31 +515,17 @@ func (c *Cache) enforceDiskCap(current *entry) error {
 			idle = append(idle, e)
 		}
 	}
-	c.mu.Unlock()
-	if total <= c.limits.MaxCacheBytes {
-		return nil
-	}
 	sort.Slice(idle, func(i, j int) bool { return idle[i].lastUsed.Before(idle[j].lastUsed) })
+	var trash []string
 	for _, e := range idle {
 		if total <= c.limits.MaxCacheBytes {
 			break
 		}
-		if !e.mu.TryLock() {
-			continue
-		}
-		c.mu.Lock()
-		ok := e.idleLocked()
-		if ok {
-			delete(c.entries, e.key)
-			e.pruned = true
-		}
-		c.mu.Unlock()
-		if ok {
-			_ = removeAll(e.dir)
-			total -= e.size
-		}
-		e.mu.Unlock()
+		trash = append(trash, c.dropLocked(e))
+		total -= e.size
 	}
+	c.mu.Unlock()
+	_ = c.empty(trash)
 	if total > c.limits.MaxCacheBytes {
 		return fmt.Errorf("the git cache uses %d bytes, over its cap of %d bytes (MaxCacheBytes) with every other repository in use: raise the cap or split the GitRepos", total, c.limits.MaxCacheBytes)
 	}
@@ -520,64 +540,38 @@ func (c *Cache) measure(e *entry) {
 }
 
 // Prune removes every entry whose Key is not in inUse: at once when no Snapshot holds it, else
-// when its last Snapshot is closed. Directories under the root that belong to no entry go too.
+// when its last Snapshot is closed (a Checkout of the Key in the meantime keeps it). Directories
+// under the root that belong to no entry go too.
 func (c *Cache) Prune(inUse []Key) error {
 	keep := map[Key]bool{}
 	for _, k := range inUse {
 		keep[k] = true
 	}
+	dirs, err := os.ReadDir(c.opts.Root)
+	if err != nil {
+		return fmt.Errorf("gitsource: reading the cache root: %w", err)
+	}
 	c.mu.Lock()
-	var remove []*entry
-	known := map[string]bool{"tmp": true}
+	var trash []string
+	owned := map[string]bool{"tmp": true}
 	for k, e := range c.entries {
-		if keep[k] {
-			known[k.dirName()] = true
+		switch {
+		case keep[k]:
+		case e.idleLocked():
+			trash = append(trash, c.dropLocked(e))
 			continue
+		default:
+			e.pruned = true
 		}
-		delete(c.entries, k)
-		e.pruned = true
-		if e.idleLocked() {
-			remove = append(remove, e)
-		} else {
-			known[k.dirName()] = true
+		owned[k.dirName()] = true
+	}
+	for _, d := range dirs {
+		if !owned[d.Name()] {
+			trash = append(trash, c.trashLocked(filepath.Join(c.opts.Root, d.Name())))
 		}
 	}
 	c.mu.Unlock()
-	var errs []error
-	for _, e := range remove {
-		e.mu.Lock()
-		c.mu.Lock()
-		idle := e.idleLocked()
-		c.mu.Unlock()
-		if idle {
-			if err := removeAll(e.dir); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		e.mu.Unlock()
-	}
-	dirs, err := os.ReadDir(c.opts.Root)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, d := range dirs {
-		if !known[d.Name()] {
-			c.mu.Lock()
-			inMap := false
-			for k := range c.entries {
-				if k.dirName() == d.Name() {
-					inMap = true
-				}
-			}
-			c.mu.Unlock()
-			if !inMap {
-				if err := removeAll(filepath.Join(c.opts.Root, d.Name())); err != nil {
-					errs = append(errs, err)
-				}
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return c.empty(trash)
 }
 
 // removeAll removes a directory tree, read-only directories included.

@@ -118,12 +118,10 @@ func classify(op, repo string, withCredentials bool, err error) *Error {
 		e.Reason, e.Msg = ReasonNotFound, "no repository at this URL (or it is private and the credentials do not reach it)"
 	case errors.Is(err, transport.ErrEmptyRemoteRepository):
 		e.Reason, e.Msg = ReasonRefNotFound, "the repository is empty: it has no branch or tag yet"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		e.Reason, e.Msg = ReasonTimeout, "timed out: "+err.Error()
 	case errors.As(err, &opErr), errors.As(err, &netErr):
-		if netErr != nil && netErr.Timeout() {
-			e.Reason, e.Msg = ReasonTimeout, "timed out: "+err.Error()
-		} else {
-			e.Reason, e.Msg = ReasonUnreachable, "cannot reach the server: "+err.Error()
-		}
+		e.Reason, e.Msg = ReasonUnreachable, "cannot reach the server: "+err.Error()
 	}
 	return e
 }
