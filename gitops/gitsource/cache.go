@@ -317,6 +317,7 @@ func (s *Snapshot) Close() error {
 func (c *Cache) trashLocked(dir string) string {
 	c.trashN++
 	to := filepath.Join(c.tmpDir, fmt.Sprintf("trash-%d", c.trashN))
+	_ = os.Chmod(dir, 0o700) // a read-only tree cannot move to another directory
 	if err := os.Rename(dir, to); err != nil {
 		if os.IsNotExist(err) {
 			return ""

@@ -54,12 +54,12 @@ func randomContent(t *testing.T, n int) string {
 func TestResolve_BranchTagAndCommit(t *testing.T) {
 	s := newServer(t, serverOptions{})
 	first := s.commit(map[string]string{"a/cm.yaml": "a: 1\n"})
-	git(t, s.work, "tag", "light")
-	git(t, s.work, "tag", "-a", "annotated", "-m", "release")
-	git(t, s.work, "push", "-q", s.bare, "light", "annotated")
+	runGit(t, s.work, "tag", "light")
+	runGit(t, s.work, "tag", "-a", "annotated", "-m", "release")
+	runGit(t, s.work, "push", "-q", s.bare, "light", "annotated")
 	second := s.commit(map[string]string{"a/cm.yaml": "a: 2\n"})
-	git(t, s.work, "branch", "-f", "other", first)
-	git(t, s.work, "push", "-q", s.bare, "other")
+	runGit(t, s.work, "branch", "-f", "other", first)
+	runGit(t, s.work, "push", "-q", s.bare, "other")
 
 	c := newCache(t, Options{ListTTL: time.Hour})
 	ctx := testContext(t)
@@ -102,8 +102,8 @@ func TestResolve_BranchTagAndCommit(t *testing.T) {
 func TestResolve_MissingRefIsNamed(t *testing.T) {
 	s := newServer(t, serverOptions{})
 	s.commit(map[string]string{"x": "1"})
-	git(t, s.work, "branch", "release")
-	git(t, s.work, "push", "-q", s.bare, "release")
+	runGit(t, s.work, "branch", "release")
+	runGit(t, s.work, "push", "-q", s.bare, "release")
 	c := newCache(t, Options{})
 	ctx := testContext(t)
 
@@ -297,7 +297,7 @@ func TestCheckout_CommitRevisions(t *testing.T) {
 		}
 	})
 	t.Run("an older commit fetched alone where the server allows it", func(t *testing.T) {
-		git(t, s.bare, "config", "uploadpack.allowReachableSHA1InWant", "true")
+		runGit(t, s.bare, "config", "uploadpack.allowReachableSHA1InWant", "true")
 		c := newCache(t, Options{})
 		snap, err := c.Checkout(ctx, Repository{URL: s.url(), Revision: old}, time.Time{})
 		if err != nil {
@@ -584,7 +584,7 @@ func TestTreeHashes_ChangeOnlyForChangedPaths(t *testing.T) {
 	}
 	// Exact: git's own tree hashes.
 	for _, p := range []string{"apps/web", "apps/db"} {
-		if want := strings.TrimSpace(git(t, s.work, "rev-parse", first+":"+p)); h1[p] != want {
+		if want := strings.TrimSpace(runGit(t, s.work, "rev-parse", first+":"+p)); h1[p] != want {
 			t.Fatalf("hash of %s is %s, git says %s", p, h1[p], want)
 		}
 	}
@@ -684,8 +684,8 @@ func TestCheckout_SymbolicLinksStayInsideTheTree(t *testing.T) {
 func TestPrune_RemovesKeysNoGitRepoUses(t *testing.T) {
 	s := newServer(t, serverOptions{})
 	s.commit(map[string]string{"x": "1"})
-	git(t, s.work, "branch", "other")
-	git(t, s.work, "push", "-q", s.bare, "other")
+	runGit(t, s.work, "branch", "other")
+	runGit(t, s.work, "push", "-q", s.bare, "other")
 	c := newCache(t, Options{})
 	ctx := testContext(t)
 
@@ -769,10 +769,10 @@ func TestCache_ReusesARepositoryAfterRestart(t *testing.T) {
 func TestCache_DiskCapEvictsIdleRepositories(t *testing.T) {
 	s := newServer(t, serverOptions{})
 	s.commit(map[string]string{"a.bin": randomContent(t, 300<<10)})
-	git(t, s.work, "branch", "b")
-	git(t, s.work, "push", "-q", s.bare, "b")
-	git(t, s.work, "branch", "c")
-	git(t, s.work, "push", "-q", s.bare, "c")
+	runGit(t, s.work, "branch", "b")
+	runGit(t, s.work, "push", "-q", s.bare, "b")
+	runGit(t, s.work, "branch", "c")
+	runGit(t, s.work, "push", "-q", s.bare, "c")
 	// One entry takes about 600 KiB (pack + checkout): the cap holds one, not two.
 	c := newCache(t, Options{Limits: Limits{MaxCacheBytes: 1 << 20}})
 	ctx := testContext(t)

@@ -61,8 +61,8 @@ func newServer(t testing.TB, o serverOptions) *server {
 	}
 	s.srv.AddHTTPMiddlewares(s.count)
 	s.bare = filepath.Join(s.srv.Root(), repoName)
-	git(t, s.srv.Root(), "init", "-q", "--bare", "-b", "main", repoName)
-	git(t, s.work, "init", "-q", "-b", "main")
+	runGit(t, s.srv.Root(), "init", "-q", "--bare", "-b", "main", repoName)
+	runGit(t, s.work, "init", "-q", "-b", "main")
 	if o.tls {
 		cert, key, ca, name := testCerts(t)
 		s.ca = ca
@@ -150,14 +150,14 @@ func (s *server) commit(files map[string]string) string {
 // commitWork commits whatever the working clone holds and pushes it to main.
 func (s *server) commitWork() string {
 	s.t.Helper()
-	git(s.t, s.work, "add", "-A")
-	git(s.t, s.work, "commit", "-q", "--allow-empty", "-m", "change")
-	git(s.t, s.work, "push", "-q", "-f", s.bare, "HEAD:refs/heads/main")
-	return strings.TrimSpace(git(s.t, s.work, "rev-parse", "HEAD"))
+	runGit(s.t, s.work, "add", "-A")
+	runGit(s.t, s.work, "commit", "-q", "--allow-empty", "-m", "change")
+	runGit(s.t, s.work, "push", "-q", "-f", s.bare, "HEAD:refs/heads/main")
+	return strings.TrimSpace(runGit(s.t, s.work, "rev-parse", "HEAD"))
 }
 
-// git runs the git CLI in dir, isolated from the user's configuration.
-func git(t testing.TB, dir string, args ...string) string {
+// runGit runs the git CLI in dir, isolated from the user's configuration.
+func runGit(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", append([]string{"-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main"}, args...)...)
 	cmd.Dir = dir
@@ -214,7 +214,7 @@ func (s *server) startSSH() (url, knownHosts string) {
 	go func() { _ = s.srv.StartSSH() }()
 	s.t.Cleanup(func() { _ = s.srv.StopSSH() })
 	// Over SSH (not stateless), git upload-pack serves a commit no ref names only when told to.
-	git(s.t, s.bare, "config", "uploadpack.allowReachableSHA1InWant", "true")
+	runGit(s.t, s.bare, "config", "uploadpack.allowReachableSHA1InWant", "true")
 	// gitkit writes its host key's public half beside the private key.
 	raw, err := os.ReadFile(filepath.Join(keyDir, "gitkit.rsa.pub"))
 	if err != nil {
