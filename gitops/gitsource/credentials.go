@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -108,17 +109,20 @@ func (c *Credentials) fingerprint() string {
 // checkKnownHosts parses every line, so a wrong line is reported when the Secret is read.
 func checkKnownHosts(data []byte) error {
 	rest := data
-	line := 0
+	keys := 0
 	for len(bytes.TrimSpace(rest)) > 0 {
-		line++
 		_, _, _, _, next, err := gossh.ParseKnownHosts(rest)
+		if errors.Is(err, io.EOF) {
+			break // only comments and blank lines were left
+		}
 		if err != nil {
 			return fmt.Errorf("no valid host key (line format: host key-type base64-key)")
 		}
+		keys++
 		rest = next
 	}
-	if line == 0 {
-		return fmt.Errorf("is empty")
+	if keys == 0 {
+		return fmt.Errorf("has no host key")
 	}
 	return nil
 }

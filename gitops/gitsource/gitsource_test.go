@@ -169,7 +169,7 @@ func TestCheckout_SecondCallerOfTheSameKeyMakesNoFetch(t *testing.T) {
 func TestCheckout_ConcurrentCallersShareOneFetch(t *testing.T) {
 	s := newServer(t, serverOptions{})
 	commit := s.commit(map[string]string{"a/cm.yaml": randomContent(t, 64<<10)})
-	c := newCache(t, Options{})
+	c := newCache(t, Options{ListTTL: time.Hour})
 	ctx := testContext(t)
 
 	const callers = 8
@@ -193,6 +193,10 @@ func TestCheckout_ConcurrentCallersShareOneFetch(t *testing.T) {
 	}
 	if n := s.uploadPacks.Load(); n != 1 {
 		t.Fatalf("%d fetches for %d concurrent callers, want 1", n, callers)
+	}
+	// One ls-remote for all of them, and the one the fetch starts with.
+	if n := s.infoRefs.Load(); n != 2 {
+		t.Fatalf("%d info/refs requests for %d concurrent callers, want 2", n, callers)
 	}
 }
 
