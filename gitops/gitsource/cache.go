@@ -163,6 +163,9 @@ type entry struct {
 	// failErr and failAt share a failed fetch with the callers that waited for it.
 	failErr error
 	failAt  time.Time
+	// fullFetch is the size of the last depth-1 fetch: an incremental fetch that would cost
+	// more stops there and a depth-1 fetch is made instead. Guarded by mu.
+	fullFetch int64
 
 	// Guarded by Cache.mu.
 	trees    map[string]*tree
@@ -232,6 +235,7 @@ func (c *Cache) adopt() error {
 		_ = removeAll(filepath.Join(dir, "trees"))
 		e := &entry{key: key, dir: dir, trees: map[string]*tree{}}
 		e.size, _ = diskUsage(dir)
+		e.fullFetch = e.size // about what a fresh fetch costs: the cap of an incremental one
 		c.entries[key] = e
 	}
 	return nil
@@ -436,9 +440,12 @@ func (c *Cache) materialise(ctx context.Context, e *entry, ep endpoint, repo Rep
 				return nil, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonFailed, Msg: "resetting the cache: " + err.Error(), Err: err}
 			}
 		}
-		fetched, written, err := c.fetch(ctx, r, ep, repo, auth, want, commit, advertised)
+		fetched, written, full, err := c.fetch(ctx, r, ep, repo, auth, want, commit, advertised, e.fullFetch)
 		c.fetches.Add(1)
 		c.fetchedBytes.Add(written)
+		if full > 0 {
+			e.fullFetch = full
+		}
 		if err != nil {
 			c.mu.Lock()
 			held := e.snapshotsOpenLocked()

@@ -118,11 +118,19 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 
 func (l *limitWriter) Close() error { return l.w.Close() }
 
-// fetch brings one commit into the repository, shallow (depth 1) and for one ref only, and
-// returns the commit fetched (a branch may have moved on since the ls-remote: its new tip is
-// taken) and the pack bytes written.
-func (c *Cache) fetch(ctx context.Context, r *localRepo, ep endpoint, repo Repository, auth transport.AuthMethod, want wantedRef, commit string, advertised map[string]string) (string, int64, error) {
+// fetch brings one commit into the repository for one ref only, and returns the commit fetched
+// (a branch may have moved on since the ls-remote: its new tip is taken), the pack bytes written
+// and, for a depth-1 fetch, its size.
+//
+// When the repository holds an older commit of the ref, the fetch is incremental: no depth, the
+// older commit as "have", so the server sends only the commits since and the objects they
+// changed (a depth-1 fetch would send the whole tree again: git's upload-pack does not leave out
+// what a shallow client has). It stops at fullFetch bytes (a rewritten history would bring more
+// than a fresh start) and then, or when the new commit is not a descendant, a depth-1 fetch
+// follows.
+func (c *Cache) fetch(ctx context.Context, r *localRepo, ep endpoint, repo Repository, auth transport.AuthMethod, want wantedRef, commit string, advertised map[string]string, fullFetch int64) (string, int64, int64, error) {
 	st := &limitedStorage{Storage: r.st, max: c.limits.MaxFetchBytes}
+	var earlier int64 // bytes of an incremental attempt that was given up
 	remote := git.NewRemote(st, &config.RemoteConfig{Name: git.DefaultRemoteName, URLs: []string{ep.raw}})
 	run := func(specs []config.RefSpec, depth int) error {
 		err := remote.FetchContext(ctx, &git.FetchOptions{
@@ -139,19 +147,40 @@ func (c *Cache) fetch(ctx context.Context, r *localRepo, ep endpoint, repo Repos
 		}
 		return err
 	}
-	fail := func(err error) (string, int64, error) {
+	fail := func(err error) (string, int64, int64, error) {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (FetchTimeout %s): %v", context.DeadlineExceeded, c.limits.FetchTimeout, err)
 		}
-		return "", st.written, classify("fetch", ep.String(), auth != nil, err)
+		return "", earlier + st.written, 0, classify("fetch", ep.String(), auth != nil, err)
+	}
+	notFound := func(err error) bool {
+		return errors.Is(err, git.NoMatchingRefSpecError{}) || strings.Contains(err.Error(), "couldn't find remote ref")
 	}
 
 	switch want.kind {
 	case refBranch, refTag:
-		spec := config.RefSpec("+" + want.full() + ":" + want.full())
-		if err := run([]config.RefSpec{spec}, 1); err != nil {
-			if errors.Is(err, git.NoMatchingRefSpecError{}) || strings.Contains(err.Error(), "couldn't find remote ref") {
-				return "", st.written, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonRefNotFound, Msg: want.String() + " not found in the repository", Err: err}
+		specs := []config.RefSpec{config.RefSpec("+" + want.full() + ":" + want.full())}
+		if _, err := r.refCommit(want.full()); err == nil && fullFetch > 0 {
+			st.max = min(c.limits.MaxFetchBytes, fullFetch)
+			err := run(specs, 0)
+			if err == nil {
+				if got, err := r.refCommit(want.full()); err == nil && r.hasCommit(got) {
+					return got, st.written, 0, nil
+				}
+			}
+			var lim *limitError
+			if err != nil && !errors.As(err, &lim) && !errors.Is(err, plumbing.ErrObjectNotFound) {
+				if notFound(err) {
+					return "", st.written, 0, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonRefNotFound, Msg: want.String() + " not found in the repository", Err: err}
+				}
+				return fail(err)
+			}
+			r.removeTempPacks()
+			earlier, st.written, st.max = st.written, 0, c.limits.MaxFetchBytes
+		}
+		if err := run(specs, 1); err != nil {
+			if notFound(err) {
+				return "", earlier + st.written, 0, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonRefNotFound, Msg: want.String() + " not found in the repository", Err: err}
 			}
 			return fail(err)
 		}
@@ -159,7 +188,7 @@ func (c *Cache) fetch(ctx context.Context, r *localRepo, ep endpoint, repo Repos
 		if err != nil {
 			return fail(err)
 		}
-		return got, st.written, nil
+		return got, earlier + st.written, st.written, nil
 	}
 
 	// A commit: the ref that advertises it, else the commit itself (servers that allow it),
@@ -170,7 +199,7 @@ func (c *Cache) fetch(ctx context.Context, r *localRepo, ep endpoint, repo Repos
 				return fail(err)
 			}
 			if r.hasCommit(commit) {
-				return commit, st.written, nil
+				return commit, st.written, st.written, nil
 			}
 			break
 		}
@@ -180,13 +209,13 @@ func (c *Cache) fetch(ctx context.Context, r *localRepo, ep endpoint, repo Repos
 		err = run([]config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"}, 0)
 	}
 	if err != nil && strings.Contains(err.Error(), "not our ref") {
-		return "", st.written, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonRefNotFound, Msg: fmt.Sprintf("commit %s is not in the repository", commit), Err: err}
+		return "", st.written, 0, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonRefNotFound, Msg: fmt.Sprintf("commit %s is not in the repository", commit), Err: err}
 	}
 	if err != nil {
 		return fail(err)
 	}
 	if !r.hasCommit(commit) {
-		return "", st.written, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonRefNotFound, Msg: fmt.Sprintf("commit %s is not in the repository", commit)}
+		return "", st.written, 0, &Error{Op: "fetch", Repo: ep.String(), Reason: ReasonRefNotFound, Msg: fmt.Sprintf("commit %s is not in the repository", commit)}
 	}
-	return commit, st.written, nil
+	return commit, st.written, st.written, nil
 }

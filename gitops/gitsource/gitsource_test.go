@@ -252,6 +252,39 @@ func TestCheckout_NewCommitFetchesOnlyThatCommit(t *testing.T) {
 	}
 }
 
+func TestCheckout_RewrittenHistoryIsFetchedAfresh(t *testing.T) {
+	s := newServer(t, serverOptions{})
+	first := s.commit(map[string]string{"blob.bin": randomContent(t, 128<<10), "v": "1\n"})
+	c := newCache(t, Options{})
+	ctx := testContext(t)
+	repo := Repository{URL: s.url(), Branch: "main"}
+	check := func(wantCommit, wantV string) {
+		t.Helper()
+		snap, err := c.Checkout(ctx, repo, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer snap.Close()
+		if snap.Commit != wantCommit || readFile(t, snap.Dir, "v") != wantV {
+			t.Fatalf("got %s with v=%q, want %s with %q", snap.Commit, readFile(t, snap.Dir, "v"), wantCommit, wantV)
+		}
+	}
+	check(first, "1\n")
+	second := s.commit(map[string]string{"v": "2\n"})
+	check(second, "2\n")
+
+	// The branch reset to its parent (which the shallow cache never fetched).
+	runGit(t, s.work, "reset", "-q", "--hard", first)
+	runGit(t, s.work, "push", "-q", "-f", s.bare, "HEAD:refs/heads/main")
+	check(first, "1\n")
+
+	// The branch replaced by an unrelated history.
+	runGit(t, s.work, "checkout", "-q", "--orphan", "rewrite")
+	runGit(t, s.work, "rm", "-q", "-rf", ".")
+	rewritten := s.commit(map[string]string{"v": "new history\n"})
+	check(rewritten, "new history\n")
+}
+
 func TestCheckout_IsReadOnly(t *testing.T) {
 	s := newServer(t, serverOptions{})
 	s.commit(map[string]string{"a/b/c.yaml": "c\n", "run.sh": "#!/bin/sh\n"})

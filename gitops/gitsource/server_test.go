@@ -228,7 +228,7 @@ func (s *server) startSSH() (url, knownHosts string) {
 	return s.srv.SSHAddress() + "/" + repoName, knownHostsLine(s.t, addr, key)
 }
 
-func knownHostsLine(t *testing.T, addr string, key gossh.PublicKey) string {
+func knownHostsLine(t testing.TB, addr string, key gossh.PublicKey) string {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
