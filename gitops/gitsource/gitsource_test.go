@@ -34,6 +34,7 @@ func wantReason(t *testing.T, err error, reason Reason, parts ...string) *Error 
 	if e.Reason != reason {
 		t.Fatalf("reason %s, want %s: %v", e.Reason, reason, err)
 	}
+	t.Logf("%s: %v", reason, err)
 	for _, p := range parts {
 		if !strings.Contains(err.Error(), p) {
 			t.Fatalf("error %q does not say %q", err, p)

@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -40,10 +41,11 @@ type server struct {
 	work string // a working clone the tests commit in
 	ca   []byte // the CA of the HTTPS certificate
 
-	infoRefs    atomic.Int64 // GET …/info/refs: ls-remote, and the start of every fetch
-	uploadPacks atomic.Int64 // POST …/git-upload-pack: fetches that asked for objects
-	bytesOut    atomic.Int64 // response bytes of upload-pack
-	hang        atomic.Value // string: "info/refs" or "git-upload-pack" requests wait for the client to go
+	infoRefs    atomic.Int64  // GET …/info/refs: ls-remote, and the start of every fetch
+	uploadPacks atomic.Int64  // POST …/git-upload-pack: fetches that asked for objects
+	bytesOut    atomic.Int64  // response bytes of upload-pack
+	hang        atomic.Value  // string: "info/refs" or "git-upload-pack" requests wait for the client to go
+	release     chan struct{} // closed at cleanup: hung requests end
 }
 
 type serverOptions struct {
@@ -54,7 +56,7 @@ type serverOptions struct {
 // newServer makes an empty repository (branch main) served over HTTP (or HTTPS).
 func newServer(t testing.TB, o serverOptions) *server {
 	t.Helper()
-	s := &server{t: t, srv: gittestserver.NewGitServer(t.TempDir()), work: t.TempDir()}
+	s := &server{t: t, srv: gittestserver.NewGitServer(t.TempDir()), work: t.TempDir(), release: make(chan struct{})}
 	s.hang.Store("")
 	if o.user != "" {
 		s.srv.Auth(o.user, o.password)
@@ -73,6 +75,7 @@ func newServer(t testing.TB, o serverOptions) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.srv.StopHTTP)
+	t.Cleanup(func() { close(s.release) }) // runs first: StopHTTP waits for handlers
 	return s
 }
 
@@ -96,9 +99,10 @@ func (s *server) count(next http.Handler) http.Handler {
 			s.uploadPacks.Add(1)
 		}
 		if hang != "" && strings.HasSuffix(r.URL.Path, hang) {
+			_, _ = io.Copy(io.Discard, r.Body) // so the server notices when the client goes
 			select {
 			case <-r.Context().Done():
-			case <-time.After(time.Minute):
+			case <-s.release:
 			}
 			return
 		}
