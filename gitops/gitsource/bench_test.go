@@ -2,6 +2,7 @@ package gitsource
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 // fetchChild is the child: one Checkout of the repository's main branch, as the source
 // component does it.
 func fetchChild(url, root string) int {
-	c, err := New(Options{Root: root, Limits: Limits{MaxFetchBytes: 4 << 30, MaxCheckoutBytes: 4 << 30, MaxCacheBytes: 16 << 30}})
+	c, err := New(Options{Root: root, Limits: Limits{MaxFetchBytes: 4 << 30, MaxObjectBytes: objectLimit(), MaxCheckoutBytes: 4 << 30, MaxCacheBytes: 16 << 30}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -49,9 +50,18 @@ func fetchChild(url, root string) int {
 	return 0
 }
 
+// objectLimit is MaxObjectBytes for the benchmark: GITSOURCE_BENCH_MAX_OBJECT_MIB, else 4 GiB
+// (so a large file is measured, not refused).
+func objectLimit() int64 {
+	if v, err := strconv.Atoi(os.Getenv("GITSOURCE_BENCH_MAX_OBJECT_MIB")); err == nil && v > 0 {
+		return int64(v) << 20
+	}
+	return 4 << 30
+}
+
 // BenchmarkCheckout_LargeRepositoryPeakRSS fetches and checks out a repository of
-// GITSOURCE_BENCH_MIB MiB (default 128) of incompressible files (1 MiB each) and reports the
-// child process's peak RSS. Run it with:
+// GITSOURCE_BENCH_MIB MiB (default 128) of incompressible files of GITSOURCE_BENCH_FILE_MIB MiB
+// each (default 1) and reports the child process's peak RSS. Run it with:
 //
 //	go test -run '^$' -bench LargeRepositoryPeakRSS -benchtime 1x ./gitops/gitsource/
 func BenchmarkCheckout_LargeRepositoryPeakRSS(b *testing.B) {
@@ -59,14 +69,23 @@ func BenchmarkCheckout_LargeRepositoryPeakRSS(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("GITSOURCE_BENCH_MIB")); err == nil && v > 0 {
 		mib = v
 	}
-	s := newBenchServer(b, mib)
+	fileMiB := 1
+	if v, err := strconv.Atoi(os.Getenv("GITSOURCE_BENCH_FILE_MIB")); err == nil && v > 0 {
+		fileMiB = v
+	}
+	s := newBenchServer(b, mib, fileMiB)
 	var peak int64
 	for b.Loop() {
 		root := b.TempDir()
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+s.url(), childRootEnv+"="+root)
 		out, err := cmd.Output()
-		if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && os.Getenv("GITSOURCE_BENCH_MAX_OBJECT_MIB") != "" {
+			// A limit set on purpose: the refusal's cost is what is measured.
+			b.Logf("refused: %s", exit.Stderr)
+			b.ReportMetric(1, "refused")
+		} else if err != nil {
 			b.Fatalf("child: %v: %s", err, out)
 		}
 		rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024 // KiB on Linux
@@ -79,16 +98,21 @@ func BenchmarkCheckout_LargeRepositoryPeakRSS(b *testing.B) {
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MiB")
 	b.ReportMetric(float64(mib), "repo-MiB")
+	b.ReportMetric(float64(fileMiB), "file-MiB")
 }
 
-// newBenchServer is a served repository of mib files of 1 MiB random bytes.
-func newBenchServer(b *testing.B, mib int) *server {
+// newBenchServer is a served repository of mib MiB of random bytes in files of fileMiB MiB.
+func newBenchServer(b *testing.B, mib, fileMiB int) *server {
 	b.Helper()
 	s := newServer(b, serverOptions{})
-	buf := make([]byte, 1<<20)
-	for i := range mib {
+	buf := make([]byte, fileMiB<<20)
+	zeros := os.Getenv("GITSOURCE_BENCH_ZEROS") != "" // compressible: a small pack of large files
+	for i := range max(1, mib/fileMiB) {
 		if _, err := rand.Read(buf); err != nil {
 			b.Fatal(err)
+		}
+		if zeros {
+			clear(buf)
 		}
 		p := filepath.Join(s.work, fmt.Sprintf("dir%02d", i%16), fmt.Sprintf("f%04d.bin", i))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

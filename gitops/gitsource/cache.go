@@ -26,6 +26,9 @@ type Limits struct {
 	FetchTimeout time.Duration
 	// MaxFetchBytes is the most pack data one fetch may write. Default 512 MiB.
 	MaxFetchBytes int64
+	// MaxObjectBytes is the largest object (a file, inflated) a fetch may bring: go-git holds an
+	// object whole in memory to index it, so this bounds the fetch's memory. Default 128 MiB.
+	MaxObjectBytes int64
 	// MaxCheckoutBytes is the most file content one checkout may write. Default 512 MiB.
 	MaxCheckoutBytes int64
 	// MaxCheckoutFiles is the most files one checkout may write. Default 50,000.
@@ -40,6 +43,7 @@ var DefaultLimits = Limits{
 	ListTimeout:      30 * time.Second,
 	FetchTimeout:     5 * time.Minute,
 	MaxFetchBytes:    512 << 20,
+	MaxObjectBytes:   128 << 20,
 	MaxCheckoutBytes: 512 << 20,
 	MaxCheckoutFiles: 50_000,
 	MaxCacheBytes:    8 << 30,
@@ -55,6 +59,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxFetchBytes > 0 {
 		d.MaxFetchBytes = l.MaxFetchBytes
+	}
+	if l.MaxObjectBytes > 0 {
+		d.MaxObjectBytes = l.MaxObjectBytes
 	}
 	if l.MaxCheckoutBytes > 0 {
 		d.MaxCheckoutBytes = l.MaxCheckoutBytes

@@ -90,8 +90,9 @@ func (r *localRepo) refCommit(name string) (string, error) {
 // streams every fetched pack through PackfileWriter, over http and ssh alike.
 type limitedStorage struct {
 	*filesystem.Storage
-	max     int64
-	written int64
+	max       int64 // pack bytes
+	maxObject int64 // inflated bytes of one object
+	written   int64
 }
 
 func (s *limitedStorage) PackfileWriter() (io.WriteCloser, error) {
@@ -99,24 +100,31 @@ func (s *limitedStorage) PackfileWriter() (io.WriteCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &limitWriter{w: w, s: s}, nil
+	return &limitWriter{w: w, s: s, guard: newPackGuard(s.maxObject)}, nil
 }
 
 type limitWriter struct {
-	w io.WriteCloser
-	s *limitedStorage
+	w     io.WriteCloser
+	s     *limitedStorage
+	guard *packGuard
 }
 
 func (l *limitWriter) Write(p []byte) (int, error) {
 	if l.s.written+int64(len(p)) > l.s.max {
 		return 0, &limitError{msg: fmt.Sprintf("the fetch passed its limit of %d bytes (MaxFetchBytes): the repository is too large for this installation's limit", l.s.max)}
 	}
+	if err := l.guard.check(p); err != nil {
+		return 0, err
+	}
 	n, err := l.w.Write(p)
 	l.s.written += int64(n)
 	return n, err
 }
 
-func (l *limitWriter) Close() error { return l.w.Close() }
+func (l *limitWriter) Close() error {
+	l.guard.close()
+	return l.w.Close()
+}
 
 // fetch brings one commit into the repository for one ref only, and returns the commit fetched
 // (a branch may have moved on since the ls-remote: its new tip is taken), the pack bytes written
@@ -129,7 +137,7 @@ func (l *limitWriter) Close() error { return l.w.Close() }
 // than a fresh start) and then, or when the new commit is not a descendant, a depth-1 fetch
 // follows.
 func (c *Cache) fetch(ctx context.Context, r *localRepo, ep endpoint, repo Repository, auth transport.AuthMethod, want wantedRef, commit string, advertised map[string]string, fullFetch int64) (string, int64, int64, error) {
-	st := &limitedStorage{Storage: r.st, max: c.limits.MaxFetchBytes}
+	st := &limitedStorage{Storage: r.st, max: c.limits.MaxFetchBytes, maxObject: c.limits.MaxObjectBytes}
 	var earlier int64 // bytes of an incremental attempt that was given up
 	remote := git.NewRemote(st, &config.RemoteConfig{Name: git.DefaultRemoteName, URLs: []string{ep.raw}})
 	run := func(specs []config.RefSpec, depth int) error {

@@ -563,6 +563,39 @@ func TestCheckout_FetchSizeLimit(t *testing.T) {
 	}
 }
 
+func TestCheckout_ObjectSizeLimit(t *testing.T) {
+	s := newServer(t, serverOptions{})
+	// 8 MiB of zeros is a pack of a few kilobytes: only the object's inflated size shows it.
+	s.commit(map[string]string{"small.yaml": "x\n", "bomb.bin": strings.Repeat("\x00", 8<<20)})
+	c := newCache(t, Options{Limits: Limits{MaxObjectBytes: 1 << 20}})
+	_, err := c.Checkout(testContext(t), Repository{URL: s.url(), Branch: "main"}, time.Time{})
+	wantReason(t, err, ReasonLimitExceeded, "MaxObjectBytes", "8388608 bytes", s.hostPort())
+	if s.bytesOut.Load() > 1<<20 {
+		t.Fatalf("the server sent %d bytes: the pack was not small, the test proves nothing", s.bytesOut.Load())
+	}
+	// Within the limit, the same repository is fetched.
+	snap, err := newCache(t, Options{Limits: Limits{MaxObjectBytes: 16 << 20}}).Checkout(testContext(t), Repository{URL: s.url(), Branch: "main"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = snap.Close()
+}
+
+func TestDeltaSize_ReadsTheTargetSize(t *testing.T) {
+	// base size 1000 (0xe8 0x07), target size 300000 (0xe0 0xa7 0x12), then instructions.
+	for _, chunks := range [][]string{{"\xe8\x07\xe0\xa7\x12\x90\x01"}, {"\xe8", "\x07\xe0", "\xa7", "\x12rest"}} {
+		d := &deltaSize{}
+		for _, c := range chunks {
+			if _, err := d.Write([]byte(c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d.target != 300000 {
+			t.Fatalf("target %d from %q", d.target, chunks)
+		}
+	}
+}
+
 func TestCheckout_CheckoutLimits(t *testing.T) {
 	s := newServer(t, serverOptions{})
 	files := map[string]string{}
