@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -168,4 +169,45 @@ func (r *Reconciler) collectChunks(ctx context.Context, bd *fleet.BundleDeployme
 		}
 	}
 	return nil
+}
+
+// encodingsKept is how many encodings encodingCache keeps: those of the
+// Bundles being written right now.
+const encodingsKept = 8
+
+// encodingCache keeps the latest encodings of content, so the clusters of
+// one render share one gzip (a 20 MB chart takes a second to compress)
+// instead of compressing it again per cluster. An encoding depends only on
+// the BundleDeployment's name (the chunks' names) and the manifests.
+type encodingCache struct {
+	mu    sync.Mutex
+	byKey map[string]*encoding
+	order []string
+}
+
+type encoding struct {
+	once sync.Once
+	enc  *bundlecontent.Encoded
+	err  error
+}
+
+func (c *encodingCache) encode(bd, manifestID string, manifests []byte) (*bundlecontent.Encoded, error) {
+	key := bd + "\x00" + manifestID
+	c.mu.Lock()
+	e, ok := c.byKey[key]
+	if !ok {
+		if c.byKey == nil {
+			c.byKey = map[string]*encoding{}
+		}
+		e = &encoding{}
+		c.byKey[key] = e
+		c.order = append(c.order, key)
+		if len(c.order) > encodingsKept {
+			delete(c.byKey, c.order[0])
+			c.order = c.order[1:]
+		}
+	}
+	c.mu.Unlock()
+	e.once.Do(func() { e.enc, e.err = bundlecontent.EncodeContent(bd, manifests) })
+	return e.enc, e.err
 }

@@ -73,6 +73,8 @@ type Reconciler struct {
 
 	// rendered remembers what the Bundles' renders gave.
 	rendered renderCache
+	// encodings shares a content's gzip and chunks between clusters.
+	encodings encodingCache
 	// apiReader reads downstreamResources' sources uncached (downstream.go).
 	apiReader client.Reader
 }
@@ -475,7 +477,7 @@ func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployme
 		// cache and reports it on the Bundle.
 		return fmt.Errorf("rendering the content of %s/%s: %w", bd.Namespace, bd.Name, renderErr)
 	}
-	enc, err := bundlecontent.EncodeContent(bd.Name, manifests)
+	enc, err := r.encodings.encode(bd.Name, contentID, manifests)
 	if err != nil {
 		return fmt.Errorf("writing content Secret %s: %w", key, err)
 	}
