@@ -318,8 +318,8 @@ func (r *chunkReader) chunk(c ChunkRef) ([]byte, error) {
 	case s.Type != ChunkSecretType:
 		return nil, &InvalidError{fmt.Sprintf("chunk secret %s/%s has type %q, want %q", r.ns, c.Name, s.Type, ChunkSecretType)}
 	case len(data) != c.Size || hex.EncodeToString(sum[:]) != c.SHA256:
-		return nil, &InvalidError{fmt.Sprintf("chunk secret %s/%s of content %s does not match its digest in the index (%d bytes, sha256 %s; the index says %d bytes, sha256 %s): it was changed after the controller wrote it",
-			r.ns, c.Name, r.idx.ManifestID, len(data), shortHex(sum[:]), c.Size, shortHex16(c.SHA256))}
+		return nil, &InvalidError{fmt.Sprintf("chunk secret %s/%s of content %s does not match its digest in the index (%d bytes, sha256 %s…; the index says %d bytes, sha256 %s…): it was changed after the controller wrote it; delete it and the controller writes it again",
+			r.ns, c.Name, shortHex16(r.idx.ManifestID), len(data), shortHex(sum[:]), c.Size, shortHex16(c.SHA256))}
 	}
 	return data, nil
 }
