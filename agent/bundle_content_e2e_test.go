@@ -297,11 +297,3 @@ func TestBundle_LargeContentTravelsInVerifiedChunks(t *testing.T) {
 		})
 	}
 }
-
-func keys(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}

@@ -41,6 +41,16 @@ func (s store) get(_ context.Context, name string) (*corev1.Secret, error) {
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, name)
 }
 
+// clone copies the store, data included, so a test may change it.
+func (s store) clone() store {
+	out := store{}
+	for k, v := range s {
+		c := v.DeepCopy()
+		out[k] = c
+	}
+	return out
+}
+
 func write(t *testing.T, bd string, manifests []byte) (store, *Encoded) {
 	t.Helper()
 	enc, err := EncodeContent(bd, manifests)
@@ -72,9 +82,9 @@ func TestEncodeContent_SmallContentStaysInlineAsBefore(t *testing.T) {
 }
 
 func TestEncodeContent_LargeContentIsChunkedAndReadBack(t *testing.T) {
-	m := bigManifests(100) // 6.4 MB of hex, ~3.4 MB gzipped
+	m := bigManifests(50) // 3.2 MB of hex, ~1.7 MB gzipped
 	st, enc := write(t, "app", m)
-	if len(enc.Chunks) < 3 {
+	if len(enc.Chunks) < 2 {
 		t.Fatalf("%d chunks for %d gzipped bytes", len(enc.Chunks), enc.Size)
 	}
 	for i, c := range enc.Chunks {
@@ -94,7 +104,7 @@ func TestEncodeContent_LargeContentIsChunkedAndReadBack(t *testing.T) {
 	}
 	// Another content of the same BundleDeployment has other chunk names,
 	// so both can exist while one replaces the other.
-	_, enc2 := write(t, "app", bigManifests(101))
+	_, enc2 := write(t, "app", bigManifests(51))
 	for _, c := range enc2.Chunks {
 		if _, clash := st[c.Name]; clash {
 			t.Errorf("chunk %s is a name of the previous content too", c.Name)
@@ -104,6 +114,10 @@ func TestEncodeContent_LargeContentIsChunkedAndReadBack(t *testing.T) {
 
 func TestRead_RefusesTamperedMissingAndForeignChunks(t *testing.T) {
 	m := bigManifests(60)
+	written, enc := write(t, "app", m)
+	if len(enc.Chunks) < 3 {
+		t.Fatalf("%d chunks", len(enc.Chunks))
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(st store, enc *Encoded)
@@ -144,7 +158,7 @@ func TestRead_RefusesTamperedMissingAndForeignChunks(t *testing.T) {
 		}, isInvalid, "chunks of secret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, enc := write(t, "app", m)
+			st := written.clone()
 			tc.change(st, enc)
 			_, err := Read(t.Context(), st["app"], "app", ManifestID(m), st.get)
 			if err == nil || !tc.want(err) || !strings.Contains(err.Error(), tc.says) {
