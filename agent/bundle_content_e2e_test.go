@@ -1,10 +1,10 @@
 package agent_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,28 +25,32 @@ import (
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
-// bigTemplates render .Values.count ConfigMaps of 1,000 keys, each value 128
-// hex digits of sha256 (deterministic, so every render gives the same
-// manifests): ~140 KB a ConfigMap, about half of it left after gzip. The
-// Bundle itself is a few hundred bytes.
-const bigTemplates = `{{- range $i := until (int .Values.count) }}
+// bigTemplates render .Values.count ConfigMaps, each holding the chart's
+// file blob.txt (600 KB of random base64, which gzip cannot shrink below
+// three quarters) and the seed. The copies are further apart than gzip's
+// window, so each costs its full size: 8 copies are more than 3.5 MB
+// gzipped, from a Bundle of 600 KB.
+const bigTemplates = `{{- $blob := .Files.Get "files/blob.txt" }}
+{{- range $i := until (int .Values.count) }}
 ---
 apiVersion: v1
 kind: ConfigMap
 metadata:
   name: big-{{ $i }}
 data:
-  {{- range $j := until 1000 }}
-  k{{ $j }}: "{{ sha256sum (printf "%s-%d-%d" $.Values.seed $i $j) }}{{ sha256sum (printf "%d-%d-%s" $j $i $.Values.seed) }}"
-  {{- end }}
+  seed: {{ $.Values.seed | quote }}
+  blob: {{ $blob | quote }}
 {{- end }}
 `
 
-// bigValue is what bigTemplates put under key k<j> of ConfigMap big-<i>.
-func bigValue(seed string, i, j int) string {
-	a := sha256.Sum256(fmt.Appendf(nil, "%s-%d-%d", seed, i, j))
-	b := sha256.Sum256(fmt.Appendf(nil, "%d-%d-%s", j, i, seed))
-	return hex.EncodeToString(a[:]) + hex.EncodeToString(b[:])
+// bigBlob is blob.txt: 600 KB of base64 of deterministic random bytes.
+func bigBlob() string {
+	r := rand.New(rand.NewPCG(29, 3))
+	raw := make([]byte, 450<<10)
+	for i := range raw {
+		raw[i] = byte(r.Uint32())
+	}
+	return base64.StdEncoding.EncodeToString(raw)
 }
 
 // chunkSecrets lists the chunk Secrets of Bundle ws/name in a cluster
@@ -106,7 +110,8 @@ func TestBundle_LargeContentTravelsInVerifiedChunks(t *testing.T) {
 		members = append(members, &member{ds: ds, agentNS: agentNS, name: name})
 	}
 	appNS := "big-" + ws
-	const count = 50
+	const count = 8
+	blob := bigBlob()
 
 	b := &fleet.Bundle{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "big"},
@@ -120,6 +125,7 @@ func TestBundle_LargeContentTravelsInVerifiedChunks(t *testing.T) {
 			Resources: []fleet.BundleResource{
 				{Name: "chart/Chart.yaml", Content: "apiVersion: v2\nname: big\nversion: 0.1.0\n"},
 				{Name: "chart/templates/big.yaml", Content: bigTemplates},
+				{Name: "chart/files/blob.txt", Content: blob},
 			},
 			Targets: []fleet.BundleTarget{{
 				ClusterSelector:         &metav1.LabelSelector{MatchLabels: map[string]string{"content": "big"}},
@@ -137,10 +143,10 @@ func TestBundle_LargeContentTravelsInVerifiedChunks(t *testing.T) {
 				for _, i := range []int{0, count - 1} {
 					cm, err := configMap(t, m.ds, appNS, "big-"+strconv.Itoa(i))
 					if err != nil {
-						return fmt.Errorf("cluster %s: %w", m.name, err)
+						return fmt.Errorf("cluster %s: %w (Bundle: %s)", m.name, err, conditionsOf(bundleStatus(t, ws, "big").Status.Conditions))
 					}
-					if len(cm.Data) != 1000 || cm.Data["k999"] != bigValue(seed, i, 999) {
-						return fmt.Errorf("cluster %s: big-%d has %d keys, k999 %.16s…", m.name, i, len(cm.Data), cm.Data["k999"])
+					if cm.Data["seed"] != seed || cm.Data["blob"] != blob {
+						return fmt.Errorf("cluster %s: big-%d has seed %q and %d bytes of blob", m.name, i, cm.Data["seed"], len(cm.Data["blob"]))
 					}
 				}
 			}
@@ -265,8 +271,8 @@ func TestBundle_LargeContentTravelsInVerifiedChunks(t *testing.T) {
 		}
 		return nil
 	})
-	if cm, err := configMap(t, victim.ds, appNS, "big-0"); err != nil || cm.Data["k0"] != bigValue("two", 0, 0) {
-		t.Errorf("big-0 after the refusal: %v (%v)", cm.Data["k0"], err)
+	if cm, err := configMap(t, victim.ds, appNS, "big-0"); err != nil || cm.Data["seed"] != "two" {
+		t.Errorf("big-0 after the refusal: %v", err)
 	}
 	// Deleting the changed chunk: the controller writes it again, the agent
 	// is back to Ready.
@@ -296,4 +302,12 @@ func TestBundle_LargeContentTravelsInVerifiedChunks(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+func conditionsOf(cs []metav1.Condition) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, fmt.Sprintf("%s=%s %s: %.300s", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(out, "; ")
 }
