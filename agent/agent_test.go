@@ -55,6 +55,10 @@ func TestMain(m *testing.M) {
 				AgentCheckinInterval:         metav1.Duration{Duration: heartbeat},
 				OfflineAfterMissedHeartbeats: 3,
 				RequestCredentialTTL:         metav1.Duration{Duration: time.Hour},
+				// The render workers are this test binary, built with -race
+				// (several times slower) on a shared machine: the large-content
+				// test's 5 MB render needs more than the default 30s there.
+				BundleRenderTimeout: metav1.Duration{Duration: 3 * time.Minute},
 				// Registration tests: no agent Bundles (nothing applies them
 				// here, and their pending state would hold Ready back).
 				ManageAgent: ptr.To(false),

@@ -190,16 +190,14 @@ func New(opts Options) (*Deployer, error) {
 }
 
 func (d *Deployer) setup() error {
-	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}}}
-	})
 	err := ctrl.NewControllerManagedBy(d.mgr).
 		Named("bundledeployment-deployer").
 		// Status writes (ours) change neither the generation nor the
 		// labels: they must not wake the reconciler again. A label change
 		// may make a refused BundleDeployment this cluster's.
 		For(&fleet.BundleDeployment{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		WatchesMetadata(&corev1.Secret{}, sameName).
+		// Content and chunk Secrets (content.go).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(contentOf)).
 		// Another BundleDeployment's state, labels or dependsOn may
 		// unblock one waiting for its dependencies (dependencies.go).
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(d.dependentsOf), builder.WithPredicates(dependencyChanged())).

@@ -312,30 +312,6 @@ func resources(refs []objRef) []fleet.BundleDeploymentResource {
 	return out
 }
 
-// readContent returns the manifests of a BundleDeployment. Content not
-// written yet is a *reconciler.Waiting (WaitingForContent), content that
-// cannot be read a *reconciler.Stalled (ContentInvalid): a new Secret
-// (watched) brings the BundleDeployment back.
-func (d *Deployer) readContent(ctx context.Context, bd *fleet.BundleDeployment) ([]byte, error) {
-	s := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: bd.Namespace, Name: bundlecontent.SecretName(bd.Name)}
-	if err := d.upReader.Get(ctx, key, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, reconciler.Wait(WaitingForContentReason, contentRetry, "waiting for the content secret %s/%s", key.Namespace, key.Name)
-		}
-		return nil, fmt.Errorf("reading content secret %s/%s: %w", key.Namespace, key.Name, err)
-	}
-	manifests, err := bundlecontent.Decode(s, "")
-	if err != nil {
-		return nil, reconciler.Stall(ContentInvalidReason, "%v", err)
-	}
-	want := bundlecontent.SplitDeploymentID(bd.Spec.DeploymentID)
-	if got := bundlecontent.ManifestID(manifests); got != want {
-		return nil, reconciler.Wait(WaitingForContentReason, contentRetry, "waiting for content %s: the content secret %s/%s holds %s", shortID(want), key.Namespace, key.Name, shortID(got))
-	}
-	return manifests, nil
-}
-
 // apply applies a prepared bundle staged (CRDs, namespaces and cluster
 // roles first) as id, prunes what left it and stores the new inventory.
 // The agent's own bundle, and a bundle applied as a ServiceAccount, are

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +73,8 @@ type Reconciler struct {
 
 	// rendered remembers what the Bundles' renders gave.
 	rendered renderCache
+	// encodings shares a content's gzip and chunks between clusters.
+	encodings encodingCache
 	// apiReader reads downstreamResources' sources uncached (downstream.go).
 	apiReader client.Reader
 }
@@ -367,7 +370,10 @@ func (r *Reconciler) renderStaleContent(ctx context.Context, renders *reconcileR
 // content Secret holds the manifests contentID names.
 func (r *Reconciler) contentCurrent(ctx context.Context, namespace, bundle, contentID string) (bool, error) {
 	m, err := r.contentMeta(ctx, namespace, bundle)
-	return m != nil && m.Annotations[ManifestIDAnnotation] == contentID, err
+	if err != nil {
+		return false, err
+	}
+	return r.contentComplete(ctx, m, bundle, contentID)
 }
 
 // contentMeta returns a cluster's content Secret's metadata from the
@@ -453,7 +459,13 @@ func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployme
 	key := client.ObjectKey{Namespace: bd.Namespace, Name: bundlecontent.SecretName(bd.Name)}
 	contentID, _, _ := renders.outcome(rr)
 	m, err := r.contentMeta(ctx, key.Namespace, bd.Name)
-	if err != nil || m != nil && m.Annotations[ManifestIDAnnotation] == contentID {
+	if err != nil {
+		return err
+	}
+	if current, err := r.contentComplete(ctx, m, bd.Name, contentID); err != nil || current {
+		if err == nil {
+			err = r.collectChunks(ctx, bd, contentID)
+		}
 		return err
 	}
 	if err := renders.ensureManifests(ctx, rr); err != nil {
@@ -465,8 +477,12 @@ func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployme
 		// cache and reports it on the Bundle.
 		return fmt.Errorf("rendering the content of %s/%s: %w", bd.Namespace, bd.Name, renderErr)
 	}
-	data, err := bundlecontent.Encode(manifests)
+	enc, err := r.encodings.encode(bd.Name, contentID, manifests)
 	if err != nil {
+		return fmt.Errorf("writing content Secret %s: %w", key, err)
+	}
+	// Chunks first: the content Secret names them once they exist.
+	if err := r.writeChunks(ctx, bd, enc); err != nil {
 		return err
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
@@ -476,7 +492,7 @@ func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployme
 		s.ManagedFields = nil
 	}
 	s.Type = bundlecontent.SecretType
-	s.Data = data
+	s.Data = enc.Data
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
@@ -488,6 +504,10 @@ func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployme
 		s.Annotations = map[string]string{}
 	}
 	s.Annotations[ManifestIDAnnotation] = contentID
+	delete(s.Annotations, ChunksAnnotation)
+	if len(enc.Chunks) > 0 {
+		s.Annotations[ChunksAnnotation] = strconv.Itoa(len(enc.Chunks))
+	}
 	if err := controllerutil.SetControllerReference(bd, s, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("writing content Secret %s: %w", key, err)
 	}
@@ -499,7 +519,7 @@ func (r *Reconciler) ensureContent(ctx context.Context, bd *fleet.BundleDeployme
 	if err != nil {
 		return fmt.Errorf("writing content Secret %s: %w", key, err)
 	}
-	return nil
+	return r.collectChunks(ctx, bd, contentID)
 }
 
 // deployments returns the Bundle's BundleDeployments by cluster namespace.

@@ -30,9 +30,12 @@ const (
 	// KeyManifestID holds the manifest ID the content was stored under.
 	KeyManifestID = "manifestID"
 
-	// MaxManifestBytes bounds the uncompressed manifests (etcd objects
-	// stay well under 1.5 MB once gzipped).
-	MaxManifestBytes = 16 << 20
+	// MaxManifestBytes bounds the uncompressed manifests of one
+	// BundleDeployment: what a render may give and an agent accepts. Once
+	// gzipped they travel in chunks (chunks.go), so etcd's object size does
+	// not bound them; this bounds the memory of the render worker, the
+	// controller and the agent that hold them (docs/design/bundle-content.md).
+	MaxManifestBytes = 64 << 20
 )
 
 // SecretName is the content Secret of a BundleDeployment.
