@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/gitops/decrypt/sopstest"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 )
 
@@ -69,7 +70,7 @@ stringData:
 }
 
 // kubeconfigRules are the README's: only the Secret's values.
-var kubeconfigRules = rules{EncryptedRegex: "^(data|stringData)$"}
+var kubeconfigRules = sopstest.ValuesOfSecrets
 
 func decryptOne(t *testing.T, f File, k *Keys) *Result {
 	t.Helper()
@@ -345,7 +346,7 @@ func TestDecrypt_OtherKeyTypesAreRefusedWithoutCallingThem(t *testing.T) {
 	// would call AWS with the source component's own credentials.
 	k := kms.NewMasterKeyFromArn("arn:aws:kms:eu-west-1:111122223333:key/abcd", nil, "")
 	k.EncryptedKey = "Zm9v"
-	enc := encryptWith(t, "s.yaml", kubeconfigFile(), kubeconfigRules, []keys.MasterKey{k}, randomKey(t))
+	enc := sopstest.EncryptWith(t, "s.yaml", kubeconfigFile(), kubeconfigRules, []keys.MasterKey{k}, sopstest.RandomDataKey(t))
 	_, err := Decrypt([]File{{Path: "s.yaml", Data: enc}}, keysOf(t, newIdentity(t)))
 	if err == nil || !strings.Contains(err.Error(), "arn:aws:kms:eu-west-1:111122223333:key/abcd") || !strings.Contains(err.Error(), "only age") {
 		t.Fatalf("want a refusal naming the KMS key, got %v", err)
