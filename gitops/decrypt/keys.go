@@ -60,7 +60,7 @@ func KeysFromSecretData(data map[string][]byte) (*Keys, error) {
 		}
 	}
 	if len(k.identities) == 0 {
-		return nil, fmt.Errorf("the decryption Secret has no age identity: put one (AGE-SECRET-KEY-1…, as age-keygen writes it) under a key ending in %q", KeySuffix)
+		return nil, fmt.Errorf("the decryption Secret has no age identity: put one, as age-keygen writes it, under a data key ending in %q", KeySuffix)
 	}
 	return k, nil
 }
@@ -82,7 +82,7 @@ func parseIdentity(s string) (age.Identity, string, error) {
 		}
 		return id, id.Recipient().String(), nil
 	default:
-		return nil, "", errors.New("not an age identity (expected AGE-SECRET-KEY-1…)")
+		return nil, "", errors.New("not an age identity (one per line, as age-keygen writes it)")
 	}
 }
 
