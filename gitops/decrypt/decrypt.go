@@ -14,6 +14,16 @@
 // (SOPS_AGE_KEY*, which could run a command), and encrypted values in
 // anything but a Secret. No error it returns carries a value or key
 // material.
+//
+// The reconciler, for one GitRepo (the steps of each path):
+//
+//	keys, err := decrypt.KeysFromSecretData(keySecret.Data) // spec.decryption.secretRef, GitRepo's namespace; nil keys without one
+//	res, err := decrypt.Decrypt(files, keys)                 // err: that path's error, the other paths go on
+//	staged, refs, err := decrypt.Stage(target, res.Secrets)  // err: that path's error
+//	// each staged Secret: decrypt.CanWrite(existing, target), then server-side apply;
+//	// the Bundle is built from res.Manifests, with refs in spec.downstreamResources;
+//	// after a complete scan, delete the Secrets labelled LabelGitRepo=LabelValue(gitrepo)
+//	// that no path staged.
 package decrypt
 
 import (
