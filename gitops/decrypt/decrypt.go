@@ -151,7 +151,21 @@ func storeFor(path string) store {
 	return sopsyaml.NewStore(&config.YAMLStoreConfig{})
 }
 
-func decryptFile(f File, keys *Keys) ([]File, []Secret, error) {
+// MaxFileSize bounds a SOPS file: it is decoded whole, several times over,
+// and no Bundle holds more anyway.
+const MaxFileSize = 5 << 20
+
+func decryptFile(f File, keys *Keys) (plain []File, secrets []Secret, err error) {
+	if len(f.Data) > MaxFileSize {
+		return nil, nil, fmt.Errorf("%s: a SOPS file of %d bytes is larger than %d bytes", f.Path, len(f.Data), MaxFileSize)
+	}
+	defer func() {
+		// Hostile input has made sops panic before (Flux recovers too); the
+		// panic's value may quote the file, so it is not passed on.
+		if r := recover(); r != nil {
+			plain, secrets, err = nil, nil, fmt.Errorf("%s: not a valid SOPS file (sops could not process it)", f.Path)
+		}
+	}()
 	st := storeFor(f.Path)
 	tree, err := st.LoadEncryptedFile(f.Data)
 	if err != nil {
@@ -181,8 +195,6 @@ func decryptFile(f File, keys *Keys) ([]File, []Secret, error) {
 	if err != nil || stored != mac {
 		return nil, nil, fmt.Errorf("%s: integrity check failed (the SOPS MAC does not match): a value, key or the sops metadata was changed after the file was encrypted; edit the file with sops (sops edit) or encrypt it again", f.Path)
 	}
-	var plain []File
-	var secrets []Secret
 	for i, b := range tree.Branches {
 		doc, err := st.EmitPlainFile(sops.TreeBranches{b})
 		if err != nil {

@@ -365,3 +365,13 @@ func TestDecrypt_OneBadFileFailsThePathNamingEachFile(t *testing.T) {
 		t.Fatalf("want errors for b.yaml and c.yaml only: %v", err)
 	}
 }
+
+func TestDecrypt_TooLargeFileIsRefused(t *testing.T) {
+	id := newIdentity(t)
+	big := []byte("apiVersion: v1\nkind: Secret\nmetadata:\n    name: big\nstringData:\n    blob: " + strings.Repeat("x", MaxFileSize) + "\n")
+	enc := encryptFor(t, "big.yaml", big, sopsDefault, id.Recipient().String())
+	_, err := Decrypt([]File{{Path: "big.yaml", Data: enc}}, keysOf(t, id))
+	if err == nil || !strings.Contains(err.Error(), "big.yaml") || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("want a size refusal naming the file, got %v", err)
+	}
+}
