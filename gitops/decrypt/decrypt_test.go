@@ -244,8 +244,8 @@ func TestDecrypt_TamperedValueIsRefused(t *testing.T) {
 	plain := []byte("apiVersion: v1\nkind: Secret\nmetadata:\n    name: app\nstringData:\n    password: pw-1\n    other: pw-2\n")
 	enc := encryptFor(t, "app.yaml", plain, kubeconfigRules, id.Recipient().String())
 	m := encValue.FindAllSubmatch(enc, -1)
-	if len(m) != 2 {
-		t.Fatalf("want 2 encrypted values, found %d", len(m))
+	if len(m) != 3 {
+		t.Fatalf("want 2 encrypted values and the MAC, found %d", len(m))
 	}
 	cases := map[string][]byte{
 		// One bit of the ciphertext flipped: AES-GCM's tag fails.
