@@ -111,6 +111,36 @@ func TestBundle_DownstreamResourcesAreCopiedIntoTheContentOnly(t *testing.T) {
 	if deployed := deployedTo(t, ws, "thief"); len(deployed) != 0 {
 		t.Errorf("a refused Bundle must not be deployed: %v", deployed)
 	}
+
+	// Nor is the age key the source component decrypts the workspace's
+	// SOPS files with (a data key ending in .agekey).
+	ageKey := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "sops-age"}, StringData: map[string]string{"identity.agekey": "AGE-SECRET-KEY-1NOTAREALKEY"}}
+	if err := up.Create(t.Context(), ageKey); err != nil {
+		t.Fatal(err)
+	}
+	keyThief := b.DeepCopy()
+	keyThief.ObjectMeta = metav1.ObjectMeta{Namespace: ws, Name: "key-thief"}
+	keyThief.Spec.DownstreamResources = []fleet.DownstreamResource{{Kind: "Secret", Name: "sops-age"}}
+	if err := up.Create(t.Context(), keyThief); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "age key copy refused", func() error {
+		got := &fleet.Bundle{}
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(keyThief), got); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, fleet.ReadyCondition)
+		if c == nil || c.Reason != bundle.DownstreamResourceInvalidReason || !strings.Contains(c.Message, "sops-age") || !strings.Contains(c.Message, "SOPS decryption key") {
+			return fmt.Errorf("conditions %+v", got.Status.Conditions)
+		}
+		if strings.Contains(c.Message, "AGE-SECRET-KEY") {
+			return fmt.Errorf("the condition shows the key: %s", c.Message)
+		}
+		return nil
+	})
+	if deployed := deployedTo(t, ws, "key-thief"); len(deployed) != 0 {
+		t.Errorf("a refused Bundle must not be deployed: %v", deployed)
+	}
 }
 
 // AllMatches and targetRestrictions: the controller deploys exactly what

@@ -347,7 +347,9 @@ func diffCluster(agent *renderer.AgentRenderer, base, head *Tree, key string) (*
 		r.Redeploy = true
 		r.Why = append(r.Why, valueChanges(b.values, h.values)...)
 	}
-	if b.server != h.server && hc.Spec.KubeConfigSecret != "" {
+	// An encrypted kubeconfig on either side is not compared: the note of
+	// encryptedNote says its server is not checked.
+	if b.server != h.server && b.server != "encrypted" && h.server != "encrypted" && hc.Spec.KubeConfigSecret != "" {
 		r.Redeploy = true
 		r.Why = append(r.Why, "the kubeconfig Secret points at another server or CA: the agent is pushed there")
 	}

@@ -209,6 +209,20 @@ func (t *Tree) add(doc []byte) error {
 	}
 	gv := u.GetAPIVersion()
 	isFleet := strings.HasPrefix(gv, fleet.GroupVersion.Group+"/")
+	// A document of a SOPS file carries the file's sops metadata (every
+	// document does): it is not part of the object, and a new encryption of
+	// an unchanged object must not show as a change.
+	encrypted := false
+	if m, ok := u.Object["sops"].(map[string]any); ok && m["mac"] != nil {
+		encrypted = true
+		delete(u.Object, "sops")
+		if doc, err = u.MarshalJSON(); err != nil {
+			return err
+		}
+		if isFleet && holdsCiphertext(u.Object) {
+			return fmt.Errorf("%s %s/%s holds SOPS-encrypted values: only Secrets may be encrypted (fleet's source component refuses it too); leave it in clear (sops encrypted_regex: ^(data|stringData)$)", u.GetKind(), u.GetNamespace(), u.GetName())
+		}
+	}
 	ns := u.GetNamespace()
 	if ns == "" {
 		ns = DefaultWorkspace
@@ -246,7 +260,7 @@ func (t *Tree) add(doc []byte) error {
 		}
 		g.Namespace = ns
 		t.Groups[ns] = append(t.Groups[ns], g)
-	case gv == "v1" && u.GetKind() == "Secret" && u.Object["sops"] != nil:
+	case gv == "v1" && u.GetKind() == "Secret" && encrypted:
 		// Its values are ciphertext (and data no longer base64): keep
 		// only that it exists.
 		s := &corev1.Secret{}
@@ -272,6 +286,28 @@ func (t *Tree) add(doc []byte) error {
 		t.Config, t.ConfigFrom = cfg, "ConfigMap "+ns+"/"+u.GetName()
 	}
 	return nil
+}
+
+// holdsCiphertext reports whether a decoded document holds a SOPS-encrypted
+// value.
+func holdsCiphertext(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, e := range v {
+			if holdsCiphertext(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if holdsCiphertext(e) {
+				return true
+			}
+		}
+	case string:
+		return strings.HasPrefix(v, "ENC[AES256_GCM,")
+	}
+	return false
 }
 
 // ReadConfig reads the controller configuration from a fleet-controller

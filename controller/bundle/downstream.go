@@ -199,8 +199,8 @@ func (d *downstreamRenderer) copyOf(ctx context.Context, ref fleet.DownstreamRes
 			}
 			return nil, fmt.Errorf("reading downstream resource Secret %s: %w", key, err)
 		}
-		if slices.Contains(neverCopied, s.Type) || d.refused[s.Name] || hasFleetLabel(s.Labels) {
-			return nil, &renderworker.RenderError{Reason: DownstreamResourceInvalidReason, Message: fmt.Sprintf("downstreamResources: Secret %s is a credential of the upstream (its type %q, a Cluster's kubeconfig or a fleet Secret) and is never copied downstream: copy another Secret", key, s.Type)}
+		if slices.Contains(neverCopied, s.Type) || d.refused[s.Name] || hasFleetLabel(s.Labels) || holdsDecryptionKey(s.Data) {
+			return nil, &renderworker.RenderError{Reason: DownstreamResourceInvalidReason, Message: fmt.Sprintf("downstreamResources: Secret %s is a credential of the upstream (its type %q, a Cluster's kubeconfig, a SOPS decryption key or a fleet Secret) and is never copied downstream: copy another Secret", key, s.Type)}
 		}
 		obj = &corev1.Secret{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
@@ -236,6 +236,19 @@ func (d *downstreamRenderer) copyOf(ctx context.Context, ref fleet.DownstreamRes
 func hasFleetLabel(l map[string]string) bool {
 	for k := range l {
 		if strings.HasPrefix(k, fleet.GroupVersion.Group+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsDecryptionKey reports whether a Secret holds age identities the
+// source component decrypts GitRepos' SOPS files with (a data key ending in
+// ".agekey", gitops/decrypt's KeySuffix): a Bundle author would otherwise
+// get the key of every encrypted file of the workspace onto a cluster.
+func holdsDecryptionKey(data map[string][]byte) bool {
+	for k := range data {
+		if strings.HasSuffix(k, ".agekey") {
 			return true
 		}
 	}
