@@ -364,7 +364,7 @@ func diffCluster(agent *renderer.AgentRenderer, base, head *Tree, key string) (*
 	}
 	r.Rolls = !equality.Semantic.DeepEqual(b.template, h.template)
 	r.objects = h.objects
-	r.cluster, r.liveBundles = hc, liveBundles(base, head, b, h)
+	r.cluster, r.liveBundles = hc, liveBundles(base, head, b, h, r.Change == Changed)
 	r.ManifestDiff = unified(key, b.manifests, h.manifests)
 	r.BundlesAdded, r.BundlesRemoved = minus(h.bundles, b.bundles), minus(b.bundles, h.bundles)
 	for _, name := range h.bundles {

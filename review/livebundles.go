@@ -45,14 +45,16 @@ const NothingChanges = "nothing changes on the cluster"
 
 // liveBundles lists the head Bundles that the change deploys anew to the
 // cluster: those that start deploying to it, change target, or change at
-// all. Bundles the change does not touch are not asked about.
-func liveBundles(base, head *Tree, b, h *side) []*fleet.Bundle {
+// all, and every one of them when the Cluster itself changes (its labels
+// and templateValues are the Bundles' values). Bundles the change does not
+// touch are not asked about.
+func liveBundles(base, head *Tree, b, h *side, clusterChanged bool) []*fleet.Bundle {
 	var out []*fleet.Bundle
 	ws := h.cluster.Namespace
 	for _, name := range h.bundles {
 		hb := head.Bundles[ws+"/"+name]
 		bb, ok := base.Bundles[ws+"/"+name]
-		if b == nil || !ok || b.targets[name] != h.targets[name] || !slices.Contains(b.bundles, name) ||
+		if clusterChanged || b == nil || !ok || b.targets[name] != h.targets[name] || !slices.Contains(b.bundles, name) ||
 			!equality.Semantic.DeepEqual(bb.Spec, hb.Spec) || !equality.Semantic.DeepEqual(bb.Labels, hb.Labels) {
 			out = append(out, hb)
 		}
