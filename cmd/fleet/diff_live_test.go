@@ -194,12 +194,13 @@ func TestDiffLive_BundleComparePatchesAreNotChanges(t *testing.T) {
 	if err := c.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "optional"}}); err != nil {
 		t.Fatal(err)
 	}
+	// In the rendered order (the resources' names: optional.yaml first).
 	expect("optional deleted", live(withPatches),
-		"ConfigMap web/settings: configured (changed data.color)",
-		"ConfigMap web/optional: missing; not a change: diff.comparePatches ignore it")
+		"ConfigMap web/optional: missing; not a change: diff.comparePatches ignore it",
+		"ConfigMap web/settings: configured (changed data.color)")
 	expect("optional deleted, no comparePatches", live(without),
-		"ConfigMap web/settings: configured (changed data.color, data.owner)",
-		"ConfigMap web/optional: created")
+		"ConfigMap web/optional: created",
+		"ConfigMap web/settings: configured (changed data.color, data.owner)")
 
 	// The command asks for the Bundles with --live: through the upstream's
 	// cluster proxy, which this upstream does not serve.
