@@ -74,9 +74,19 @@ func fixture(t *testing.T, name string, replace ...string) string {
 			t.Fatalf("fixture %s has no %q to replace", name, replace[i])
 		}
 	}
-	p := filepath.Join(t.TempDir(), name)
+	p := filepath.Join(tempDir(t), name)
 	must(t, os.WriteFile(p, []byte(out), 0o600))
 	return p
+}
+
+// tempDir is t.TempDir() without the test's name in it: kubectl reads a
+// comma in `-f` as a list of files.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fleet-e2e-bundles-")
+	must(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // kubectlApply applies a Bundle file to the upstream as a user does, with
@@ -267,7 +277,7 @@ func testTemplatedValues(t *testing.T, targets []target) {
 		}
 
 		// fleet render bundle --cluster: what is deployed there.
-		out, err := bin(t, "fleet", "render", "bundle", "--bundle", bundleFile, "--cluster", clusterFile(t, t.TempDir(), tg.name))
+		out, err := bin(t, "fleet", "render", "bundle", "--bundle", bundleFile, "--cluster", clusterFile(t, tempDir(t), tg.name))
 		if err != nil {
 			t.Fatalf("fleet render bundle for %s: %v\n%s", tg.name, err, out)
 		}
@@ -294,7 +304,7 @@ func testTemplatedValues(t *testing.T, targets []target) {
 	}
 	_, err := clientset(t, "dev-1").RbacV1().RoleBindings(rb.Namespace).Create(t.Context(), rb, metav1.CreateOptions{})
 	must(t, err)
-	repo := t.TempDir()
+	repo := tempDir(t)
 	base, head := filepath.Join(repo, "base"), filepath.Join(repo, "head")
 	clusterFile(t, base, "dev-1")
 	clusterFile(t, head, "dev-1")
