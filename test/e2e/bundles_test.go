@@ -418,7 +418,7 @@ func testPartitions(t *testing.T, targets []target) {
 		}
 		return nil
 	}))
-	t.Logf("rollout held: %s", meta.FindStatusCondition(b.Status.Conditions, fleet.ReadyCondition).Message)
+	t.Logf("Bundle Ready condition: %s", meta.FindStatusCondition(b.Status.Conditions, fleet.ReadyCondition).Message)
 	quiet()
 	v, d, err := version(t, second.dev)
 	must(t, err)
