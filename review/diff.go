@@ -64,11 +64,22 @@ type ClusterReport struct {
 	// each would do on the cluster (Live), or why it could not run.
 	Live      []string
 	LiveError string
+	// BundlesLive is, with --live, what each Bundle the change deploys anew
+	// to the cluster would change there (LiveBundles).
+	BundlesLive []BundleLive
 
 	// objects are the head agent's rendered objects (unmasked: only for
 	// the dry run, never shown).
 	objects []*unstructured.Unstructured
+	// cluster is the head side's Cluster, liveBundles the head Bundles the
+	// change deploys anew to it (for LiveBundles).
+	cluster     *fleet.Cluster
+	liveBundles []*fleet.Bundle
 }
+
+// shown reports whether a report prints the cluster: something happens to
+// it, or the live dry run of its Bundles has something to say.
+func (c *ClusterReport) shown() bool { return c.Touched() || len(c.BundlesLive) > 0 }
 
 // Touched reports whether anything happens to the cluster.
 func (c *ClusterReport) Touched() bool {
@@ -355,6 +366,7 @@ func diffCluster(agent *renderer.AgentRenderer, base, head *Tree, key string) (*
 	}
 	r.Rolls = !equality.Semantic.DeepEqual(b.template, h.template)
 	r.objects = h.objects
+	r.cluster, r.liveBundles = hc, liveBundles(base, head, b, h, r.Change == Changed)
 	r.ManifestDiff = unified(key, b.manifests, h.manifests)
 	r.BundlesAdded, r.BundlesRemoved = minus(h.bundles, b.bundles), minus(b.bundles, h.bundles)
 	for _, name := range h.bundles {

@@ -61,7 +61,7 @@ func (r *Report) Text(w io.Writer) error {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
 	for _, c := range r.Clusters {
-		if !c.Touched() {
+		if !c.shown() {
 			continue
 		}
 		fmt.Fprintf(&b, "\nCluster %s (%s, %s)\n", c.Key, c.Flow, c.Change)
@@ -75,6 +75,11 @@ func (r *Report) Text(w io.Writer) error {
 		}
 		for _, l := range c.Live {
 			fmt.Fprintf(&b, "  live:    %s\n", l)
+		}
+		for _, bl := range c.BundlesLive {
+			for _, l := range bl.lines() {
+				fmt.Fprintf(&b, "  live:    Bundle %s: %s\n", bl.Bundle, l)
+			}
 		}
 		if c.ManifestDiff != "" {
 			b.WriteString(indent(c.ManifestDiff, "  "))
@@ -109,10 +114,10 @@ func (r *Report) Markdown(w io.Writer) error {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "> note: %s\n\n", n)
 	}
-	if changed > 0 {
+	if changed > 0 || r.hasBundlesLive() {
 		b.WriteString("| Cluster | flow | change | agent | why | Bundles |\n|---|---|---|---|---|---|\n")
 		for _, c := range r.Clusters {
-			if !c.Touched() {
+			if !c.shown() {
 				continue
 			}
 			live := strings.Join(c.Live, "; ")
@@ -122,8 +127,12 @@ func (r *Report) Markdown(w io.Writer) error {
 			if live != "" {
 				live = " live: " + live
 			}
+			bundles := c.bundlesLine()
+			for _, bl := range c.BundlesLive {
+				bundles += fmt.Sprintf("; live: %s: %s", bl.Bundle, strings.Join(bl.lines(), "; "))
+			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s%s | %s | %s |\n", c.Key, c.Flow, c.Change, c.agentLine(), live,
-				strings.Join(c.Why, "; "), c.bundlesLine())
+				strings.Join(c.Why, "; "), bundles)
 		}
 		b.WriteString("\n")
 		for _, c := range r.Clusters {
@@ -194,7 +203,10 @@ type clusterJSON struct {
 	BundlesRetargeted []string `json:"bundlesRetargeted"`
 	Live              []string `json:"live,omitempty"`
 	LiveError         string   `json:"liveError,omitempty"`
-	ManifestDiff      string   `json:"manifestDiff"`
+	// BundlesLive: with --live, each Bundle the change deploys anew to the
+	// cluster and what it would change there.
+	BundlesLive  []BundleLive `json:"bundlesLive,omitempty"`
+	ManifestDiff string       `json:"manifestDiff"`
 }
 
 type tokenJSON struct {
@@ -212,13 +224,13 @@ func (r *Report) JSON(w io.Writer) error {
 		Notes:   nonNil(r.Notes), Clusters: []clusterJSON{}, Tokens: []tokenJSON{},
 	}
 	for _, c := range r.Clusters {
-		if !c.Touched() {
+		if !c.shown() {
 			continue
 		}
 		doc.Clusters = append(doc.Clusters, clusterJSON{
 			Cluster: c.Key, Flow: c.Flow, Change: c.Change, Agent: c.agentLine(), Redeploy: c.Redeploy, Rolls: c.Rolls,
 			Why: nonNil(c.Why), BundlesAdded: nonNil(c.BundlesAdded), BundlesRemoved: nonNil(c.BundlesRemoved),
-			BundlesRetargeted: nonNil(c.BundlesRetargeted), Live: c.Live, LiveError: c.LiveError, ManifestDiff: c.ManifestDiff,
+			BundlesRetargeted: nonNil(c.BundlesRetargeted), Live: c.Live, LiveError: c.LiveError, BundlesLive: c.BundlesLive, ManifestDiff: c.ManifestDiff,
 		})
 	}
 	for _, t := range r.Tokens {
@@ -236,4 +248,21 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// lines is what the report says of one Bundle's live dry run.
+func (bl BundleLive) lines() []string {
+	if bl.Error != "" {
+		return []string{"could not ask the cluster: " + bl.Error}
+	}
+	return bl.Lines
+}
+
+func (r *Report) hasBundlesLive() bool {
+	for _, c := range r.Clusters {
+		if len(c.BundlesLive) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -1,98 +1,19 @@
 package deployer
 
 import (
-	"fmt"
-	"reflect"
-	"sort"
-	"strings"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gitops-fleet/fleet/internal/comparepatch"
 )
 
-// maxDriftPaths bounds the field paths named in one modifiedStatus patch.
-const maxDriftPaths = 5
-
 // driftSummary names the fields in which the live object differs from what
-// applying the bundle would make of it: "changed data.a, metadata.labels.x".
-// It names paths only, never values, so Secret data cannot leak. Status and
-// server-owned metadata are ignored.
-func driftSummary(live, desired map[string]any) string {
-	var paths []string
-	for _, top := range unionKeys(live, desired) {
-		switch top {
-		case "status", "apiVersion", "kind":
-			continue
-		case "metadata":
-			lm, _ := live["metadata"].(map[string]any)
-			dm, _ := desired["metadata"].(map[string]any)
-			for _, f := range []string{"labels", "annotations"} {
-				diffPaths("metadata."+f, lm[f], dm[f], 1, &paths)
-			}
-			continue
-		}
-		diffPaths(top, live[top], desired[top], 2, &paths)
-	}
-	if len(paths) == 0 {
-		return ""
-	}
-	sort.Strings(paths)
-	more := ""
-	if len(paths) > maxDriftPaths {
-		more = fmt.Sprintf(" and %d more", len(paths)-maxDriftPaths)
-		paths = paths[:maxDriftPaths]
-	}
-	return "changed " + strings.Join(paths, ", ") + more
-}
-
-// diffPaths appends the paths under prefix where a and b differ, descending
-// into maps at most depth levels.
-func diffPaths(prefix string, a, b any, depth int, out *[]string) {
-	if reflect.DeepEqual(a, b) {
-		return
-	}
-	am, aok := a.(map[string]any)
-	bm, bok := b.(map[string]any)
-	if !aok || !bok || depth == 0 {
-		*out = append(*out, prefix)
-		return
-	}
-	for _, k := range unionKeys(am, bm) {
-		diffPaths(prefix+"."+k, am[k], bm[k], depth-1, out)
-	}
-}
-
-func unionKeys(a, b map[string]any) []string {
-	keys := make([]string, 0, len(a)+len(b))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return keys
-}
+// applying the bundle would make of it (paths only, never values).
+func driftSummary(live, desired map[string]any) string { return comparepatch.Summary(live, desired) }
 
 // drifts compares the live object with what applying the bundle would make
 // of it (server-side apply found them different), leaving out what
 // diff.comparePatches name: whether they still differ, and the summary of
-// how.
+// how. The rule is comparepatch.Drift, shared with `fleet diff --live`.
 func drifts(ignored *comparepatch.Rules, live, desired *unstructured.Unstructured) (string, bool, error) {
-	l, lApplied, err := ignored.Normalize(live)
-	if err != nil {
-		return "", false, err
-	}
-	dd, dApplied, err := ignored.Normalize(desired)
-	if err != nil {
-		return "", false, err
-	}
-	summary := driftSummary(l.Object, dd.Object)
-	if (lApplied || dApplied) && summary == "" {
-		return "", false, nil
-	}
-	return summary, true, nil
+	return comparepatch.Drift(ignored, live, desired)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
+	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/targeting"
+	"github.com/gitops-fleet/fleet/renderer"
 	"github.com/gitops-fleet/fleet/review"
 )
 
@@ -40,7 +46,13 @@ ConfigMap among the objects is used, else the defaults.
 
 --live asks, in addition, each cluster whose agent the change deploys again what the new agent
 objects would really change there: a server-side dry run through the upstream's cluster proxy
-(fleet kubeconfig's path), as you, under the controller's field manager.
+(fleet kubeconfig's path), as you, under the controller's field manager. It asks the same of
+every Bundle the change deploys anew to a cluster (it starts deploying there, changes target,
+or changes): its objects as rendered for that cluster (fleet render bundle) are dry-run as the
+agent applies them, and compared as the agent's drift check compares: what the Bundle's
+diff.comparePatches leave out is not a change ("differs only in what diff.comparePatches leave
+out"); a Bundle already deployed as the head side has it says "nothing changes on the cluster".
+Helm hooks are not dry-run.
 
 -o picks the output: text (default), markdown (a pull-request comment) or json (one document, for
 bots). --format is the same flag under its older name.
@@ -102,6 +114,7 @@ fleet object on either side, a Cluster that does not render), so a CI job can te
 					return fail(err)
 				}
 				r.Live(cmd.Context(), configFor)
+				r.LiveBundles(cmd.Context(), configFor, bundleRenderer(trees[1], rolloutFlags{kubeconfig: kubeconfigPath, context: kubeContext}))
 			}
 			out := cmd.OutOrStdout()
 			switch output {
@@ -244,4 +257,41 @@ func liveConfigs(path, context string) (review.ClusterConfig, error) {
 		}
 		return clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
 	}, nil
+}
+
+// bundleRenderer renders a Bundle of the head side for one of its Clusters
+// as the controller does (render bundle's path: the Bundle's options with
+// its target's, a render worker, valuesFrom read from the upstream).
+func bundleRenderer(head *review.Tree, upstream rolloutFlags) review.BundleRender {
+	var pool *renderworker.Pool
+	return func(ctx context.Context, b *fleet.Bundle, c *fleet.Cluster) ([]byte, fleet.BundleDeploymentOptions, error) {
+		if err := bundleoptions.Check(&b.Spec); err != nil {
+			return nil, fleet.BundleDeploymentOptions{}, fmt.Errorf("not deployed (%s): %w", fleet.UnsupportedOptionReason, err)
+		}
+		opts, t, err := renderer.OptionsFor(b, c, targeting.Groups{Items: head.Groups[b.Namespace], Given: true})
+		if err != nil {
+			return nil, opts, err
+		}
+		if t == nil || t.DoNotDeploy {
+			return nil, opts, fmt.Errorf("%s", targeting.Describe(b, c, t))
+		}
+		values := &renderer.ClusterValues{Cluster: renderer.ContextOf(c)}
+		if values.ValuesFrom, err = readValuesFrom(ctx, upstream, b, opts); err != nil {
+			return nil, opts, err
+		}
+		if pool == nil {
+			cfg := head.Config
+			if pool, err = renderworker.NewPool(func() renderworker.Limits { return renderworker.LimitsOf(cfg) }); err != nil {
+				return nil, opts, err
+			}
+		}
+		out, err := pool.RenderFor(ctx, b.Name, b.Spec.Resources, opts, values)
+		if re := (*renderworker.RenderError)(nil); errors.As(err, &re) {
+			return nil, opts, fmt.Errorf("%s (%s)", re.Message, re.Reason)
+		}
+		if err != nil {
+			return nil, opts, err
+		}
+		return out.YAML, opts, nil
+	}
 }

@@ -326,6 +326,13 @@ func TestE2E(t *testing.T) {
 
 	t.Run("Helm hooks: a pre-install Job runs before the main objects on a real kubelet, a failing one stops the deployment with its reason", testHooks)
 
+	t.Run("Bundles as fleet apply writes them, applied with kubectl: dependsOn, values per cluster, partitioned rollout; fleet render bundle and fleet diff show them as deployed", func(t *testing.T) {
+		if dev2Name == "" {
+			t.Skip("dev-2 did not register")
+		}
+		testBundles(t, dev2Name)
+	})
+
 	for _, tc := range []struct{ name, cluster string }{
 		{"manager-initiated", "dev-1"}, {"agent-initiated", "dev-2"},
 	} {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -104,7 +105,7 @@ func testHooks(t *testing.T) {
 	cs := clientset(t, "dev-1")
 	ok := hooksBundle("hooks-ok", `["echo", "migrated"]`)
 	must(t, up.Create(t.Context(), ok))
-	t.Cleanup(func() { _ = up.Delete(t.Context(), ok) })
+	t.Cleanup(func() { _ = up.Delete(context.Background(), ok) }) // t.Context() is done when cleanups run
 	must(t, devenv.BundleReady(t.Context(), up, ws, ok.Name, 1, 4*time.Minute))
 
 	job, err := cs.BatchV1().Jobs(ok.Name).Get(t.Context(), ok.Name+"-migrate", metav1.GetOptions{})
@@ -133,7 +134,7 @@ func testHooks(t *testing.T) {
 
 	bad := hooksBundle("hooks-bad", `["migrate-on-purpose"]`)
 	must(t, up.Create(t.Context(), bad))
-	t.Cleanup(func() { _ = up.Delete(t.Context(), bad) })
+	t.Cleanup(func() { _ = up.Delete(context.Background(), bad) })
 	var msg string
 	must(t, devenv.Poll(t.Context(), 4*time.Minute, func() error {
 		l := &fleet.BundleDeploymentList{}
