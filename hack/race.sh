@@ -41,6 +41,8 @@ norace=(
 	review
 	# Registers types in a scheme at init.
 	internal/scheme
+	# The API server's handling of the GitRepo CRDs; no code of fleet's runs.
+	test/gitrepoapi
 )
 
 for p in "${norace[@]}"; do
