@@ -27,7 +27,9 @@ if [[ ${UNIT_COMPILE_ONLY:-} == 1 ]]; then
 	exit 0
 fi
 
-log=$(mktemp)
+# The log stays in bin/, not /tmp: something in a long run (not found yet)
+# has removed files from /tmp under it.
+mkdir -p bin && log=$(mktemp bin/.unit-log.XXXXXX)
 trap 'rm -f "$log"' EXIT
 start=$SECONDS
 rc=0

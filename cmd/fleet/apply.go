@@ -35,6 +35,7 @@ type applyFlags struct {
 	paused, keepResources, deleteNamespace, compress                              bool
 	correctDrift, correctDriftForce, correctDriftKeepFailHistory                  bool
 	upstream                                                                      rolloutFlags
+	charts                                                                        chartFlags
 }
 
 func newApplyCommand() *cobra.Command {
@@ -55,8 +56,11 @@ makes are deleted: only when every path was read and written. A path whose fleet
 values files or chart is wrong is reported with its file, line and field; the other
 paths' Bundles are still written, and nothing is pruned.
 
-Charts from repositories (helm.repo, oci:// or https:// in helm.chart) are fetched by
-the GitOps source component; here such a path fails and says so.
+Charts from repositories (helm.repo, oci:// or https:// in helm.chart) are fetched from
+this machine and embedded in the Bundle under .chart/<sha256>/, as Fleet's fleet apply does
+(the controller never fetches). Credentials (--username, --password-file) are sent only to
+references --helm-repo-url-regex matches, only over https, and never after a redirect to
+another host.
 
 Exit status: 0 every path written; 1 a path failed (the others were written) or the
 cluster refused; 2 a usage error.`,
@@ -90,6 +94,7 @@ cluster refused; 2 a usage error.`,
 	fl.BoolVarP(&f.compress, "compress", "c", false, "store every resource base64+gz")
 	fl.StringVar(&f.upstream.kubeconfig, "kubeconfig", "", "your kubeconfig for the upstream cluster (default: $KUBECONFIG, then ~/.kube/config)")
 	fl.StringVar(&f.upstream.context, "context", "", "the context of your kubeconfig to use (default: its current context)")
+	f.charts.add(cmd)
 	return cmd
 }
 
@@ -99,6 +104,11 @@ func runApply(cmd *cobra.Command, f applyFlags, name string, paths []string) err
 		TargetNamespace: f.targetNamespace, Paused: f.paused, SyncGeneration: f.syncGeneration,
 		KeepResources: f.keepResources, DeleteNamespace: f.deleteNamespace, Compress: f.compress,
 	}
+	charts, err := f.charts.fetcher(cmd)
+	if err != nil {
+		return err
+	}
+	opts.Charts = charts
 	if f.correctDrift {
 		opts.CorrectDrift = &fleet.CorrectDrift{Enabled: true, Force: f.correctDriftForce, KeepFailHistory: f.correctDriftKeepFailHistory}
 	}

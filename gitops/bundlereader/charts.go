@@ -75,7 +75,7 @@ func (r *reader) addCharts(ctx context.Context, dir, fieldFile string, helms []h
 		}
 		done[prefix] = true
 		if r.opts.Charts == nil {
-			return nil, &FieldError{File: fieldFile, Field: field, Err: fmt.Errorf("the chart %s is fetched by the GitOps source component; this fleet apply fetches no charts: put the chart in the directory and name it in helm.chart", describe(h.helm))}
+			return nil, &FieldError{File: fieldFile, Field: field, Err: fmt.Errorf("the chart %s is fetched by the GitOps source component or fleet apply, and this reader was given no chart fetcher: put the chart in the directory and name it in helm.chart", describe(h.helm))}
 		}
 		ch, err := r.opts.Charts.FetchChart(ctx, ChartRef{Path: dir, Field: h.field, Chart: h.helm.Chart, Repo: h.helm.Repo, Version: h.helm.Version})
 		if err != nil {

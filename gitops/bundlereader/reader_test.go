@@ -105,7 +105,7 @@ func TestRead_FixturesGiveFleetsBundles(t *testing.T) {
 	if err := errorFor(res, "bad"); err == nil || !strings.Contains(err.Error(), `bad/fleet.yaml:4: unknown field "helm.chrt", did you mean "chart"?`) {
 		t.Errorf("bad: %v, want file, line, field and the field meant", err)
 	}
-	if err := errorFor(res, "remote"); err == nil || !strings.Contains(err.Error(), "remote/fleet.yaml:") || !strings.Contains(err.Error(), `helm.repo: the chart "podinfo" from "https://charts.example.com" version "6.0.0" is fetched by the GitOps source component`) {
+	if err := errorFor(res, "remote"); err == nil || !strings.Contains(err.Error(), "remote/fleet.yaml:") || !strings.Contains(err.Error(), `helm.repo: the chart "podinfo" from "https://127.0.0.1:1/charts" version "6.0.0" is fetched by the GitOps source component`) {
 		t.Errorf("remote: %v, want an error naming the file and helm.repo", err)
 	}
 

@@ -44,8 +44,9 @@ type target struct{ name, dev string }
 // user applies them), deploy on the real downstream clusters dev-1 and dev-2
 // (both labelled env=dev) with Fleet's meaning: a dependsOn chain, values
 // templated per cluster, a partitioned rollout that stops at a failing
-// cluster; `fleet render bundle` and `fleet diff --live` show the templated
-// Bundle as deployed. The three scenarios are independent: they run at once.
+// cluster, a chart from a Helm repository; `fleet render bundle` and `fleet
+// diff --live` show the templated Bundle as deployed. The scenarios are
+// independent: they run at once.
 func testBundles(t *testing.T, dev2Name string) {
 	targets := []target{{"dev-1", "dev-1"}, {dev2Name, "dev-2"}}
 	t.Run("dependsOn chain A → B (by name) → C (by selector, acceptedStates): each waits, WaitingForDependency, and deploys after its dependency is Ready", func(t *testing.T) {
@@ -59,6 +60,10 @@ func testBundles(t *testing.T, dev2Name string) {
 	t.Run("partitioned rollout: a change whose pod cannot start stays on the first partition, the second keeps the old version; a fix rolls through both", func(t *testing.T) {
 		t.Parallel()
 		testPartitions(t, targets)
+	})
+	t.Run("a chart from a Helm repository served by this test: fleet apply fetches and embeds it, the Bundle deploys it with the fleet.yaml's values", func(t *testing.T) {
+		t.Parallel()
+		testRemoteChart(t, targets)
 	})
 }
 
