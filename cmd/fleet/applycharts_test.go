@@ -11,15 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
-	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	repo "helm.sh/helm/v4/pkg/repo/v1"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/gitops/charts/chartstest"
 )
 
 // helmRepository is a Helm chart repository over TLS with basic auth
@@ -60,21 +58,8 @@ func newHelmRepository(t *testing.T, user, pass string) *helmRepository {
 // and lists it in the index.
 func (r *helmRepository) addChart(t *testing.T, name, version, template string) {
 	t.Helper()
-	ch := &chart.Chart{
-		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: version},
-		Templates: []*common.File{{Name: "templates/cm.yaml", Data: []byte(template), ModTime: time.Unix(1, 0)}},
-		Raw:       []*common.File{{Name: "values.yaml", Data: []byte("color: red\n"), ModTime: time.Unix(1, 0)}},
-		Values:    map[string]any{"color": "red"},
-		ModTime:   time.Unix(1, 0),
-	}
-	p, err := chartutil.Save(ch, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	archive, err := os.ReadFile(filepath.Clean(p))
-	if err != nil {
-		t.Fatal(err)
-	}
+	archive := chartstest.Archive(t, name, version, template, "color: red\n", nil)
+	md := &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: version}
 	sum := sha256.Sum256(archive)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -86,7 +71,7 @@ func (r *helmRepository) addChart(t *testing.T, name, version, template string) 
 			t.Fatal(err)
 		}
 	}
-	if err := index.MustAdd(ch.Metadata, file, r.srv.URL+"/charts", hex.EncodeToString(sum[:])); err != nil {
+	if err := index.MustAdd(md, file, r.srv.URL+"/charts", hex.EncodeToString(sum[:])); err != nil {
 		t.Fatal(err)
 	}
 	index.SortEntries()

@@ -9,19 +9,17 @@ import (
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
-	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	repo "helm.sh/helm/v4/pkg/repo/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitops-fleet/fleet/gitops/charts/chartstest"
 )
 
 const cmTemplate = `apiVersion: v1
@@ -33,30 +31,11 @@ data:
   color: {{ .Values.color | quote }}
 `
 
-// chartArchive builds a chart archive with the Helm SDK (chartutil.Save,
-// what `helm package` writes): one ConfigMap template, a values.yaml, and
-// the extra files given (name → content, relative to the chart).
+// chartArchive builds a chart archive: one ConfigMap template, a
+// values.yaml, and the extra files given.
 func chartArchive(t *testing.T, name, version string, extra map[string][]byte) []byte {
 	t.Helper()
-	ch := &chart.Chart{
-		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: version},
-		Templates: []*common.File{{Name: "templates/cm.yaml", Data: []byte(cmTemplate), ModTime: time.Unix(1, 0)}},
-		Raw:       []*common.File{{Name: "values.yaml", Data: []byte("color: red\n"), ModTime: time.Unix(1, 0)}},
-		ModTime:   time.Unix(1, 0),
-	}
-	for n, d := range extra {
-		ch.Files = append(ch.Files, &common.File{Name: n, Data: d, ModTime: time.Unix(1, 0)})
-	}
-	dir := t.TempDir()
-	p, err := chartutil.Save(ch, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Clean(p))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
+	return chartstest.Archive(t, name, version, cmTemplate, "color: red\n", extra)
 }
 
 func sha(data []byte) string {

@@ -12,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
-	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	repo "helm.sh/helm/v4/pkg/repo/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gitops-fleet/fleet/dev/devenv"
+	"github.com/gitops-fleet/fleet/gitops/charts/chartstest"
 )
 
 // testRemoteChart: a fleet.yaml naming a chart of a Helm repository (a
@@ -30,7 +29,9 @@ import (
 // with the fleet.yaml's values. No fleet component fetched anything: the
 // controller renders the embedded copy.
 func testRemoteChart(t *testing.T, targets []target) {
-	archive := remoteChartArchive(t)
+	archive := chartstest.Archive(t, "e2e-remote", "0.3.1",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-{{ .Chart.Name }}\ndata:\n  chartVersion: {{ .Chart.Version | quote }}\n  greeting: {{ .Values.greeting | quote }}\n",
+		"greeting: from-chart\n", nil)
 	sum := sha256.Sum256(archive)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
@@ -71,23 +72,4 @@ func testRemoteChart(t *testing.T, targets []target) {
 			t.Errorf("%s: ConfigMap web-e2e-remote holds %v, want %v", tg.dev, cm.Data, want)
 		}
 	}
-}
-
-// remoteChartArchive packages a one-ConfigMap chart with the Helm SDK, as
-// `helm package` does.
-func remoteChartArchive(t *testing.T) []byte {
-	t.Helper()
-	ch := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "e2e-remote", Version: "0.3.1"},
-		Templates: []*common.File{{Name: "templates/cm.yaml", ModTime: time.Unix(1, 0), Data: []byte(
-			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-{{ .Chart.Name }}\ndata:\n  chartVersion: {{ .Chart.Version | quote }}\n  greeting: {{ .Values.greeting | quote }}\n")}},
-		Raw:     []*common.File{{Name: "values.yaml", Data: []byte("greeting: from-chart\n"), ModTime: time.Unix(1, 0)}},
-		Values:  map[string]any{"greeting": "from-chart"},
-		ModTime: time.Unix(1, 0),
-	}
-	p, err := chartutil.Save(ch, t.TempDir())
-	must(t, err)
-	data, err := os.ReadFile(filepath.Clean(p))
-	must(t, err)
-	return data
 }
