@@ -320,21 +320,19 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 	}
 	if opts.Kustomize != nil && opts.Kustomize.Dir != "" {
 		dir := path.Clean(opts.Kustomize.Dir)
-		overlay := map[string][]byte{}
-		for p, data := range files {
-			if dir == "." {
-				overlay[p] = data
-			} else if strings.HasPrefix(p, dir+"/") {
-				overlay[strings.TrimPrefix(p, dir+"/")] = data
+		found := false
+		for p := range files {
+			if dir == "." || strings.HasPrefix(p, dir+"/") {
+				found = true
+				break
 			}
 		}
-		if len(overlay) == 0 {
+		if !found {
 			return nil, fmt.Errorf("kustomize.dir %q: the Bundle has no files there", opts.Kustomize.Dir)
 		}
-		out, err := BuildOverlay(overlay, manifests)
-		if rerr := (*RemoteResourceError)(nil); errors.As(err, &rerr) {
-			rerr.File = path.Join(dir, rerr.File) // the Bundle's path, as the author wrote it
-		}
+		// The whole Bundle is the kustomization's filesystem: its bases
+		// (../base) are files of the Bundle too.
+		out, err := BuildKustomization(files, dir, manifests)
 		if err != nil {
 			return nil, err
 		}

@@ -200,3 +200,41 @@ func TestMergeOptions_ServiceAccountOfTargetWins(t *testing.T) {
 		})
 	}
 }
+
+// Fleet's kustomize layouts keep a base beside the overlays
+// (kustomize.dir: overlays/prod, resources: [../../base]): the base is a
+// file of the Bundle, so the build reaches it; nothing outside the Bundle
+// exists for it.
+func TestRenderBundle_KustomizeDirReachesItsBaseInTheBundle(t *testing.T) {
+	bundle := func(overlay string) *fleet.Bundle {
+		return &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Name: "kust"}, Spec: fleet.BundleSpec{
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{Kustomize: &fleet.KustomizeOptions{Dir: "overlays/prod"}},
+			Resources: []fleet.BundleResource{
+				{Name: "fleet.yaml", Content: "kustomize:\n  dir: overlays/prod\n"},
+				{Name: "base/kustomization.yaml", Content: "resources: [cm.yaml]\n"},
+				{Name: "base/cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n"},
+				{Name: "overlays/prod/kustomization.yaml", Content: overlay},
+				{Name: "overlays/prod/color.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: red}\n"},
+			},
+		}}
+	}
+	out, err := renderer.RenderBundle(bundle("resources: [../../base]\nnamePrefix: prod-\npatches: [{path: color.yaml}]\n"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, out)
+	if len(objs) != 1 || objs[0].GetName() != "prod-settings" {
+		t.Fatalf("want the base's ConfigMap with the overlay's prefix, got %s", out.YAML)
+	}
+	if c, _, _ := unstructured.NestedString(objs[0].Object, "data", "color"); c != "red" {
+		t.Errorf("the overlay's patch was not applied: color %q", c)
+	}
+
+	_, err = renderer.RenderBundle(bundle("resources: [../../../../etc]\n"), nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "kustomize overlay") {
+		t.Fatalf("a base outside the Bundle: want a kustomize error, got %v", err)
+	}
+	if strings.Contains(err.Error(), "/bundle/") {
+		t.Errorf("the error shows the renderer's in-memory paths: %v", err)
+	}
+}

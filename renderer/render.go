@@ -166,11 +166,22 @@ func cleanHelmError(err error) error {
 }
 
 // BuildOverlay runs kustomize on an in-memory copy of the overlay files, with
-// the given manifests added to the root kustomization's resources. An
-// overlay that names a URL or a repository is refused before kustomize
-// runs (CheckOverlayFiles): kustomize's loader would fetch it whatever the
-// filesystem. Plugins are off and kustomize panics become errors.
-func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err error) {
+// the given manifests added to the root kustomization's resources. It is
+// BuildKustomization with the overlay's root as the kustomization.
+func BuildOverlay(files map[string][]byte, manifests []byte) ([]byte, error) {
+	return BuildKustomization(files, ".", manifests)
+}
+
+// BuildKustomization runs kustomize on an in-memory copy of a Bundle's files,
+// building the kustomization in dir (a path of the Bundle), with the given
+// manifests (a chart's output), when not nil, added to its resources. Every
+// file of the Bundle is there, so a kustomization reaches its bases
+// (`../base`) anywhere in the Bundle, as Fleet's kustomize build does; nothing
+// outside the Bundle exists. A kustomization that names a URL or a repository
+// is refused before kustomize runs (CheckOverlayFiles): kustomize's loader
+// would fetch it whatever the filesystem. Plugins are off and kustomize
+// panics become errors.
+func BuildKustomization(files map[string][]byte, dir string, manifests []byte) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("kustomize overlay: internal error: %v", r)
@@ -179,9 +190,10 @@ func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err er
 	if err := CheckOverlayFiles(files); err != nil {
 		return nil, err
 	}
+	const root = "/bundle"
 	fsys := filesys.MakeFsInMemory()
 	for name, data := range files {
-		p := path.Join("/overlay", path.Clean("/"+name))
+		p := path.Join(root, path.Clean("/"+name))
 		if err := fsys.MkdirAll(path.Dir(p)); err != nil {
 			return nil, err
 		}
@@ -189,16 +201,22 @@ func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err er
 			return nil, err
 		}
 	}
-	kfile, ok := files["kustomization.yaml"]
+	dir = path.Clean("/" + dir)
+	kdir := path.Join(root, dir)
+	kname := path.Join(strings.TrimPrefix(dir, "/"), "kustomization.yaml")
+	kfile, ok := files[kname]
 	if !ok {
-		return nil, errors.New("kustomize overlay has no kustomization.yaml at its root")
+		if dir == "/" {
+			return nil, errors.New("kustomize overlay has no kustomization.yaml at its root")
+		}
+		return nil, fmt.Errorf("kustomize overlay has no kustomization.yaml in %s", strings.TrimPrefix(dir, "/"))
 	}
 	k := kustypes.Kustomization{}
 	if err := yaml.UnmarshalStrict(kfile, &k); err != nil {
-		return nil, fmt.Errorf("kustomize overlay: kustomization.yaml is invalid: %w", err)
+		return nil, fmt.Errorf("kustomize overlay: %s is invalid: %w", kname, err)
 	}
 	if manifests != nil {
-		if err := fsys.WriteFile("/overlay/"+OverlayChartOutput, manifests); err != nil {
+		if err := fsys.WriteFile(path.Join(kdir, OverlayChartOutput), manifests); err != nil {
 			return nil, err
 		}
 		k.Resources = append([]string{OverlayChartOutput}, k.Resources...)
@@ -208,19 +226,19 @@ func BuildOverlay(files map[string][]byte, manifests []byte) (out []byte, err er
 		}
 		// What kustomize reads is this rewrite: check it too, in case the
 		// two decoders ever read the author's file differently.
-		if err := CheckOverlayFiles(map[string][]byte{"kustomization.yaml": kb}); err != nil {
+		if err := CheckOverlayFiles(map[string][]byte{kname: kb}); err != nil {
 			return nil, err
 		}
-		if err := fsys.WriteFile("/overlay/kustomization.yaml", kb); err != nil {
+		if err := fsys.WriteFile(path.Join(kdir, "kustomization.yaml"), kb); err != nil {
 			return nil, err
 		}
 	}
 	opts := krusty.MakeDefaultOptions()
 	opts.PluginConfig = kustypes.DisabledPluginConfig()
 	opts.LoadRestrictions = kustypes.LoadRestrictionsRootOnly
-	resMap, err := krusty.MakeKustomizer(opts).Run(fsys, "/overlay")
+	resMap, err := krusty.MakeKustomizer(opts).Run(fsys, kdir)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize overlay: %w", err)
+		return nil, fmt.Errorf("kustomize overlay: %s", strings.ReplaceAll(err.Error(), root+"/", ""))
 	}
 	y, err := resMap.AsYaml()
 	if err != nil {
