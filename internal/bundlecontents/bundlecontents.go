@@ -109,7 +109,8 @@ type WriteBundle func(ctx context.Context, b *fleet.Bundle) error
 // of the package's doc, with c (the writer's own identity): the Secrets,
 // then the Bundle through write, then the owner references, then the
 // contents of other contentsIds of b are deleted. With no Secrets it writes
-// the Bundle and deletes any contents it held before.
+// the Bundle and deletes the contents it held before, if it had any (so a
+// writer of Bundles that fit in one object needs no right on Secrets).
 func Write(ctx context.Context, c client.Client, b *fleet.Bundle, secrets []*corev1.Secret, write WriteBundle) error {
 	existing := &fleet.Bundle{}
 	err := c.Get(ctx, client.ObjectKeyFromObject(b), existing)
@@ -130,6 +131,11 @@ func Write(ctx context.Context, c client.Client, b *fleet.Bundle, secrets []*cor
 	}
 	if err := write(ctx, b); err != nil {
 		return err
+	}
+	if len(secrets) == 0 && (existing == nil || existing.Spec.ContentsID == "") {
+		// No contents before or now: nothing to own or collect (and a
+		// writer of small Bundles needs no right on Secrets).
+		return nil
 	}
 	if len(secrets) > 0 {
 		written := &fleet.Bundle{}
