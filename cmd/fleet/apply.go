@@ -51,7 +51,13 @@ that no fleet.yaml directory takes. NAME is the GitRepo's name: Bundles are name
 NAME-<path> (Fleet's names) and labelled fleet.cattle.io/repo-name=NAME.
 
 With -o FILE (-o - for standard output) the Bundles are written as YAML documents, with no
-cluster. Otherwise they are applied (server-side apply) in --namespace of the cluster of
+cluster.
+
+A Bundle whose resources are more than 1 MiB of JSON (too large for one object) is written
+as contents: immutable Secrets of the namespace holding the resources, gzipped and in
+chunks, then the Bundle with spec.contentsId naming them; the Bundle owns them and the
+contents of its previous version are deleted. That needs the right to write Secrets in the
+namespace. With -o the Secrets are written before their Bundle. Otherwise they are applied (server-side apply) in --namespace of the cluster of
 --kubeconfig/--context, and the Bundles labelled with NAME that the checkout no longer
 makes are deleted: only when every path was read and written. A path whose fleet.yaml,
 values files or chart is wrong is reported with its file, line and field; the other
