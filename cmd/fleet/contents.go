@@ -33,6 +33,9 @@ func bundleResources(ctx context.Context, f rolloutFlags, file string, b *fleet.
 		return nil, fmt.Errorf("bundle %s sets both spec.contentsId and spec.resources (%s): remove one", b.Name, fleet.ContentsInvalidReason)
 	}
 	ns := b.Namespace
+	if ns == "" {
+		ns = "default"
+	}
 	index := bundlecontent.ContentsSecretName(b.Name, b.Spec.ContentsID)
 	var get bundlecontent.GetSecret
 	if secrets, err := fileSecrets(file); err != nil {
@@ -46,8 +49,12 @@ func bundleResources(ctx context.Context, f rolloutFlags, file string, b *fleet.
 		}
 	} else {
 		if f.kubeconfig == "" && f.context == "" {
-			return nil, usageError("bundle %s holds no resources: spec.contentsId %s names contents Secret %s/%s and its chunks, which %s does not hold; give --kubeconfig or --context to read them from the upstream cluster, or the file fleet apply -o writes (the Secrets, then the Bundle)",
-				b.Name, b.Spec.ContentsID, ns, index, file)
+			where := "they are not in the Bundle's file"
+			if file != "" {
+				where = file + " does not hold them"
+			}
+			return nil, usageError("bundle %s holds no resources: spec.contentsId %s names contents Secret %s/%s and its chunks, and %s; give --kubeconfig or --context to read them from the upstream cluster, or the file fleet apply -o writes (the Secrets, then the Bundle)",
+				b.Name, b.Spec.ContentsID, ns, index, where)
 		}
 		u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
 		if err != nil {
