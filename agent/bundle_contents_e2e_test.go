@@ -111,7 +111,7 @@ func TestBundle_LargeInputTravelsAsVerifiedContents(t *testing.T) {
 		Spec: fleet.BundleSpec{
 			BundleDeploymentOptions: fleet.BundleDeploymentOptions{
 				DefaultNamespace: appNS,
-				Helm:             &fleet.HelmOptions{Chart: "chart", Values: &fleet.GenericMap{Data: map[string]any{"count": 2, "seed": "one"}}},
+				Helm:             &fleet.HelmOptions{Chart: "chart", Values: &fleet.GenericMap{Data: map[string]any{"count": int64(2), "seed": "one"}}},
 			},
 			Resources: []fleet.BundleResource{
 				{Name: "chart/Chart.yaml", Content: "apiVersion: v2\nname: large\nversion: 0.1.0\n"},

@@ -54,7 +54,8 @@ const FieldManager = "fleet-bundle-contents"
 // itself, is returned as it is, with no Secret. Otherwise the copy has
 // spec.resources empty and spec.contentsId "s-<sha256 of the resources'
 // JSON>", and the Secrets (in b's namespace, chunks first, the index last)
-// hold the resources. b is not changed.
+// hold the resources. b is not changed; the copy shares its maps and
+// pointers (labels, options), so treat both as read-only.
 func Split(b *fleet.Bundle, threshold int) (*fleet.Bundle, []*corev1.Secret, error) {
 	if threshold <= 0 {
 		threshold = DefaultThreshold
@@ -96,10 +97,13 @@ func Split(b *fleet.Bundle, threshold int) (*fleet.Bundle, []*corev1.Secret, err
 		ObjectMeta: meta(bundlecontent.ContentsSecretName(b.Name, id)), Type: bundlecontent.ContentsSecretType,
 		Immutable: ptr.To(true), Data: enc.Data,
 	})
-	out := b.DeepCopy()
+	// A shallow copy: only the two fields change (DeepCopy would panic on
+	// values of Go types JSON does not have, such as int, which a Bundle
+	// made in memory may hold).
+	out := *b
 	out.Spec.Resources = nil
 	out.Spec.ContentsID = id
-	return out, secrets, nil
+	return &out, secrets, nil
 }
 
 // WriteBundle writes the Bundle itself (server-side apply, create or update).
