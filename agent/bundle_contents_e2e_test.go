@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
@@ -190,6 +191,38 @@ func TestBundle_LargeInputTravelsAsVerifiedContents(t *testing.T) {
 	as := upstreamAs(t, ds, agentNS)
 	if err := as.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: secrets[0].Name}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
 		t.Errorf("cluster %s reading a contents chunk of its workspace: %v, want Forbidden", clusterName, err)
+	}
+
+	// Nor can a Bundle author copy them downstream: downstreamResources
+	// naming the contents' index is refused before anything is written.
+	copier := &fleet.Bundle{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "copier"},
+		Spec: fleet.BundleSpec{
+			BundleDeploymentOptions: fleet.BundleDeploymentOptions{
+				DefaultNamespace:    appNS,
+				DownstreamResources: []fleet.DownstreamResource{{Kind: "Secret", Name: bundlecontent.ContentsSecretName("large", split.Spec.ContentsID)}},
+			},
+			Resources: []fleet.BundleResource{{Name: "cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: copier\n"}},
+			Targets:   []fleet.BundleTarget{{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"contents": "large"}}}},
+		},
+	}
+	if err := up.Create(t.Context(), copier); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "downstreamResources of the contents refused", func() error {
+		got := bundleStatus(t, ws, "copier")
+		c := meta.FindStatusCondition(got.Status.Conditions, "Stalled")
+		if c == nil || c.Reason != bundle.DownstreamResourceInvalidReason || !strings.Contains(c.Message, bundlecontent.ContentsSecretName("large", split.Spec.ContentsID)) {
+			return fmt.Errorf("conditions %s", conditionsOf(got.Status.Conditions))
+		}
+		return nil
+	})
+	bds := &fleet.BundleDeploymentList{}
+	if err := up.List(t.Context(), bds, client.MatchingLabels{fleet.BundleLabel: "copier", fleet.BundleNamespaceLabel: ws}); err != nil || len(bds.Items) != 0 {
+		t.Errorf("%d BundleDeployments of the copier (%v)", len(bds.Items), err)
+	}
+	if err := up.Delete(t.Context(), copier); err != nil {
+		t.Fatal(err)
 	}
 
 	// A new version: new contents, the old ones deleted by the writer.
