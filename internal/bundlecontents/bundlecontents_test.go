@@ -158,3 +158,28 @@ func TestSplit_BundleWithContentsIDIsLeftAsItIs(t *testing.T) {
 		t.Errorf("Split: same %v, %d Secrets, %v", out == b, len(secrets), err)
 	}
 }
+
+// TestSplit_ContentsThatGzipSmallAreOneSecret: resources over the threshold
+// whose gzip fits in one Secret are one Secret, the index holding them
+// inline, read back checked.
+func TestSplit_ContentsThatGzipSmallAreOneSecret(t *testing.T) {
+	b := bundleOf(strings.Repeat("apiVersion: v1\nkind: ConfigMap\n", 40000))
+	out, secrets, err := Split(b, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(secrets) != 1 || secrets[0].Type != bundlecontent.ContentsSecretType || bundlecontent.IsChunked(secrets[0]) || out.Spec.ContentsID == "" {
+		t.Fatalf("%d Secrets (want one holding the contents inline), contentsId %q", len(secrets), out.Spec.ContentsID)
+	}
+	ns := namespace{secrets[0].Name: secrets[0]}
+	res, err := bundlecontent.ReadContents(t.Context(), b.Namespace, b.Name, out.Spec.ContentsID, ns.get)
+	if err != nil || !reflect.DeepEqual(res, b.Spec.Resources) {
+		t.Fatalf("read back: %d resources, %v", len(res), err)
+	}
+	// Changed: refused.
+	forged := secrets[0].DeepCopy()
+	forged.Data[bundlecontent.KeyManifests][len(forged.Data[bundlecontent.KeyManifests])-9] ^= 1
+	if _, err := bundlecontent.ReadContents(t.Context(), b.Namespace, b.Name, out.Spec.ContentsID, namespace{forged.Name: forged}.get); !errors.As(err, new(*bundlecontent.InvalidError)) {
+		t.Errorf("changed inline contents: %v", err)
+	}
+}
