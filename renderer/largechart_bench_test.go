@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
+	"github.com/gitops-fleet/fleet/internal/bundlecontents"
 	"github.com/gitops-fleet/fleet/internal/manifest"
 	"github.com/gitops-fleet/fleet/renderer"
 )
@@ -362,6 +364,77 @@ func BenchmarkLargeChart(b *testing.B) {
 			}))
 		}
 		b.ReportMetric(float64(objects), "objects-applied")
+		b.ReportMetric(float64(peak)/mib, "MiB-peak-heap")
+	})
+}
+
+// BenchmarkBundleContents measures the upstream half of large content: the
+// 20 MB chart as a Bundle's resources (as fleet apply writes them, plain
+// text), split by its writer into contents Secrets (gzip, chunks: the bytes
+// and objects written to the Bundle's namespace), and read back by the
+// controller (chunks checked, gunzipped, decoded into resources).
+func BenchmarkBundleContents(b *testing.B) {
+	files := largeChart()
+	bundle := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "monitoring"}}
+	bundle.Spec.BundleDeploymentOptions = largeChartOptions
+	for name, data := range files {
+		bundle.Spec.Resources = append(bundle.Spec.Resources, fleet.BundleResource{Name: name, Content: string(data)})
+	}
+	sort.Slice(bundle.Spec.Resources, func(i, j int) bool { return bundle.Spec.Resources[i].Name < bundle.Spec.Resources[j].Name })
+	_, js, err := bundlecontent.ContentsID(bundle.Spec.Resources)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	var split *fleet.Bundle
+	var secrets []*corev1.Secret
+	b.Run("write", func(b *testing.B) {
+		var peak uint64
+		for b.Loop() {
+			peak = max(peak, peakHeap(func() {
+				if split, secrets, err = bundlecontents.Split(bundle, 0); err != nil {
+					b.Fatal(err)
+				}
+			}))
+		}
+		written := 0
+		for _, s := range secrets {
+			for _, v := range s.Data {
+				written += len(v)
+			}
+		}
+		b.ReportMetric(float64(len(js))/mib, "MiB-resources-json")
+		b.ReportMetric(float64(written)/mib, "MiB-written")
+		// The contents Secrets and the Bundle.
+		b.ReportMetric(float64(1+len(secrets)), "objects")
+		b.ReportMetric(float64(peak)/mib, "MiB-peak-heap")
+	})
+	if split == nil {
+		return
+	}
+	byName := map[string]*corev1.Secret{}
+	for _, s := range secrets {
+		byName[s.Name] = s
+	}
+	get := func(_ context.Context, name string) (*corev1.Secret, error) {
+		if s, ok := byName[name]; ok {
+			return s, nil
+		}
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, name)
+	}
+	b.Run("controller-read", func(b *testing.B) {
+		var peak uint64
+		n := 0
+		for b.Loop() {
+			peak = max(peak, peakHeap(func() {
+				res, err := bundlecontent.ReadContents(b.Context(), split.Namespace, split.Name, split.Spec.ContentsID, get)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(res)
+			}))
+		}
+		b.ReportMetric(float64(n), "resources")
 		b.ReportMetric(float64(peak)/mib, "MiB-peak-heap")
 	})
 }

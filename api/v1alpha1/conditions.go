@@ -100,6 +100,13 @@ const (
 	// UnsupportedOptionReason: the Bundle sets an option fleet does not do
 	// yet (internal/bundleoptions); it is not deployed.
 	UnsupportedOptionReason = "UnsupportedOption"
+	// WaitingForContentsReason: a Bundle's spec.contentsId names contents
+	// whose index or a chunk does not exist (yet) in its namespace.
+	WaitingForContentsReason = "WaitingForContents"
+	// ContentsInvalidReason: a Bundle's contents are not what its
+	// spec.contentsId names (a changed chunk, a malformed index); the
+	// message names the Secret.
+	ContentsInvalidReason = "ContentsInvalid"
 
 	// ClusterRegistration reasons of the trust boundary between a token
 	// holder and the clusters of a workspace.

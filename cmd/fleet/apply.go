@@ -22,6 +22,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/gitops/bundlereader"
 	"github.com/gitops-fleet/fleet/internal/apply"
+	"github.com/gitops-fleet/fleet/internal/bundlecontents"
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 )
@@ -50,7 +51,13 @@ that no fleet.yaml directory takes. NAME is the GitRepo's name: Bundles are name
 NAME-<path> (Fleet's names) and labelled fleet.cattle.io/repo-name=NAME.
 
 With -o FILE (-o - for standard output) the Bundles are written as YAML documents, with no
-cluster. Otherwise they are applied (server-side apply) in --namespace of the cluster of
+cluster.
+
+A Bundle whose resources are more than 1 MiB of JSON (too large for one object) is written
+as contents: immutable Secrets of the namespace holding the resources, gzipped and in
+chunks, then the Bundle with spec.contentsId naming them; the Bundle owns them and the
+contents of its previous version are deleted. That needs the right to write Secrets in the
+namespace. With -o the Secrets are written before their Bundle. Otherwise they are applied (server-side apply) in --namespace of the cluster of
 --kubeconfig/--context, and the Bundles labelled with NAME that the checkout no longer
 makes are deleted: only when every path was read and written. A path whose fleet.yaml,
 values files or chart is wrong is reported with its file, line and field; the other
@@ -196,22 +203,50 @@ func bundleObject(b *fleet.Bundle) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: m}, nil
 }
 
-// writeBundles writes the Bundles as YAML documents to file (- : out).
+// writeBundles writes the Bundles as YAML documents to file (- : out). A
+// Bundle whose resources are too large for one object is written as the
+// cluster would get it: its contents Secrets first (chunks, then the index),
+// then the Bundle with spec.contentsId, so `kubectl apply -f` of the file
+// creates them in that order. (Written so, the Secrets have no owner
+// reference to the Bundle: they stay when it is deleted.)
 func writeBundles(out io.Writer, file string, bundles []bundlereader.Bundle) error {
 	var buf bytes.Buffer
-	for i, b := range bundles {
-		obj, err := bundleObject(b.Bundle)
+	doc := func(m map[string]any) error {
+		data, err := yaml.Marshal(m)
 		if err != nil {
 			return err
 		}
-		data, err := yaml.Marshal(obj.Object)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
+		if buf.Len() > 0 {
 			buf.WriteString("---\n")
 		}
 		buf.Write(data)
+		return nil
+	}
+	for _, b := range bundles {
+		split, secrets, err := bundlecontents.Split(b.Bundle, 0)
+		if err != nil {
+			return err
+		}
+		for _, s := range secrets {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+			if err != nil {
+				return err
+			}
+			m["apiVersion"], m["kind"] = "v1", "Secret"
+			if md, ok := m["metadata"].(map[string]any); ok {
+				delete(md, "creationTimestamp")
+			}
+			if err := doc(m); err != nil {
+				return err
+			}
+		}
+		obj, err := bundleObject(split)
+		if err != nil {
+			return err
+		}
+		if err := doc(obj.Object); err != nil {
+			return err
+		}
 	}
 	if file == "-" {
 		_, err := out.Write(buf.Bytes())
@@ -239,11 +274,22 @@ func applyBundle(ctx context.Context, c client.Client, mgr *ssa.ResourceManager,
 	case existing.DeletionTimestamp != nil:
 		return nil, errors.New("the Bundle is being deleted; apply again once it is gone")
 	}
-	obj, err := bundleObject(b)
+	// Resources too large for one object go to contents Secrets, written
+	// before the Bundle names them (internal/bundlecontents).
+	split, secrets, err := bundlecontents.Split(b, 0)
 	if err != nil {
 		return nil, err
 	}
-	return mgr.Apply(ctx, obj, ssa.DefaultApplyOptions())
+	var entry *ssa.ChangeSetEntry
+	err = bundlecontents.Write(ctx, c, split, secrets, func(ctx context.Context, b *fleet.Bundle) error {
+		obj, err := bundleObject(b)
+		if err != nil {
+			return err
+		}
+		entry, err = mgr.Apply(ctx, obj, ssa.DefaultApplyOptions())
+		return err
+	})
+	return entry, err
 }
 
 // prune deletes the Bundles of repo in namespace that the checkout no

@@ -468,7 +468,8 @@ func TestFleetChart_RendererHoldsNoCredentialAndReachesOnlyTheController(t *test
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
 		t.Errorf("container security context %+v", sc)
 	}
-	if want := []string{"renderer", "--listen=:9443", "--credentials-dir=/etc/fleet-renderer", "--concurrency=3", "--log-level=info"}; !slices.Equal(c.Args, want) {
+	// --bundle-max-size: the largest render request follows bundleMaxSize.
+	if want := []string{"renderer", "--listen=:9443", "--credentials-dir=/etc/fleet-renderer", "--concurrency=3", "--bundle-max-size=32Mi", "--log-level=info"}; !slices.Equal(c.Args, want) {
 		t.Errorf("args %q, want %q", c.Args, want)
 	}
 	var mounted []string

@@ -285,7 +285,11 @@ func bundleRenderer(head *review.Tree, upstream rolloutFlags) review.BundleRende
 				return nil, opts, err
 			}
 		}
-		out, err := pool.RenderFor(ctx, b.Name, b.Spec.Resources, opts, values)
+		resources, err := bundleResources(ctx, upstream, "", b)
+		if err != nil {
+			return nil, opts, err
+		}
+		out, err := pool.RenderFor(ctx, b.Name, resources, opts, values)
 		if re := (*renderworker.RenderError)(nil); errors.As(err, &re) {
 			return nil, opts, fmt.Errorf("%s (%s)", re.Message, re.Reason)
 		}

@@ -174,7 +174,13 @@ The cluster's ${ } values templates (helm.values, helm.templateValues) and
 global.fleet.clusterLabels.<key> values are rendered with that Cluster, as the
 controller renders them. helm.valuesFrom ConfigMaps and Secrets are read from
 the upstream cluster, as the controller reads them: a Bundle with valuesFrom
-needs --kubeconfig or --context (and the right to read them there).`,
+needs --kubeconfig or --context (and the right to read them there).
+
+A Bundle with spec.contentsId (resources too large for one object, written by
+fleet apply as contents Secrets) is rendered from the contents Secrets in the
+same file (fleet apply -o writes them before the Bundle), or else read from
+the upstream cluster with --kubeconfig or --context; they are checked as the
+controller checks them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "yaml" && output != "json" {
@@ -234,7 +240,11 @@ needs --kubeconfig or --context (and the right to read them there).`,
 			if err != nil {
 				return err
 			}
-			out, err := pool.RenderFor(cmd.Context(), bundle.Name, bundle.Spec.Resources, opts, values)
+			resources, err := bundleResources(cmd.Context(), upstream, bundleFile, bundle)
+			if err != nil {
+				return err
+			}
+			out, err := pool.RenderFor(cmd.Context(), bundle.Name, resources, opts, values)
 			if re := (*renderworker.RenderError)(nil); errors.As(err, &re) {
 				return fmt.Errorf("bundle %s: %s (%s)", bundleFile, re.Message, re.Reason)
 			}

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
@@ -34,7 +37,32 @@ credential: it refuses to start when a ServiceAccount token is mounted.`,
 	f.StringVar(&opts.Listen, "listen", ":8443", "TLS address to serve renders on")
 	f.StringVar(&opts.CredentialsDir, "credentials-dir", "/etc/fleet-renderer", "directory holding "+renderservice.KeyCert+", "+renderservice.KeyKey+" and "+renderservice.KeyTokenHash+" (Secret "+renderservice.SecretName+"); read again when they change")
 	f.IntVar(&opts.Concurrency, "concurrency", config.DefaultBundleRenderConcurrency, "render workers of this renderer at once, at most (size the pod's memory limit for it: concurrency x bundleRenderMemoryLimit)")
+	f.Var(&quantityFlag{v: &opts.BundleMaxSize}, "bundle-max-size", "the controller's bundleMaxSize (a quantity, 32Mi by default): the largest render request follows it")
 	f.BoolVar(&opts.AllowKubernetesCredential, "allow-kubernetes-credential", false, "start even with a ServiceAccount token mounted (development only: a Bundle author who escapes a worker would hold it)")
 	logs.addFlags(cmd)
 	return cmd
 }
+
+// quantityFlag is a flag of a Kubernetes quantity ("32Mi"), in bytes.
+type quantityFlag struct{ v *int64 }
+
+func (q *quantityFlag) String() string {
+	if q.v == nil || *q.v == 0 {
+		return ""
+	}
+	return resource.NewQuantity(*q.v, resource.BinarySI).String()
+}
+
+func (q *quantityFlag) Set(s string) error {
+	v, err := resource.ParseQuantity(s)
+	if err != nil {
+		return fmt.Errorf("not a quantity (32Mi, 64Mi): %w", err)
+	}
+	if v.Sign() <= 0 {
+		return fmt.Errorf("must be positive, not %s", s)
+	}
+	*q.v = v.Value()
+	return nil
+}
+
+func (q *quantityFlag) Type() string { return "quantity" }

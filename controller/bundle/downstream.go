@@ -48,8 +48,12 @@ const (
 )
 
 // neverCopied are Secret types that are credentials of the upstream
-// itself, never copied downstream whoever names them.
-var neverCopied = []corev1.SecretType{corev1.SecretTypeServiceAccountToken, corev1.SecretTypeBootstrapToken, bundlecontent.SecretType}
+// itself, never copied downstream whoever names them; nor are content and
+// contents Secrets (content goes down as a BundleDeployment's content only).
+var neverCopied = []corev1.SecretType{
+	corev1.SecretTypeServiceAccountToken, corev1.SecretTypeBootstrapToken, bundlecontent.SecretType,
+	bundlecontent.ChunkSecretType, bundlecontent.ContentsSecretType, bundlecontent.ContentsChunkType,
+}
 
 // downstreamResources returns every downstream resource the Bundle or one
 // of its targets names, each once.

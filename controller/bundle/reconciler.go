@@ -160,12 +160,16 @@ func (p *placement) keepsContent(b *fleet.Bundle) bool {
 // does not render, a *reconciler.Waiting while BundleDeployments are not
 // Ready or clusters wait for their namespace, or a transient error.
 func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
-	b.Status.ResourcesSHA256Sum = resourcesHash(b.Spec.Resources)
+	b.Status.ResourcesSHA256Sum = bundleResourcesHash(b)
 	if err := bundleoptions.Check(&b.Spec); err != nil {
 		// Deploying without the option would deploy something else:
 		// nothing of this generation is deployed.
 		b.Status.ObservedGeneration = b.Generation
 		return reconciler.Stall(fleet.UnsupportedOptionReason, "%v", err)
+	}
+	if err := checkContentsID(b); err != nil {
+		b.Status.ObservedGeneration = b.Generation
+		return err
 	}
 
 	clusters := &fleet.ClusterList{}
@@ -183,7 +187,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 
 	// Render once per distinct set of options: clusters without target
 	// customisation share one render.
-	renders := newReconcileRenders(r.downstreamRenderer(b, clusters.Items), &r.rendered, b)
+	renders := newReconcileRenders(r.downstreamRenderer(b, clusters.Items), &r.rendered, b, r.resourcesOf(b))
 	if err := r.addDownstreamInputs(ctx, b, renders); err != nil {
 		return err
 	}

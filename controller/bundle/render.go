@@ -121,16 +121,24 @@ type reconcileRenders struct {
 	inputs   string
 	byHash   map[string]*render
 	ordered  []*render
+	// resources loads the Bundle's resources (from its contents for a
+	// Bundle with spec.contentsId) the first time a render needs them.
+	resources func(context.Context) ([]fleet.BundleResource, error)
+	loaded    []fleet.BundleResource
+	hasLoaded bool
 }
 
-func newReconcileRenders(r BundleRenderer, cache *renderCache, b *fleet.Bundle) *reconcileRenders {
+func newReconcileRenders(r BundleRenderer, cache *renderCache, b *fleet.Bundle, resources func(context.Context) ([]fleet.BundleResource, error)) *reconcileRenders {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%+v", b.Name, resourcesHash(b.Spec.Resources), r.Limits())
+	// The contentsId is the sha256 of the resources' JSON: the same sum as
+	// inline resources, so the cache key includes it without a read.
+	fmt.Fprintf(h, "%s\n%s\n%+v", b.Name, bundleResourcesHash(b), r.Limits())
 	return &reconcileRenders{
 		renderer: r, cache: cache, bundle: b,
-		key:    types.NamespacedName{Namespace: b.Namespace, Name: b.Name},
-		inputs: hex.EncodeToString(h.Sum(nil)),
-		byHash: map[string]*render{},
+		key:       types.NamespacedName{Namespace: b.Namespace, Name: b.Name},
+		inputs:    hex.EncodeToString(h.Sum(nil)),
+		byHash:    map[string]*render{},
+		resources: resources,
 	}
 }
 
@@ -178,8 +186,15 @@ func (rr *reconcileRenders) outcome(rd *render) (contentID string, manifests []b
 }
 
 func (rr *reconcileRenders) run(ctx context.Context, rd *render) error {
+	if !rr.hasLoaded {
+		res, err := rr.resources(ctx)
+		if err != nil {
+			return err
+		}
+		rr.loaded, rr.hasLoaded = res, true
+	}
 	start := time.Now()
-	out, err := rr.renderer.RenderFor(ctx, rr.bundle.Name, rr.bundle.Spec.Resources, rd.opts, rd.values)
+	out, err := rr.renderer.RenderFor(ctx, rr.bundle.Name, rr.loaded, rd.opts, rd.values)
 	rd.rendered = err == nil || errors.As(err, new(*renderworker.RenderError))
 	metrics.BundleRenderDuration.Observe(time.Since(start).Seconds())
 	var re *renderworker.RenderError

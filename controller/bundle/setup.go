@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 )
 
 // SetupWithManager registers the reconciler and its watches.
@@ -34,7 +35,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Watches(&fleet.ClusterGroup{}, handler.EnqueueRequestsFromMapFunc(r.bundlesInNamespace), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&fleet.BundleDeployment{}, handler.EnqueueRequestsFromMapFunc(bundleOf)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(bundleOf), builder.OnlyMetadata,
-			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[ContentLabel] == "true" }))).
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				// Content Secrets downstream, and a Bundle's contents: a
+				// chunk that appears lets a waiting Bundle render.
+				return o.GetLabels()[ContentLabel] == "true" || o.GetLabels()[bundlecontent.ContentsLabel] == "true"
+			}))).
 		// The sources of downstreamResources.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.bundlesCopying), builder.OnlyMetadata).
 		// helm.valuesFrom Secrets: a change renders the Bundles reading them.

@@ -330,7 +330,7 @@ func (r *reader) encode(b *fleet.Bundle, files map[string][]byte) ([]fleet.Bundl
 		}
 	}
 	if n > r.limits.BundleBytes {
-		return nil, fmt.Errorf("the Bundle is %s even compressed, over the limit of %s (etcd refuses large objects); leave files out with .fleetignore or split the directory", formatBytes(n), formatBytes(r.limits.BundleBytes))
+		return nil, fmt.Errorf("the Bundle is %s even compressed, over the limit of %s (what a Bundle's contents hold); leave files out with .fleetignore or split the directory", formatBytes(n), formatBytes(r.limits.BundleBytes))
 	}
 	return res, nil
 }

@@ -101,7 +101,7 @@ func parseFleetYAML(file string, data []byte) (*FleetYAML, error) {
 		bad("resources", "resources are the directory's files, read by fleet apply; remove resources from fleet.yaml")
 	}
 	if fy.ContentsID != "" {
-		bad("contentsId", "contentsId is set by Fleet's OCI storage, not in fleet.yaml")
+		bad("contentsId", "contentsId is set by fleet apply for resources too large for one object, not in fleet.yaml")
 	}
 	if fy.ValuesHash != "" {
 		bad("valuesHash", "valuesHash is set by Fleet's fleet apply, not in fleet.yaml")

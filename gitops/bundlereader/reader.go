@@ -21,6 +21,7 @@ import (
 	"sync"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/config"
 )
 
@@ -77,8 +78,9 @@ type Limits struct {
 	PathBytes int64
 	// Files bounds the number of files of one Bundle (default 10000).
 	Files int
-	// BundleBytes bounds a Bundle as JSON, after encoding (default 1.4
-	// MiB: etcd refuses requests over 1.5 MiB).
+	// BundleBytes bounds a Bundle as JSON, after encoding
+	// (default 64 MiB, what a Bundle's contents Secrets hold: resources
+	// over 1 MiB are written as contents, internal/bundlecontents).
 	BundleBytes int64
 	// ScanEntries bounds the directory entries one GitRepo path's scan
 	// for Bundle directories visits (default 100000).
@@ -91,7 +93,7 @@ func DefaultLimits() Limits {
 		FileBytes:   config.DefaultBundleMaxResourceSize,
 		PathBytes:   config.DefaultBundleMaxSize,
 		Files:       10000,
-		BundleBytes: 1400 << 10,
+		BundleBytes: bundlecontent.MaxManifestBytes,
 		ScanEntries: 100000,
 	}
 }

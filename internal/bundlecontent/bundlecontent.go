@@ -82,6 +82,18 @@ func Decode(s *corev1.Secret, wantManifestID string) ([]byte, error) {
 	if s.Type != SecretType {
 		return nil, fmt.Errorf("secret %s/%s has type %q, want %q", s.Namespace, s.Name, s.Type, SecretType)
 	}
+	out, err := decode(s)
+	if err != nil {
+		return nil, err
+	}
+	if got := ManifestID(out); wantManifestID != "" && got != wantManifestID {
+		return nil, fmt.Errorf("secret %s/%s holds manifests %s, the BundleDeployment wants %s (the controller has not written them yet)", s.Namespace, s.Name, got, wantManifestID)
+	}
+	return out, nil
+}
+
+// decode gunzips the inline content of s, bounded by MaxManifestBytes.
+func decode(s *corev1.Secret) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(s.Data[KeyManifests]))
 	if err != nil {
 		return nil, fmt.Errorf("secret %s/%s: manifests are not gzip: %w", s.Namespace, s.Name, err)
@@ -93,9 +105,6 @@ func Decode(s *corev1.Secret, wantManifestID string) ([]byte, error) {
 	}
 	if len(out) > MaxManifestBytes {
 		return nil, errors.New("manifests exceed the size limit")
-	}
-	if got := ManifestID(out); wantManifestID != "" && got != wantManifestID {
-		return nil, fmt.Errorf("secret %s/%s holds manifests %s, the BundleDeployment wants %s (the controller has not written them yet)", s.Namespace, s.Name, got, wantManifestID)
 	}
 	return out, nil
 }

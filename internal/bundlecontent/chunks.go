@@ -53,6 +53,39 @@ const (
 	indexVersion = 1
 )
 
+// Layout is one kind of chunked content: the type of the Secret that holds
+// it (inline, or the index of its chunks), the type and the names of its
+// chunks. The format, the cut and the checks are the same for every kind;
+// only the names and types differ, so a Secret of one kind is never read as
+// the other.
+type Layout struct {
+	// SecretType is the type of the Secret holding the content inline or
+	// its index.
+	SecretType corev1.SecretType
+	// ChunkType is the type of chunk Secrets.
+	ChunkType corev1.SecretType
+	// ChunkName names chunk i of content id of owner (the only names an
+	// index may give).
+	ChunkName func(owner, id string, i int) string
+	// Reader is who reads this content, for the message of an index of a
+	// version it does not read ("the agent").
+	Reader string
+	// Rewrite tells a person how a changed chunk is written again.
+	Rewrite string
+}
+
+// Deployment is the layout of a BundleDeployment's content: the content
+// Secret named like the BundleDeployment in the cluster namespace and its
+// chunks there (ChunkSecretName), written by the controller, read by the
+// agent.
+var Deployment = Layout{
+	SecretType: SecretType,
+	ChunkType:  ChunkSecretType,
+	ChunkName:  ChunkSecretName,
+	Reader:     "agent",
+	Rewrite:    "it was changed after the controller wrote it; delete it and the controller writes it again",
+}
+
 // Index is what the content Secret of chunked content holds under KeyChunks.
 type Index struct {
 	// Version of this layout: 1.
@@ -116,6 +149,16 @@ func EncodeContent(bundleDeployment string, manifests []byte) (*Encoded, error) 
 	if len(manifests) > MaxManifestBytes {
 		return nil, fmt.Errorf("the manifests are %d bytes, more than the %d bytes a BundleDeployment's content may hold", len(manifests), MaxManifestBytes)
 	}
+	return Deployment.Encode(bundleDeployment, manifests)
+}
+
+// Encode compresses data, the content of owner: inline when the gzip stream
+// fits in one Secret, otherwise as chunks (named by l.ChunkName) and their
+// index.
+func (l Layout) Encode(owner string, manifests []byte) (*Encoded, error) {
+	if len(manifests) > MaxManifestBytes {
+		return nil, fmt.Errorf("the content is %d bytes, more than the %d bytes one content may hold", len(manifests), MaxManifestBytes)
+	}
 	data, err := Encode(manifests)
 	if err != nil {
 		return nil, err
@@ -132,7 +175,7 @@ func EncodeContent(bundleDeployment string, manifests []byte) (*Encoded, error) 
 		piece := gz[:n:n]
 		gz = gz[n:]
 		sum := sha256.Sum256(piece)
-		c := Chunk{Name: ChunkSecretName(bundleDeployment, id, i), SHA256: hex.EncodeToString(sum[:]), Data: piece}
+		c := Chunk{Name: l.ChunkName(owner, id, i), SHA256: hex.EncodeToString(sum[:]), Data: piece}
 		out.Chunks = append(out.Chunks, c)
 		idx.Chunks = append(idx.Chunks, ChunkRef{Name: c.Name, SHA256: c.SHA256, Size: n})
 	}
@@ -178,11 +221,17 @@ type GetSecret func(ctx context.Context, name string) (*corev1.Secret, error)
 // *MissingChunkError, a *StaleError when the content Secret holds other
 // manifests, or get's error.
 func Read(ctx context.Context, s *corev1.Secret, bundleDeployment, wantManifestID string, get GetSecret) ([]byte, error) {
-	if s.Type != SecretType {
-		return nil, &InvalidError{fmt.Sprintf("secret %s/%s has type %q, want %q", s.Namespace, s.Name, s.Type, SecretType)}
+	return Deployment.Read(ctx, s, bundleDeployment, wantManifestID, get)
+}
+
+// Read returns the content of Secret s of owner, inline or chunked, as the
+// package-level Read does for a BundleDeployment's.
+func (l Layout) Read(ctx context.Context, s *corev1.Secret, owner, wantManifestID string, get GetSecret) ([]byte, error) {
+	if s.Type != l.SecretType {
+		return nil, &InvalidError{fmt.Sprintf("secret %s/%s has type %q, want %q", s.Namespace, s.Name, s.Type, l.SecretType)}
 	}
 	if !IsChunked(s) {
-		out, err := Decode(s, "")
+		out, err := decode(s)
 		if err != nil {
 			return nil, &InvalidError{err.Error()}
 		}
@@ -191,14 +240,14 @@ func Read(ctx context.Context, s *corev1.Secret, bundleDeployment, wantManifestI
 		}
 		return out, nil
 	}
-	idx, err := parseIndex(s, bundleDeployment)
+	idx, err := l.parseIndex(s, owner)
 	if err != nil {
 		return nil, err
 	}
 	if wantManifestID != "" && idx.ManifestID != wantManifestID {
 		return nil, &StaleError{Secret: s.Namespace + "/" + s.Name, Holds: idx.ManifestID, Want: wantManifestID}
 	}
-	cr := &chunkReader{ctx: ctx, ns: s.Namespace, idx: idx, get: get}
+	cr := &chunkReader{ctx: ctx, ns: s.Namespace, idx: idx, get: get, layout: l}
 	zr, err := gzip.NewReader(cr)
 	if err != nil {
 		return nil, contentError(cr, fmt.Errorf("the chunks of secret %s/%s are not gzip: %w", s.Namespace, s.Name, err))
@@ -241,7 +290,7 @@ func contentError(cr *chunkReader, err error) error {
 // parseIndex reads and checks the index of a chunked content Secret: the
 // chunk names are the ones the writer gives, so an index cannot make the
 // reader read another Secret; sizes and count are bounded.
-func parseIndex(s *corev1.Secret, bundleDeployment string) (*Index, error) {
+func (l Layout) parseIndex(s *corev1.Secret, owner string) (*Index, error) {
 	bad := func(format string, args ...any) error {
 		return &InvalidError{fmt.Sprintf("secret %s/%s: the index of chunks ", s.Namespace, s.Name) + fmt.Sprintf(format, args...)}
 	}
@@ -251,7 +300,7 @@ func parseIndex(s *corev1.Secret, bundleDeployment string) (*Index, error) {
 	}
 	switch {
 	case idx.Version != indexVersion:
-		return nil, bad("has version %d; this agent reads version %d (upgrade the agent)", idx.Version, indexVersion)
+		return nil, bad("has version %d; this %s reads version %d (upgrade the %s)", idx.Version, l.Reader, indexVersion, l.Reader)
 	case !strings.HasPrefix(idx.ManifestID, "s-") || string(s.Data[KeyManifestID]) != idx.ManifestID:
 		return nil, bad("names manifests %q, the secret %q", idx.ManifestID, s.Data[KeyManifestID])
 	case len(idx.Chunks) == 0 || len(idx.Chunks) > MaxChunks:
@@ -259,7 +308,7 @@ func parseIndex(s *corev1.Secret, bundleDeployment string) (*Index, error) {
 	}
 	var total int64
 	for i, c := range idx.Chunks {
-		if want := ChunkSecretName(bundleDeployment, idx.ManifestID, i); c.Name != want {
+		if want := l.ChunkName(owner, idx.ManifestID, i); c.Name != want {
 			return nil, bad("names chunk %d %q, not %q", i, c.Name, want)
 		}
 		if c.Size <= 0 || c.Size > MaxChunkBytes || len(c.SHA256) != sha256.Size*2 {
@@ -281,9 +330,11 @@ type chunkReader struct {
 	ns  string
 	idx *Index
 	get GetSecret
-	i   int // the next chunk to read
-	cur []byte
-	err error
+	// layout says the chunks' type and how to write one again.
+	layout Layout
+	i      int // the next chunk to read
+	cur    []byte
+	err    error
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {
@@ -315,11 +366,11 @@ func (r *chunkReader) chunk(c ChunkRef) ([]byte, error) {
 	data := s.Data[KeyChunk]
 	sum := sha256.Sum256(data)
 	switch {
-	case s.Type != ChunkSecretType:
-		return nil, &InvalidError{fmt.Sprintf("chunk secret %s/%s has type %q, want %q", r.ns, c.Name, s.Type, ChunkSecretType)}
+	case s.Type != r.layout.ChunkType:
+		return nil, &InvalidError{fmt.Sprintf("chunk secret %s/%s has type %q, want %q", r.ns, c.Name, s.Type, r.layout.ChunkType)}
 	case len(data) != c.Size || hex.EncodeToString(sum[:]) != c.SHA256:
-		return nil, &InvalidError{fmt.Sprintf("chunk secret %s/%s of content %s does not match its digest in the index (%d bytes, sha256 %s…; the index says %d bytes, sha256 %s…): it was changed after the controller wrote it; delete it and the controller writes it again",
-			r.ns, c.Name, shortHex16(r.idx.ManifestID), len(data), shortHex(sum[:]), c.Size, shortHex16(c.SHA256))}
+		return nil, &InvalidError{fmt.Sprintf("chunk secret %s/%s of content %s does not match its digest in the index (%d bytes, sha256 %s…; the index says %d bytes, sha256 %s…): %s",
+			r.ns, c.Name, shortHex16(r.idx.ManifestID), len(data), shortHex(sum[:]), c.Size, shortHex16(c.SHA256), r.layout.Rewrite)}
 	}
 	return data, nil
 }

@@ -50,7 +50,7 @@ type Option struct {
 // (Fleet compatibility)", which a test keeps in step): one line each.
 var Table = []Option{
 	{Path: "allowedTargetNamespaceSelector", Support: NotYet, Why: "target namespace restrictions (from GitRepoRestrictions) are not enforced yet"},
-	{Path: "contentsId", Support: NotYet, Why: "content kept in Content objects or an OCI registry is not read yet; put the files in resources"},
+	{Path: "contentsId", Support: Implemented, Why: "Fleet's meaning (the resources are elsewhere, under this ID), kept in immutable Secrets of the Bundle's namespace: `fleet apply` and the GitRepo source write a Bundle whose resources are over 1 MiB of JSON that way; the controller reads and checks them (Fleet's `Content` objects and OCI storage are not read)"},
 	{Path: "correctDrift.enabled", Support: Implemented, Why: "the agent reverts drift with server-side apply"},
 	{Path: "correctDrift.force", Support: Implemented, Why: "objects that cannot be patched back are deleted and created again"},
 	{Path: "correctDrift.keepFailHistory", Support: NoEffect, Why: "it keeps failed Helm releases; there are no Helm releases here"},

@@ -33,10 +33,23 @@ const (
 	HealthPath = "/healthz"
 	ReadyPath  = "/readyz"
 
-	// maxRequestBytes bounds a request body: a Bundle is one API object
-	// (etcd holds at most a few MiB of it) in JSON.
-	maxRequestBytes = 64 << 20
+	// minRequestBytes is the least a request body may be, whatever
+	// bundleMaxSize says.
+	minRequestBytes = 64 << 20
 )
+
+// MaxRequestBytes bounds a render request's body for a controller whose
+// bundleMaxSize is bundleMaxSize (zero: the default): a Bundle's resources
+// are no longer bounded by one API object (spec.contentsId), only by
+// bundleMaxSize once decoded, and their JSON may take up to about twice
+// that (escapes); 16 MiB more is room for values and options. Never less
+// than 64 MiB.
+func MaxRequestBytes(bundleMaxSize int64) int64 {
+	if bundleMaxSize <= 0 {
+		bundleMaxSize = config.DefaultBundleMaxSize
+	}
+	return max(minRequestBytes, 2*bundleMaxSize+16<<20)
+}
 
 // request is the body of POST RenderPath.
 type request struct {

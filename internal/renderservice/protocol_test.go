@@ -46,3 +46,21 @@ func TestRequest_LimitsAreTheControllersCappedByTheRenderersConcurrency(t *testi
 		})
 	}
 }
+
+// The largest render request follows the controller's bundleMaxSize: a
+// Bundle's resources are no longer bounded by one API object
+// (spec.contentsId), so their JSON may be about twice bundleMaxSize.
+func TestMaxRequestBytes_FollowsBundleMaxSize(t *testing.T) {
+	for _, tc := range []struct {
+		bundleMaxSize, want int64
+	}{
+		{0, 2*config.DefaultBundleMaxSize + 16<<20},
+		{32 << 20, 80 << 20},
+		{1 << 20, 64 << 20},
+		{256 << 20, 528 << 20},
+	} {
+		if got := MaxRequestBytes(tc.bundleMaxSize); got != tc.want {
+			t.Errorf("MaxRequestBytes(%d) = %d, want %d", tc.bundleMaxSize, got, tc.want)
+		}
+	}
+}

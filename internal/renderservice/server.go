@@ -42,6 +42,9 @@ type ServerOptions struct {
 	// TokenPath is where a Kubernetes credential would be (zero:
 	// ServiceAccountTokenPath); tests point it elsewhere.
 	TokenPath string `json:"tokenPath,omitempty"`
+	// BundleMaxSize is the controller's bundleMaxSize (zero: its
+	// default): the largest request body follows it (MaxRequestBytes).
+	BundleMaxSize int64 `json:"bundleMaxSize,omitempty"`
 }
 
 // ErrKubernetesCredential is why a renderer that finds a Kubernetes
@@ -191,9 +194,10 @@ func (s *server) render(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req request
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes)).Decode(&req); err != nil {
+	limit := MaxRequestBytes(s.opts.BundleMaxSize)
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit)).Decode(&req); err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
-			http.Error(w, fmt.Sprintf("the request is larger than %d bytes", maxRequestBytes), http.StatusRequestEntityTooLarge)
+			http.Error(w, fmt.Sprintf("the request is larger than %d bytes (the renderer's --bundle-max-size %d allows for that much)", limit, s.opts.BundleMaxSize), http.StatusRequestEntityTooLarge)
 			return
 		}
 		http.Error(w, "reading the render request: "+err.Error(), http.StatusBadRequest)
