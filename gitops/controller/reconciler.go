@@ -123,6 +123,9 @@ type memo struct {
 	err error
 	// complete: the last read gave every path and every write succeeded.
 	complete bool
+	// staged are the Secrets the last sync staged (pruned by the next
+	// complete sync that no longer stages them).
+	staged map[string]bool
 	// dirty: something the hash does not see changed (a Bundle deleted by
 	// hand, a restriction): read and write again at the next pass.
 	dirty bool
