@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -373,5 +374,38 @@ func TestGitRepo_DoesNotTakeOverAnotherBundle(t *testing.T) {
 	}
 	if b.ResourceVersion != theirs.ResourceVersion {
 		t.Errorf("their Bundle was written: %v", b.Labels)
+	}
+}
+
+// The source component's identity (testdata/rbac.yaml, which every test
+// here runs the reconciler as) is refused what it does not need: listing
+// or watching Secrets, writing GitRepos' spec or other kinds, reading
+// ConfigMaps outside its namespace.
+func TestIdentity_RefusedWhatItDoesNotNeed(t *testing.T) {
+	ns := testenv.Namespace(t, c, "gitops")
+	g := gitRepo(t, ns, "identity", "https://git.example.com/x.git", nil)
+	as, err := client.New(gitopsConfig, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refused := map[string]error{
+		"list Secrets": as.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)),
+		"update a GitRepo's spec": func() error {
+			r := getRepo(t, g)
+			r.Spec.Paths = []string{"elsewhere"}
+			return as.Update(ctx, r)
+		}(),
+		"delete a GitRepo":               as.Delete(ctx, getRepo(t, g)),
+		"create a BundleDeployment":      as.Create(ctx, &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bd"}}),
+		"create a ConfigMap":             as.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}),
+		"list ConfigMaps of a workspace": as.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns)),
+		"create a GitRepoRestriction":    as.Create(ctx, &fleet.GitRepoRestriction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rr"}}),
+		"create a Cluster":               as.Create(ctx, &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}}),
+	}
+	for what, err := range refused {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", what, err)
+		}
 	}
 }
