@@ -409,3 +409,36 @@ func TestIdentity_RefusedWhatItDoesNotNeed(t *testing.T) {
 		}
 	}
 }
+
+// forceSyncGeneration reads the repository again and sets every Bundle's
+// forceSyncGeneration (so the agents deploy again); paused makes the Bundles
+// paused; status.updateGeneration says it was acted on.
+func TestGitRepo_ForceSyncGenerationAndPaused(t *testing.T) {
+	ns := testenv.Namespace(t, c, "gitops")
+	srv := newServer(t, "", "")
+	srv.commit(map[string]string{"a/cm.yaml": configMap("a", "1")})
+	g := gitRepo(t, ns, "force", srv.url(), func(g *fleet.GitRepo) { g.Spec.Paths = []string{"a"} })
+	testenv.Eventually(t, timeout, "the Bundle", func() error {
+		if bs := bundles(t, g); len(bs) != 1 {
+			return fmt.Errorf("Bundles %v", keys(bs))
+		}
+		return nil
+	})
+	r := getRepo(t, g)
+	r.Spec.ForceSyncGeneration = 3
+	r.Spec.Paused = true
+	if err := c.Update(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, timeout, "forceSyncGeneration and paused on the Bundle", func() error {
+		b := bundles(t, g)["force-a"]
+		if b.Spec.ForceSyncGeneration != 3 || !b.Spec.Paused {
+			return fmt.Errorf("Bundle forceSyncGeneration %d paused %v", b.Spec.ForceSyncGeneration, b.Spec.Paused)
+		}
+		r := getRepo(t, g)
+		if r.Status.UpdateGeneration != 3 || r.Status.ObservedGeneration != r.Generation {
+			return fmt.Errorf("updateGeneration %d observedGeneration %d (generation %d)", r.Status.UpdateGeneration, r.Status.ObservedGeneration, r.Generation)
+		}
+		return nil
+	})
+}
