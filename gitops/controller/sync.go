@@ -59,8 +59,11 @@ func (p *pass) run(ctx context.Context) error {
 	due := p.forced || forceGen || m.polled.IsZero() || m.dirty || m.gen != repo.Generation ||
 		(interval > 0 && !p.now.Before(m.polled.Add(interval)))
 	if !due {
-		// Nothing to ask git: the status of the Bundles only.
-		p.next = m.polled.Add(interval).Sub(p.now)
+		// Nothing to ask git: the status of the Bundles only. Without
+		// polling, only a webhook, a trigger or a change brings it back.
+		if interval > 0 {
+			p.next = max(m.polled.Add(interval).Sub(p.now), time.Second)
+		}
 		return m.err
 	}
 	p.next = interval
