@@ -334,6 +334,13 @@ func TestGitRepo_SOPSSecretIsStaged(t *testing.T) {
 		return nil
 	})
 
+	if strings.Contains(suite.Logs.String(), "very-secret-value") {
+		t.Error("the decrypted value is in the log")
+	}
+	if r := getRepo(t, g); strings.Contains(fmt.Sprint(r.Status), "very-secret-value") {
+		t.Error("the decrypted value is in the GitRepo's status")
+	}
+
 	// The file goes away: the staged copy is pruned.
 	srv.commit(map[string]string{"app/secret.yaml": ""})
 	rec.Trigger(types.NamespacedName{Namespace: ns, Name: "sops"}, "test")
@@ -438,6 +445,33 @@ func TestGitRepo_ForceSyncGenerationAndPaused(t *testing.T) {
 		r := getRepo(t, g)
 		if r.Status.UpdateGeneration != 3 || r.Status.ObservedGeneration != r.Generation {
 			return fmt.Errorf("updateGeneration %d observedGeneration %d (generation %d)", r.Status.UpdateGeneration, r.Status.ObservedGeneration, r.Generation)
+		}
+		return nil
+	})
+}
+
+// A Bundle deleted by hand is written again without a new commit.
+func TestGitRepo_DeletedBundleIsWrittenAgain(t *testing.T) {
+	ns := testenv.Namespace(t, c, "gitops")
+	srv := newServer(t, "", "")
+	srv.commit(map[string]string{"a/cm.yaml": configMap("a", "1")})
+	g := gitRepo(t, ns, "again", srv.url(), func(g *fleet.GitRepo) { g.Spec.Paths = []string{"a"} })
+	var uid types.UID
+	testenv.Eventually(t, timeout, "the Bundle", func() error {
+		b, ok := bundles(t, g)["again-a"]
+		if !ok {
+			return fmt.Errorf("no Bundle again-a")
+		}
+		uid = b.UID
+		return nil
+	})
+	if err := c.Delete(context.Background(), &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "again-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, timeout, "the Bundle written again", func() error {
+		b, ok := bundles(t, g)["again-a"]
+		if !ok || b.UID == uid {
+			return fmt.Errorf("not written again yet")
 		}
 		return nil
 	})
