@@ -432,9 +432,10 @@ func TestGitRepo_ForceSyncGenerationAndPaused(t *testing.T) {
 		return nil
 	})
 	r := getRepo(t, g)
+	patch := client.MergeFrom(r.DeepCopy())
 	r.Spec.ForceSyncGeneration = 3
 	r.Spec.Paused = true
-	if err := c.Update(context.Background(), r); err != nil {
+	if err := c.Patch(context.Background(), r, patch); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, timeout, "forceSyncGeneration and paused on the Bundle", func() error {
