@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,13 +13,13 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/gitops/bundlereader"
+	"github.com/gitops-fleet/fleet/gitops/bundlewrite"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/bundlecontents"
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
@@ -189,20 +188,6 @@ func pathsFailed(res *bundlereader.Result, writeFailed []string) error {
 	return fmt.Errorf("%d of %d paths failed (%s): see above; the other paths' Bundles were written", len(paths), len(paths)+len(res.Bundles)-len(writeFailed), strings.Join(paths, ", "))
 }
 
-// bundleObject is the Bundle as it is written: no status, no empty
-// creationTimestamp.
-func bundleObject(b *fleet.Bundle) (*unstructured.Unstructured, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
-	if err != nil {
-		return nil, err
-	}
-	delete(m, "status")
-	if md, ok := m["metadata"].(map[string]any); ok {
-		delete(md, "creationTimestamp")
-	}
-	return &unstructured.Unstructured{Object: m}, nil
-}
-
 // writeBundles writes the Bundles as YAML documents to file (- : out). A
 // Bundle whose resources are too large for one object is written as the
 // cluster would get it: its contents Secrets first (chunks, then the index),
@@ -240,7 +225,7 @@ func writeBundles(out io.Writer, file string, bundles []bundlereader.Bundle) err
 				return err
 			}
 		}
-		obj, err := bundleObject(split)
+		obj, err := bundlewrite.Object(split)
 		if err != nil {
 			return err
 		}
@@ -263,16 +248,12 @@ func applyBundle(ctx context.Context, c client.Client, mgr *ssa.ResourceManager,
 	err := c.Get(ctx, client.ObjectKeyFromObject(b), existing)
 	switch {
 	case apierrors.IsNotFound(err):
+		existing = nil
 	case err != nil:
 		return nil, err
-	case existing.Labels[fleet.RepoLabel] != repo:
-		owner := existing.Labels[fleet.RepoLabel]
-		if owner == "" {
-			return nil, errors.New("a Bundle of this name exists and was not made by fleet apply; not overwritten (give the fleet.yaml another name)")
-		}
-		return nil, fmt.Errorf("a Bundle of this name belongs to GitRepo %q; not overwritten (give the fleet.yaml another name)", owner)
-	case existing.DeletionTimestamp != nil:
-		return nil, errors.New("the Bundle is being deleted; apply again once it is gone")
+	}
+	if err := bundlewrite.CheckTakeover(existing, repo, ""); err != nil {
+		return nil, err
 	}
 	// Resources too large for one object go to contents Secrets, written
 	// before the Bundle names them (internal/bundlecontents).
@@ -282,7 +263,7 @@ func applyBundle(ctx context.Context, c client.Client, mgr *ssa.ResourceManager,
 	}
 	var entry *ssa.ChangeSetEntry
 	err = bundlecontents.Write(ctx, c, split, secrets, func(ctx context.Context, b *fleet.Bundle) error {
-		obj, err := bundleObject(b)
+		obj, err := bundlewrite.Object(b)
 		if err != nil {
 			return err
 		}
