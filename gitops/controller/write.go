@@ -23,6 +23,7 @@ import (
 	"github.com/gitops-fleet/fleet/gitops/bundlereader"
 	"github.com/gitops-fleet/fleet/gitops/bundlewrite"
 	"github.com/gitops-fleet/fleet/gitops/decrypt"
+	"github.com/gitops-fleet/fleet/internal/bundlecontents"
 )
 
 // pathFailure is a Bundle that was read but not written.
@@ -131,12 +132,27 @@ func (p *pass) write(ctx context.Context, res *bundlereader.Result, staged map[s
 		}
 		b.Annotations[InputHashAnnotation] = hash
 		b.OwnerReferences = []metav1.OwnerReference{p.ownerRef()}
-		obj, err := bundlewrite.Object(b)
+		// Resources too large for one object go to contents Secrets,
+		// written before the Bundle names them (internal/bundlecontents;
+		// by name: this identity may not list Secrets).
+		split, contents, err := bundlecontents.Split(b, 0)
 		if err != nil {
 			fail(err)
 			continue
 		}
-		entry, err := p.r.ssa.Apply(ctx, obj, ssa.DefaultApplyOptions())
+		var entry *ssa.ChangeSetEntry
+		err = bundlecontents.WriteByName(ctx, p.r.uncached(), split, contents, func(ctx context.Context, b *fleet.Bundle) error {
+			obj, err := bundlewrite.Object(b)
+			if err != nil {
+				return &refusal{err}
+			}
+			entry, err = p.r.ssa.Apply(ctx, obj, ssa.DefaultApplyOptions())
+			return err
+		})
+		if isRefusal(err) {
+			fail(err)
+			continue
+		}
 		if err != nil {
 			if apierrors.IsInvalid(err) || apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsBadRequest(err) {
 				fail(err)
@@ -278,4 +294,23 @@ func (p *pass) prune(ctx context.Context, made, secrets, previous map[string]boo
 		log.Info("staged Secret pruned (no longer in the repository)", "secret", s.Name)
 	}
 	return nil
+}
+
+// uncached is the reconciler's client reading from the API server: the
+// contents writer reads the Bundle it just wrote and Secrets (never cached).
+func (r *Reconciler) uncached() client.Client {
+	return uncachedClient{Client: r.client, reader: r.apiReader}
+}
+
+type uncachedClient struct {
+	client.Client
+	reader client.Reader
+}
+
+func (u uncachedClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return u.reader.Get(ctx, key, obj, opts...)
+}
+
+func (u uncachedClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return u.reader.List(ctx, list, opts...)
 }

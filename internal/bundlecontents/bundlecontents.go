@@ -116,6 +116,26 @@ type WriteBundle func(ctx context.Context, b *fleet.Bundle) error
 // the Bundle and deletes the contents it held before, if it had any (so a
 // writer of Bundles that fit in one object needs no right on Secrets).
 func Write(ctx context.Context, c client.Client, b *fleet.Bundle, secrets []*corev1.Secret, write WriteBundle) error {
+	return writeContents(ctx, c, b, secrets, write, func(_ *fleet.Bundle) error {
+		return Collect(ctx, c, b.Namespace, b.Name, b.Spec.ContentsID)
+	})
+}
+
+// WriteByName is Write for a writer that may not list Secrets (the GitRepo
+// source reads Secrets by name only): step 4 deletes only the contents the
+// Bundle named before (its index, and the chunks the index names), found by
+// name. Contents of a write that stopped between steps 1 and 2 stay until
+// the Bundle is deleted (they are owned by it when it existed then).
+func WriteByName(ctx context.Context, c client.Client, b *fleet.Bundle, secrets []*corev1.Secret, write WriteBundle) error {
+	return writeContents(ctx, c, b, secrets, write, func(existing *fleet.Bundle) error {
+		if existing == nil || existing.Spec.ContentsID == "" || existing.Spec.ContentsID == b.Spec.ContentsID {
+			return nil
+		}
+		return CollectID(ctx, c, b.Namespace, b.Name, existing.Spec.ContentsID)
+	})
+}
+
+func writeContents(ctx context.Context, c client.Client, b *fleet.Bundle, secrets []*corev1.Secret, write WriteBundle, collect func(existing *fleet.Bundle) error) error {
 	existing := &fleet.Bundle{}
 	err := c.Get(ctx, client.ObjectKeyFromObject(b), existing)
 	switch {
@@ -152,7 +172,7 @@ func Write(ctx context.Context, c client.Client, b *fleet.Bundle, secrets []*cor
 			}
 		}
 	}
-	return Collect(ctx, c, b.Namespace, b.Name, b.Spec.ContentsID)
+	return collect(existing)
 }
 
 // create creates s, or accepts the Secret of its name when it is s already
@@ -249,4 +269,58 @@ func Collect(ctx context.Context, c client.Client, namespace, name, keep string)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CollectID deletes the contents id of Bundle namespace/name by name: its
+// index Secret and the chunks the index names, each only when it is a
+// contents Secret of that Bundle (its type and labels), so an index cannot
+// make the writer delete another Secret.
+func CollectID(ctx context.Context, c client.Client, namespace, name, id string) error {
+	index := &corev1.Secret{}
+	err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: bundlecontent.ContentsSecretName(name, id)}, index)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the earlier contents of Bundle %s/%s: %w", namespace, name, err)
+	}
+	if !isContentsOf(index, bundlecontent.ContentsSecretType, namespace, name, id) {
+		return nil
+	}
+	var errs []error
+	del := func(s *corev1.Secret) {
+		if err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("deleting contents Secret %s/%s of earlier contents: %w", s.Namespace, s.Name, err))
+		}
+	}
+	idx := bundlecontent.Index{}
+	if raw, ok := index.Data[bundlecontent.KeyChunks]; ok {
+		if err := json.Unmarshal(raw, &idx); err != nil {
+			idx.Chunks = nil // unreadable: only the index goes
+		}
+	}
+	for i, ref := range idx.Chunks {
+		if ref.Name != bundlecontent.Contents.ChunkName(name, idx.ManifestID, i) {
+			continue
+		}
+		chunk := &corev1.Secret{}
+		err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, chunk)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if isContentsOf(chunk, bundlecontent.ContentsChunkType, namespace, name, id) {
+			del(chunk)
+		}
+	}
+	del(index)
+	return errors.Join(errs...)
+}
+
+func isContentsOf(s *corev1.Secret, typ corev1.SecretType, namespace, name, id string) bool {
+	return s.Type == typ && s.Labels[bundlecontent.ContentsLabel] == "true" && s.Labels[fleet.BundleLabel] == name &&
+		s.Labels[fleet.BundleNamespaceLabel] == namespace && s.Annotations[bundlecontent.ContentsIDAnnotation] == id
 }
