@@ -260,14 +260,15 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 	// Each Secret is read once per request, at most MaxSecretReads of them.
 	type secretKey struct{ ns, name string }
 	verdicts := map[secretKey]bool{}
-	reads := 0
-	verifies := func(repo *fleet.GitRepo) (bool, error) {
+	reads, capped := 0, false
+	verifies := func(repo *fleet.GitRepo) bool {
 		sk := secretKey{repo.Namespace, repo.Spec.WebhookSecret}
 		if v, ok := verdicts[sk]; ok {
-			return v, nil
+			return v
 		}
 		if reads >= rc.opts.MaxSecretReads {
-			return false, nil
+			capped = true
+			return false
 		}
 		reads++
 		var s corev1.Secret
@@ -276,13 +277,16 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 		case apierrors.IsNotFound(err):
 			log.V(1).Info("webhook: the GitRepo's webhookSecret does not exist", "gitRepo", repo.Namespace+"/"+repo.Name, "secret", sk.name)
 			verdicts[sk] = false
-			return false, nil
+			return false
 		case err != nil:
-			return false, fmt.Errorf("reading webhook Secret %s/%s: %w", sk.ns, sk.name, err)
+			// Not verified (a 500 would tell the caller a GitRepo names
+			// the repository); the provider's next push tries again.
+			log.Error(err, "webhook: reading the GitRepo's webhookSecret failed", "gitRepo", repo.Namespace+"/"+repo.Name, "secret", sk.name)
+			return false
 		}
 		v := verify(p.provider, h, body, s.Data)
 		verdicts[sk] = v
-		return v, nil
+		return v
 	}
 
 	var triggered []candidate
@@ -291,11 +295,7 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 		if !c.follows && verified {
 			break // the rest follow other refs: nothing to learn from them
 		}
-		ok, err := verifies(c.repo)
-		if err != nil {
-			return 0, false, err
-		}
-		if !ok {
+		if !verifies(c.repo) {
 			continue
 		}
 		verified = true
@@ -303,7 +303,7 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 			triggered = append(triggered, c)
 		}
 	}
-	if reads >= rc.opts.MaxSecretReads && len(cands) > 0 {
+	if capped {
 		log.Info("webhook: more GitRepos of this repository than Secrets one request reads; some were not verified", "maxSecretReads", rc.opts.MaxSecretReads)
 	}
 
@@ -339,8 +339,8 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 // trigger asks for a sync of c's GitRepo now, or at the end of its
 // MinInterval when it was triggered within it (one trigger for all that
 // come meanwhile). It reports whether the status should record the
-// webhook: not for a repeat of the same commit within the interval (a
-// replayed payload writes nothing).
+// webhook: at most once per interval, unless the commit changed (a
+// replayed payload writes nothing more).
 func (rc *Receiver) trigger(c candidate, provider string, now time.Time) bool {
 	key := types.NamespacedName{Namespace: c.repo.Namespace, Name: c.repo.Name}
 	reason := provider + " webhook"
@@ -352,11 +352,9 @@ func (rc *Receiver) trigger(c candidate, provider string, now time.Time) bool {
 		g = &gate{}
 		rc.limiter[key] = g
 	}
-	record := c.commit == "" || c.commit != g.commit
-	if c.commit != "" {
-		g.commit = c.commit
-	}
 	wait := g.last.Add(rc.opts.MinInterval).Sub(now)
+	record := wait <= 0 || c.commit != g.commit
+	g.commit = c.commit
 	switch {
 	case wait <= 0:
 		g.last = now
