@@ -67,7 +67,7 @@ func (s *Server) NeedLeaderElection() bool { return true }
 
 // Setup registers RepoIndex on the manager's cache and adds a Server of
 // a Receiver on addr to the manager. Options' Client and APIReader default
-// to the manager's, Recorder to its event recorder "fleet-gitops".
+// to the manager's.
 func Setup(ctx context.Context, mgr ctrl.Manager, addr string, opts Options) (*Receiver, error) {
 	if err := IndexGitRepos(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, fmt.Errorf("webhook: indexing GitRepos: %w", err)
@@ -77,9 +77,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, addr string, opts Options) (*R
 	}
 	if opts.APIReader == nil {
 		opts.APIReader = mgr.GetAPIReader()
-	}
-	if opts.Recorder == nil {
-		opts.Recorder = mgr.GetEventRecorder(FieldManager)
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = mgr.GetLogger().WithName("webhook")

@@ -20,10 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 // FieldManager is the field manager of the status patches the receiver
@@ -38,10 +36,6 @@ const (
 	DefaultMaxInFlight    = 8
 	DefaultRequestTimeout = 20 * time.Second
 )
-
-// WebhookReceivedReason is the reason of the Normal event recorded on a
-// GitRepo a webhook triggered.
-const WebhookReceivedReason = "WebhookReceived"
 
 // Results of fleet_gitops_webhooks_total.
 const (
@@ -73,9 +67,6 @@ type Options struct {
 	// Trigger asks for an immediate ls-remote of a GitRepo (the GitRepo
 	// controller's Trigger). It must not block long.
 	Trigger func(key types.NamespacedName, reason string)
-	// Recorder records a WebhookReceived event on each GitRepo triggered
-	// (nil: none).
-	Recorder recorder.EventRecorder
 	// Log gets a debug line (V(1)) per request.
 	Log logr.Logger
 	// MaxBodyBytes bounds a payload (zero: DefaultMaxBodyBytes); larger: 413.
@@ -323,15 +314,7 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 			log.Error(err, "webhook: recording the webhook in the GitRepo's status failed", "gitRepo", c.repo.Namespace+"/"+c.repo.Name)
 			continue
 		}
-		note := "a " + p.provider + " push"
-		if len(p.refs) > 0 {
-			note += " to " + c.ref
-		}
-		if c.commit != "" {
-			note += " (commit " + c.commit[:12] + ")"
-		}
-		reconciler.Eventf(rc.opts.Recorder, c.repo, nil, corev1.EventTypeNormal, WebhookReceivedReason, "Trigger",
-			"%s: asking the repository for its new commit", note)
+		log.V(1).Info("webhook: GitRepo triggered", "gitRepo", c.repo.Namespace+"/"+c.repo.Name, "ref", c.ref, "commit", c.commit)
 	}
 	return len(triggered), verified, nil
 }

@@ -52,7 +52,6 @@ func TestMain(m *testing.M) {
 			Client:    mgr.GetClient(),
 			APIReader: &recordingReader{Reader: mgr.GetAPIReader(), log: reads},
 			Trigger:   triggers.trigger,
-			Recorder:  mgr.GetEventRecorder(FieldManager),
 			Log:       mgr.GetLogger().WithName("webhook"),
 		})
 		if err != nil {
