@@ -221,7 +221,8 @@ func gitRepoStatus(t *testing.T, ns, name string) fleet.GitRepoStatus {
 }
 
 // repoURLs are the repository each provider's tests use (https, as the
-// provider's payload names it) and the SSH form a GitRepo may name instead.
+// provider's payload names it) and the SSH form a GitRepo may name instead
+// (tests of the suite replace "/app" with a path of their own).
 var repoURLs = map[string][2]string{
 	GitHub:          {"https://github.example.com/team/app", "git@github.example.com:team/app.git"},
 	GitLab:          {"https://gitlab.example.com/team/app", "ssh://git@gitlab.example.com/team/app.git"},
@@ -244,7 +245,9 @@ func TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos(t *testing.T) {
 	for _, provider := range providers {
 		t.Run(provider, func(t *testing.T) {
 			ns := testenv.Namespace(t, env.Upstream.Client, "webhook-"+provider+"-")
-			https, ssh := repoURLs[provider][0], repoURLs[provider][1]
+			// A repository of this test's own (the suite's GitRepos of
+			// other tests and runs name others).
+			https, ssh := strings.ReplaceAll(repoURLs[provider][0], "/app", "/"+ns), strings.ReplaceAll(repoURLs[provider][1], "/app", "/"+ns)
 			newSecret(t, ns, "hook", "s3cr3t-"+provider)
 			newSecret(t, ns, "unused", "s3cr3t-"+provider)
 			newGitRepo(t, ns, "by-https", https, "main", "hook")
@@ -319,7 +322,7 @@ func TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos(t *testing.T) {
 // does not exist is never triggered.
 func TestWebhook_EachGitRepoVerifiesWithItsOwnSecret(t *testing.T) {
 	ns := testenv.Namespace(t, env.Upstream.Client, "webhook-two-")
-	repo := "https://github.example.com/shared/monorepo"
+	repo := "https://github.example.com/shared/" + ns
 	newSecret(t, ns, "hook-a", "secret-of-a")
 	newSecret(t, ns, "hook-b", "secret-of-b")
 	newGitRepo(t, ns, "a", repo, "main", "hook-a")
@@ -355,7 +358,7 @@ func TestWebhook_EachGitRepoVerifiesWithItsOwnSecret(t *testing.T) {
 // of the same commit writes its status once.
 func TestWebhook_TriggersOfOneGitRepoAreCoalesced(t *testing.T) {
 	ns := testenv.Namespace(t, env.Upstream.Client, "webhook-burst-")
-	repo := "https://gitlab.example.com/team/burst"
+	repo := "https://gitlab.example.com/team/" + ns
 	newSecret(t, ns, "hook", "burst-secret")
 	newGitRepo(t, ns, "app", repo, "main", "hook")
 	waitIndexed(t, ns, "app")
@@ -426,7 +429,7 @@ func TestWebhook_RefusesWhatIsNotAWebhook(t *testing.T) {
 // triggered (a push cannot change it).
 func TestWebhook_TagPushTriggersGitRepoPinnedToTheTag(t *testing.T) {
 	ns := testenv.Namespace(t, env.Upstream.Client, "webhook-tag-")
-	repo := "https://gitlab.example.com/team/tagged"
+	repo := "https://gitlab.example.com/team/" + ns
 	newSecret(t, ns, "hook", "tag-secret")
 	for name, rev := range map[string]string{"tag": "v1.2.0", "other-tag": "v1.1.0", "commit": commitB} {
 		g := &fleet.GitRepo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -451,7 +454,7 @@ func TestWebhook_TagPushTriggersGitRepoPinnedToTheTag(t *testing.T) {
 // answer names a GitRepo or its namespace.
 func TestWebhook_AnswersNameNoGitRepo(t *testing.T) {
 	ns := testenv.Namespace(t, env.Upstream.Client, "webhook-leak-")
-	repo := "https://github.example.com/team/private-inventory"
+	repo := "https://github.example.com/team/" + ns
 	newSecret(t, ns, "hook", "leak-secret")
 	newGitRepo(t, ns, "secret-project-name", repo, "main", "hook")
 	waitIndexed(t, ns, "secret-project-name")
