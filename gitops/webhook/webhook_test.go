@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -465,5 +466,54 @@ func TestWebhook_AnswersNameNoGitRepo(t *testing.T) {
 		if strings.Contains(raw, "secret-project-name") || strings.Contains(raw, ns) {
 			t.Errorf("an answer names the GitRepo: %s", raw)
 		}
+	}
+}
+
+// TestWebhook_ReadsABoundedNumberOfSecrets: one request reads at most
+// MaxSecretReads webhook Secrets, each once however many GitRepos name it;
+// a GitRepo past the bound is not verified (401 when it alone would have).
+func TestWebhook_ReadsABoundedNumberOfSecrets(t *testing.T) {
+	ns := testenv.Namespace(t, env.Upstream.Client, "webhook-bound-")
+	repo := "https://github.example.com/team/" + ns
+	for _, n := range []string{"a", "b", "c"} {
+		newSecret(t, ns, "hook-"+n, "secret-"+n)
+		// Two GitRepos per Secret: one read for both.
+		newGitRepo(t, ns, n+"-1", repo, "main", "hook-"+n)
+		newGitRepo(t, ns, n+"-2", repo, "main", "hook-"+n)
+		waitIndexed(t, ns, n+"-1")
+		waitIndexed(t, ns, n+"-2")
+	}
+	rc, err := New(Options{Client: cached, APIReader: &recordingReader{Reader: env.Upstream.Client, log: reads},
+		Trigger: triggers.trigger, MaxSecretReads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	send := func(secret string) (int, Answer) {
+		hk := fixture(GitHub, repo, "refs/heads/main", commitA).signed(secret)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(hk.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = hk.header
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a Answer
+		_ = json.NewDecoder(resp.Body).Decode(&a)
+		return resp.StatusCode, a
+	}
+	before := len(reads.inNamespace(ns))
+	if code, a := send("secret-c"); code != http.StatusUnauthorized {
+		t.Errorf("signed for the third Secret with a bound of two: %d %+v, want 401", code, a)
+	}
+	if n := len(reads.inNamespace(ns)) - before; n != 2 {
+		t.Errorf("the request read %d Secrets, want 2 (the bound)", n)
+	}
+	if code, a := send("secret-a"); code != http.StatusAccepted || a.Triggered != 2 {
+		t.Errorf("signed for the first Secret: %d %+v, want 202 and its two GitRepos", code, a)
 	}
 }
