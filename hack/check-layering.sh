@@ -95,10 +95,12 @@ rule "the product does not link the dev harness" \
 # holds no harness, no test helper and no test control plane. Go's own
 # testing package is allowed only where Helm v4 links it: its
 # pkg/chart/common and internal/version call testing.Testing() in non-test
-# code (helm/helm#32047, open upstream); nothing of ours may.
+# code (helm/helm#32047, open upstream), and where sops' age key source
+# links it (a test-only password hook, age/tui.go; fleet gitops decrypts
+# with it); nothing of ours may.
 rule "the product binary holds no harness and no test code" \
 	"^$m/cmd/fleet\$" "" \
-	"^$m/dev(/|\$)|$helpers|(^|/)envtest(/|\$)|^testing\$|^$m(/.*)?/[a-z0-9]*test\$" '^helm\.sh/helm/v4/' \
+	"^$m/dev(/|\$)|$helpers|(^|/)envtest(/|\$)|^testing\$|^$m(/.*)?/[a-z0-9]*test\$" '^(helm\.sh/helm/v4/|github\.com/getsops/sops/v3/age$)' \
 	"the image and the CLI run product code only: fleet-dev (dev/cmd/fleet-dev) is the binary of the dev clusters, benchmarks and test environments"
 
 if [[ $failed != 0 ]]; then

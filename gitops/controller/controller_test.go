@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -333,6 +334,13 @@ func TestGitRepo_SOPSSecretIsStaged(t *testing.T) {
 		return nil
 	})
 
+	if strings.Contains(suite.Logs.String(), "very-secret-value") {
+		t.Error("the decrypted value is in the log")
+	}
+	if r := getRepo(t, g); strings.Contains(fmt.Sprint(r.Status), "very-secret-value") {
+		t.Error("the decrypted value is in the GitRepo's status")
+	}
+
 	// The file goes away: the staged copy is pruned.
 	srv.commit(map[string]string{"app/secret.yaml": ""})
 	rec.Trigger(types.NamespacedName{Namespace: ns, Name: "sops"}, "test")
@@ -374,4 +382,98 @@ func TestGitRepo_DoesNotTakeOverAnotherBundle(t *testing.T) {
 	if b.ResourceVersion != theirs.ResourceVersion {
 		t.Errorf("their Bundle was written: %v", b.Labels)
 	}
+}
+
+// The source component's identity (testdata/rbac.yaml, which every test
+// here runs the reconciler as) is refused what it does not need: listing
+// or watching Secrets, writing GitRepos' spec or other kinds, reading
+// ConfigMaps outside its namespace.
+func TestIdentity_RefusedWhatItDoesNotNeed(t *testing.T) {
+	ns := testenv.Namespace(t, c, "gitops")
+	g := gitRepo(t, ns, "identity", "https://git.example.com/x.git", nil)
+	as, err := client.New(gitopsConfig, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refused := map[string]error{
+		"list Secrets": as.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)),
+		"update a GitRepo's spec": func() error {
+			r := getRepo(t, g)
+			r.Spec.Paths = []string{"elsewhere"}
+			return as.Update(ctx, r)
+		}(),
+		"delete a GitRepo":               as.Delete(ctx, getRepo(t, g)),
+		"create a BundleDeployment":      as.Create(ctx, &fleet.BundleDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bd"}}),
+		"create a ConfigMap":             as.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}),
+		"list ConfigMaps of a workspace": as.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns)),
+		"create a GitRepoRestriction":    as.Create(ctx, &fleet.GitRepoRestriction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rr"}}),
+		"create a Cluster":               as.Create(ctx, &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}}),
+	}
+	for what, err := range refused {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", what, err)
+		}
+	}
+}
+
+// forceSyncGeneration reads the repository again and sets every Bundle's
+// forceSyncGeneration (so the agents deploy again); paused makes the Bundles
+// paused; status.updateGeneration says it was acted on.
+func TestGitRepo_ForceSyncGenerationAndPaused(t *testing.T) {
+	ns := testenv.Namespace(t, c, "gitops")
+	srv := newServer(t, "", "")
+	srv.commit(map[string]string{"a/cm.yaml": configMap("a", "1")})
+	g := gitRepo(t, ns, "force", srv.url(), func(g *fleet.GitRepo) { g.Spec.Paths = []string{"a"} })
+	testenv.Eventually(t, timeout, "the Bundle", func() error {
+		if bs := bundles(t, g); len(bs) != 1 {
+			return fmt.Errorf("Bundles %v", keys(bs))
+		}
+		return nil
+	})
+	r := getRepo(t, g)
+	patch := client.MergeFrom(r.DeepCopy())
+	r.Spec.ForceSyncGeneration = 3
+	r.Spec.Paused = true
+	if err := c.Patch(context.Background(), r, patch); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, timeout, "forceSyncGeneration and paused on the Bundle", func() error {
+		b := bundles(t, g)["force-a"]
+		if b.Spec.ForceSyncGeneration != 3 || !b.Spec.Paused {
+			return fmt.Errorf("Bundle forceSyncGeneration %d paused %v", b.Spec.ForceSyncGeneration, b.Spec.Paused)
+		}
+		r := getRepo(t, g)
+		if r.Status.UpdateGeneration != 3 || r.Status.ObservedGeneration != r.Generation {
+			return fmt.Errorf("updateGeneration %d observedGeneration %d (generation %d)", r.Status.UpdateGeneration, r.Status.ObservedGeneration, r.Generation)
+		}
+		return nil
+	})
+}
+
+// A Bundle deleted by hand is written again without a new commit.
+func TestGitRepo_DeletedBundleIsWrittenAgain(t *testing.T) {
+	ns := testenv.Namespace(t, c, "gitops")
+	srv := newServer(t, "", "")
+	srv.commit(map[string]string{"a/cm.yaml": configMap("a", "1")})
+	g := gitRepo(t, ns, "again", srv.url(), func(g *fleet.GitRepo) { g.Spec.Paths = []string{"a"} })
+	var uid types.UID
+	testenv.Eventually(t, timeout, "the Bundle", func() error {
+		b, ok := bundles(t, g)["again-a"]
+		if !ok {
+			return fmt.Errorf("no Bundle again-a")
+		}
+		uid = b.UID
+		return nil
+	})
+	if err := c.Delete(context.Background(), &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "again-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, timeout, "the Bundle written again", func() error {
+		b, ok := bundles(t, g)["again-a"]
+		if !ok || b.UID == uid {
+			return fmt.Errorf("not written again yet")
+		}
+		return nil
+	})
 }

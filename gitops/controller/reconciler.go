@@ -123,6 +123,9 @@ type memo struct {
 	err error
 	// complete: the last read gave every path and every write succeeded.
 	complete bool
+	// staged are the Secrets the last sync staged (pruned by the next
+	// complete sync that no longer stages them).
+	staged map[string]bool
 	// dirty: something the hash does not see changed (a Bundle deleted by
 	// hand, a restriction): read and write again at the next pass.
 	dirty bool
@@ -268,6 +271,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	repo.Status = status.Compute(repo, obs, now)
 	if err := patcher.Patch(ctx, repo); err != nil {
+		if apierrors.IsConflict(err) {
+			// The cache did not show our last status write yet: computed
+			// again in a moment (the sync itself is remembered).
+			return ctrl.Result{RequeueAfter: reconciler.CacheLagRetry}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	out := reconciler.Failure(syncErr)

@@ -14,8 +14,11 @@ import (
 
 	"github.com/fluxcd/pkg/gittestserver"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,6 +27,7 @@ import (
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/gitops/controller"
 	"github.com/gitops-fleet/fleet/gitops/gitsource"
+	"github.com/gitops-fleet/fleet/internal/apply"
 )
 
 // The tests run the reconciler in a manager against a real API server
@@ -55,10 +59,16 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
-		opts := controller.ManagerOptions("cattle-fleet-system")
+		// The reconciler runs as the source component's ServiceAccount with
+		// exactly the rights of testdata/rbac.yaml (docs/operations.md).
+		cfg, err := gitopsIdentity(s.Context(), s.Env.Upstream)
+		if err != nil {
+			return err
+		}
+		opts := controller.ManagerOptions(systemNamespace)
 		base := testenv.ManagerOptions(s.Context())
 		opts.Metrics, opts.Controller, opts.BaseContext = base.Metrics, base.Controller, base.BaseContext
-		mgr, err := ctrl.NewManager(s.Env.Upstream.Config, opts)
+		mgr, err := ctrl.NewManager(cfg, opts)
 		if err != nil {
 			return err
 		}
@@ -70,6 +80,63 @@ func TestMain(m *testing.M) {
 		return nil
 	})
 }
+
+const systemNamespace = "cattle-fleet-system"
+
+// gitopsIdentity makes ServiceAccount fleet-gitops with the rules of
+// testdata/rbac.yaml and returns a REST config that authenticates as it.
+func gitopsIdentity(ctx context.Context, cp *controlplane.ControlPlane) (*rest.Config, error) {
+	admin := cp.Client
+	create := func(o client.Object) error {
+		if err := admin.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	}
+	if err := create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNamespace}}); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile("testdata/rbac.yaml")
+	if err != nil {
+		return nil, err
+	}
+	objs, err := apply.ReadObjects(data)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if err := create(o); err != nil {
+			return nil, err
+		}
+	}
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Namespace: systemNamespace, Name: "fleet-gitops"}
+	for _, o := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: sa.Name}},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "fleet-gitops"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-gitops"},
+			Subjects:   []rbacv1.Subject{sa},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: "fleet-gitops"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-gitops"},
+			Subjects:   []rbacv1.Subject{sa},
+		},
+	} {
+		if err := create(o); err != nil {
+			return nil, err
+		}
+	}
+	token, err := cp.ServiceAccountToken(ctx, systemNamespace, sa.Name, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	gitopsConfig = cp.ConfigForToken(token)
+	return gitopsConfig, nil
+}
+
+// gitopsConfig authenticates as the source component.
+var gitopsConfig *rest.Config
 
 // server is a git server with one repository and counters of the
 // requests it served.

@@ -59,8 +59,11 @@ func (p *pass) run(ctx context.Context) error {
 	due := p.forced || forceGen || m.polled.IsZero() || m.dirty || m.gen != repo.Generation ||
 		(interval > 0 && !p.now.Before(m.polled.Add(interval)))
 	if !due {
-		// Nothing to ask git: the status of the Bundles only.
-		p.next = m.polled.Add(interval).Sub(p.now)
+		// Nothing to ask git: the status of the Bundles only. Without
+		// polling, only a webhook, a trigger or a change brings it back.
+		if interval > 0 {
+			p.next = max(m.polled.Add(interval).Sub(p.now), time.Second)
+		}
 		return m.err
 	}
 	p.next = interval
@@ -144,7 +147,10 @@ func (p *pass) run(ctx context.Context) error {
 	complete := res.Complete() && len(decryptErrs) == 0 && len(w.failed) == 0
 	pruneNote := ""
 	if complete {
-		if err := p.prune(ctx, w.made, w.secrets); err != nil {
+		for name := range m.staged {
+			w.previous[name] = true
+		}
+		if err := p.prune(ctx, w.made, w.secrets, w.previous); err != nil {
 			return p.remember(m, "", err)
 		}
 	} else {
@@ -160,7 +166,14 @@ func (p *pass) run(ctx context.Context) error {
 	case len(w.failed) > 0:
 		syncErr = reconciler.Stall(BundleNameTakenReason, "%s%s", pathsMessage(nil, w.failed), pruneNote)
 	}
-	m = memo{polled: p.now, gen: repo.Generation, inputs: inputs, err: syncErr, complete: complete}
+	// What this pass staged, and (when it could not prune) what earlier
+	// passes did: the next complete pass prunes what is no longer staged.
+	if !complete {
+		for name := range m.staged {
+			w.secrets[name] = true
+		}
+	}
+	m = memo{polled: p.now, gen: repo.Generation, inputs: inputs, err: syncErr, complete: complete, staged: w.secrets}
 	p.r.setMemo(p.key, &m)
 	return syncErr
 }
@@ -174,7 +187,8 @@ func (p *pass) remember(m memo, inputs string, err error) error {
 		p.r.setMemo(p.key, &m)
 		return err
 	}
-	p.r.setMemo(p.key, nil)
+	// Due again at once (with backoff); what earlier passes staged is kept.
+	p.r.setMemo(p.key, &memo{staged: m.staged})
 	return err
 }
 

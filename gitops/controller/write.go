@@ -37,6 +37,10 @@ type written struct {
 	made map[string]bool
 	// secrets are the staged Secrets of this commit.
 	secrets map[string]bool
+	// previous are the Secrets the Bundles named before they were written
+	// (candidates for pruning: read before the write, since the cache may
+	// show the new Bundle by the time prune looks).
+	previous map[string]bool
 	// failed are the Bundles refused (a name taken, a Secret taken).
 	failed []pathFailure
 	// transient is an API error: the pass is retried.
@@ -73,7 +77,7 @@ func inputHash(b *fleet.Bundle) (string, error) {
 // write applies the Bundles whose input changed and the staged Secrets.
 func (p *pass) write(ctx context.Context, res *bundlereader.Result, staged map[string]*stagedSecrets, commit string) written {
 	log := ctrl.LoggerFrom(ctx)
-	w := written{made: map[string]bool{}, secrets: map[string]bool{}}
+	w := written{made: map[string]bool{}, secrets: map[string]bool{}, previous: map[string]bool{}}
 	for _, rb := range res.Bundles {
 		b := rb.Bundle
 		w.made[b.Name] = true
@@ -111,6 +115,13 @@ func (p *pass) write(ctx context.Context, res *bundlereader.Result, staged map[s
 		if err := bundlewrite.CheckTakeover(existing, p.repo.Name, p.repo.UID); err != nil {
 			fail(err)
 			continue
+		}
+		if existing != nil {
+			for _, d := range existing.Spec.DownstreamResources {
+				if d.Kind == "Secret" {
+					w.previous[d.Name] = true
+				}
+			}
 		}
 		if existing != nil && existing.Annotations[InputHashAnnotation] == hash && metav1.IsControlledBy(existing, p.repo) {
 			continue
@@ -199,7 +210,7 @@ func (p *pass) writeSecrets(ctx context.Context, st *stagedSecrets) error {
 
 // prune deletes the GitRepo's Bundles and staged Secrets that this commit
 // no longer makes (called only after a complete read and write).
-func (p *pass) prune(ctx context.Context, made, secrets map[string]bool) error {
+func (p *pass) prune(ctx context.Context, made, secrets, previous map[string]bool) error {
 	log := ctrl.LoggerFrom(ctx)
 	list := &fleet.BundleList{}
 	if err := p.r.client.List(ctx, list, client.InNamespace(p.repo.Namespace), client.MatchingLabels{fleet.RepoLabel: p.repo.Name}); err != nil {
@@ -225,13 +236,22 @@ func (p *pass) prune(ctx context.Context, made, secrets map[string]bool) error {
 		log.Info("Bundle pruned (no longer in the repository)", "bundle", name)
 	}
 	// Staged Secrets: those the GitRepo's Bundles named before this pass
-	// (their downstreamResources) that this commit no longer stages. Found
-	// through the Bundles, so the component needs no right to list Secrets.
+	// (their downstreamResources, and what the last pass staged) that this
+	// commit no longer stages. Found through the Bundles, so the component
+	// needs no right to list Secrets.
 	var names []string
+	add := func(name string) {
+		if !secrets[name] && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	for name := range previous {
+		add(name)
+	}
 	for i := range list.Items {
 		for _, d := range list.Items[i].Spec.DownstreamResources {
-			if d.Kind == "Secret" && !secrets[d.Name] && !slices.Contains(names, d.Name) {
-				names = append(names, d.Name)
+			if d.Kind == "Secret" {
+				add(d.Name)
 			}
 		}
 	}
