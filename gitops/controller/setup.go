@@ -154,7 +154,7 @@ func (r *Reconciler) PruneCache(ctx context.Context) error {
 // ManagerOptions are the options of the source component's manager: the
 // fleet controller's (Secrets never cached, the one ConfigMap of the system
 // namespace) with Bundles cached without their resources and
-// BundleDeployments without their spec: the reconciler reads their labels,
+// BundleDeployments without their spec but its deployment IDs: the reconciler reads their labels,
 // annotations, owners and status, and 500 Bundles of 1 MB must not sit in
 // its memory.
 func ManagerOptions(systemNamespace string) ctrl.Options {
@@ -171,7 +171,9 @@ func ManagerOptions(systemNamespace string) ctrl.Options {
 	}}
 	opts.Cache.ByObject[&fleet.BundleDeployment{}] = cache.ByObject{Transform: func(i any) (any, error) {
 		if bd, ok := i.(*fleet.BundleDeployment); ok {
-			bd.Spec = fleet.BundleDeploymentSpec{}
+			// The deployment IDs stay: a BundleDeployment's state compares
+			// them with its status (summary.State); the options go.
+			bd.Spec = fleet.BundleDeploymentSpec{DeploymentID: bd.Spec.DeploymentID, StagedDeploymentID: bd.Spec.StagedDeploymentID}
 		}
 		return strip(i)
 	}}
