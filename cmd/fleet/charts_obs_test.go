@@ -130,7 +130,7 @@ func TestCharts_ArgsAreTheBinarysFlagsAndMetricsPortsAgree(t *testing.T) {
 }
 
 // TestFleetChart_ServiceMonitor: off by default (its CRD may not be
-// installed); on, it scrapes the port named metrics of both metrics
+// installed); on, it scrapes the port named metrics of the three metrics
 // Services, at the interval and with the labels given.
 func TestFleetChart_ServiceMonitor(t *testing.T) {
 	find := func(objs []*unstructured.Unstructured) *unstructured.Unstructured {
@@ -174,7 +174,7 @@ func TestFleetChart_ServiceMonitor(t *testing.T) {
 			}
 		}
 	}
-	if matched != 2 {
-		t.Errorf("the ServiceMonitor selects %d Services, want the controller's and fleet-proxy's metrics Services", matched)
+	if matched != 3 {
+		t.Errorf("the ServiceMonitor selects %d Services, want the controller's, fleet-proxy's and fleet-gitops' metrics Services", matched)
 	}
 }
