@@ -110,21 +110,13 @@ func Start(o Options) (*Server, error) {
 	if s.Password == "" {
 		s.Password = randomToken()
 	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	key, authorizedKey, err := newClientKey()
 	if err != nil {
 		return nil, err
 	}
-	block, err := ssh.MarshalPrivateKey(priv, "fleet-dev git client")
-	if err != nil {
-		return nil, err
-	}
-	s.ClientKey = pem.EncodeToMemory(block)
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		return nil, err
-	}
+	s.ClientKey = key
 	authorizedMu.Lock()
-	authorized[strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))] = true
+	authorized[authorizedKey] = true
 	authorizedMu.Unlock()
 
 	s.srv = gittestserver.NewGitServer(filepath.Join(dir, "repos")).KeyDir(filepath.Join(dir, "keys"))
@@ -291,6 +283,24 @@ func randomToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%x", b)
+}
+
+// newClientKey is an SSH client key: its PEM (OpenSSH format) and its
+// authorized_keys line.
+func newClientKey() (key []byte, authorizedKey string, err error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, "", err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "fleet-dev git client")
+	if err != nil {
+		return nil, "", err
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return nil, "", err
+	}
+	return pem.EncodeToMemory(block), strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))), nil
 }
 
 // certificates makes a CA and a serving certificate for hosts, valid for a
