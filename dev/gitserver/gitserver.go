@@ -64,6 +64,16 @@ type Server struct {
 	mu sync.Mutex // commits, one at a time per server
 	// Requests counts the HTTP requests served (ls-remotes and fetches).
 	Requests atomic.Int64
+	perRepo  sync.Map // repository name (first path element) -> *atomic.Int64
+}
+
+// RequestsFor is how many HTTP requests named repository name (e.g.
+// "apps.git"), whatever their answer.
+func (s *Server) RequestsFor(name string) int64 {
+	if n, ok := s.perRepo.Load(name); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
 }
 
 // Options configure Start.
@@ -125,6 +135,9 @@ func Start(o Options) (*Server, error) {
 	s.srv.AddHTTPMiddlewares(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.Requests.Add(1)
+			repo, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+			n, _ := s.perRepo.LoadOrStore(repo, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
 			next.ServeHTTP(w, r)
 		})
 	})

@@ -65,8 +65,8 @@ func TestServer_ServesCommitsOverHTTPSAndSSHToTheSourceComponentsClient(t *testi
 		}
 		_ = snap.Close()
 	}
-	if s.Requests.Load() == 0 {
-		t.Error("no HTTP request counted")
+	if s.Requests.Load() == 0 || s.RequestsFor("apps.git") != s.Requests.Load() || s.RequestsFor("other.git") != 0 {
+		t.Errorf("HTTP requests counted: %d, %d for apps.git, %d for other.git", s.Requests.Load(), s.RequestsFor("apps.git"), s.RequestsFor("other.git"))
 	}
 
 	wrongPassword, _ := gitsource.ParseCredentials(map[string][]byte{"username": []byte(s.Username), "password": []byte("wrong")})

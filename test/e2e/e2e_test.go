@@ -333,6 +333,13 @@ func TestE2E(t *testing.T) {
 		testBundles(t, dev2Name)
 	})
 
+	t.Run("GitOps: fleet-gitops reads a real git server over HTTPS and SSH; commits, a bad fleet.yaml, a removed path, a refused repository", func(t *testing.T) {
+		if dev2Name == "" {
+			t.Skip("dev-2 did not register")
+		}
+		testGitOps(t, dev2Name)
+	})
+
 	for _, tc := range []struct{ name, cluster string }{
 		{"manager-initiated", "dev-1"}, {"agent-initiated", "dev-2"},
 	} {
@@ -606,6 +613,8 @@ func TestE2E(t *testing.T) {
 			return nil
 		}))
 	})
+
+	t.Run("GitOps: a Cluster and its SOPS-encrypted kubeconfig Secret in git register dev-3", testGitOpsRegistersCluster)
 
 	t.Run("cluster access through the manager", func(t *testing.T) { testAccess(t, dev2Name) })
 
