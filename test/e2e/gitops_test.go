@@ -278,11 +278,11 @@ func testGitOps(t *testing.T, dev2Name string) {
 		must(t, up.Create(t.Context(), r))
 		createGitRepo(t, gitRepo(ns, "refused", srv.HTTPURL(host, refusedRepo), []string{"one"}, nil))
 		must(t, devenv.Poll(t.Context(), time.Minute, func() error {
-			c, _, err := gitRepoCondition(t, ns, "refused", "Accepted")
+			c, _, err := gitRepoCondition(t, ns, "refused", fleet.GitRepoAcceptedCondition)
 			if err != nil {
 				return err
 			}
-			if c.Status != metav1.ConditionFalse || c.Reason != "RestrictionRefused" || !strings.Contains(c.Message, "allowedRepoPatterns") {
+			if c.Status != metav1.ConditionFalse || c.Reason != fleet.RestrictionRefusedReason || !strings.Contains(c.Message, "allowedRepoPatterns") {
 				return fmt.Errorf("Accepted %s %s: %q; want False RestrictionRefused naming allowedRepoPatterns", c.Status, c.Reason, c.Message)
 			}
 			return nil
