@@ -76,10 +76,11 @@ func renderGitops(t *testing.T, values string) gitopsObjects {
 
 // TestFleetChart_GitopsRBACIsTheReviewedList: the source component's
 // identity (docs/operations.md, "Who may do what", fleet-gitops) rule by
-// rule: it reads Secrets one by one (no list or watch: it cannot enumerate
-// the Clusters' kubeconfig Secrets), writes Bundles and the Secrets it
-// stages, and nothing of the controller's (Clusters, registrations,
-// namespaces, RBAC, ServiceAccounts). The controller's own roles do not
+// rule (i30-controller's table in docs/operations.md): it reads GitRepos,
+// restrictions, BundleDeployments and Clusters, writes GitRepo status,
+// Bundles and the Secrets it stages (never watches Secrets), and nothing of
+// the controller's (Cluster writes, registrations, namespaces, RBAC,
+// ServiceAccounts, TokenRequests). The controller's own roles do not
 // grow for GitOps (TestFleetChart_ControllerRBACIsTheReviewedList).
 func TestFleetChart_GitopsRBACIsTheReviewedList(t *testing.T) {
 	g := renderGitops(t, "")
@@ -89,14 +90,14 @@ func TestFleetChart_GitopsRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"gitrepos"}, Verbs: read},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"gitrepos/status"}, Verbs: []string{"get", "update", "patch"}},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"gitreporestrictions"}, Verbs: read},
-			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundles"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundledeployments"}, Verbs: read},
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundles"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundledeployments", "clusters"}, Verbs: read},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "patch", "delete"}},
 		},
 		"Role/fleet-gitops": {
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: read},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		},
 	}
 	if diff := cmp.Diff(want, g.rules); diff != "" {
