@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"net/http"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +25,7 @@ import (
 	"github.com/gitops-fleet/fleet/dev/devenv"
 	"github.com/gitops-fleet/fleet/dev/gitserver"
 	"github.com/gitops-fleet/fleet/gitops/decrypt/sopstest"
+	"github.com/gitops-fleet/fleet/internal/endpoints"
 )
 
 // The GitOps tests: fleet-gitops, installed by the chart with the
@@ -265,6 +272,10 @@ func testGitOps(t *testing.T, dev2Name string) {
 		}))
 	})
 
+	t.Run("a signed GitHub push to Service fleet-gitops-webhook syncs a GitRepo that does not poll within 2s", func(t *testing.T) {
+		testWebhook(t, srv, host, repo, targets)
+	})
+
 	t.Run("a repository GitRepoRestriction refuses: Accepted=False with its reason, never fetched", func(t *testing.T) {
 		const ns, refusedRepo = "e2e-gitops-restricted", "refused.git"
 		must(t, srv.CreateRepo(refusedRepo, "main"))
@@ -422,4 +433,117 @@ func leaksKubeconfig(s string) bool {
 		}
 	}
 	return false
+}
+
+// testWebhook: a GitRepo with disablePolling reads its repository only when
+// asked. A push payload signed with its webhookSecret (GitHub's
+// X-Hub-Signature-256, Fleet's Secret key "github"), POSTed to the
+// endpoints of Service fleet-gitops-webhook, makes it read the new commit:
+// its Bundle carries the commit within 2 s, and the status records the
+// webhook. A payload with a wrong signature is refused (401) and triggers
+// nothing.
+func testWebhook(t *testing.T, srv *gitserver.Server, host, repo string, targets []fleet.GitTarget) {
+	_, err := srv.Commit(repo, map[string][]byte{
+		"hook/fleet.yaml": []byte("defaultNamespace: " + gitopsNS + "\n"),
+		"hook/cm.yaml":    configMapYAML("hooked", "1"),
+	}, "hook: v 1")
+	must(t, err)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "e2e-webhook"},
+		Data: map[string][]byte{"github": []byte("e2e-webhook-secret")}}
+	must(t, up.Create(t.Context(), secret))
+	t.Cleanup(func() { _ = up.Delete(context.Background(), secret) })
+	url := srv.HTTPURL(host, repo)
+	createGitRepo(t, gitRepo(ws, "e2e-webhook", url, []string{"hook"}, func(g *fleet.GitRepo) {
+		g.Spec.ClientSecretName, g.Spec.CABundle, g.Spec.Targets = "e2e-git-https", srv.CA, targets
+		g.Spec.DisablePolling, g.Spec.WebhookSecret, g.Spec.PollingInterval = true, secret.Name, nil
+	}))
+	// The first read comes from the new generation.
+	if err := devenv.BundleReady(t.Context(), up, ws, "e2e-webhook-hook", 1, 3*time.Minute); err != nil {
+		c, _, _ := gitRepoCondition(t, ws, "e2e-webhook", "Ready")
+		t.Fatalf("%v\nGitRepo Ready: %+v", err, c)
+	}
+
+	commit, err := srv.Commit(repo, map[string][]byte{"hook/cm.yaml": configMapYAML("hooked", "2")}, "hook: v 2")
+	must(t, err)
+	quiet() // no polling: nothing reads the commit
+	if b, err := bundle(t, ws, "e2e-webhook-hook"); err != nil || b.Labels[fleet.CommitLabel] == commit {
+		t.Fatalf("the GitRepo read the repository without a webhook (disablePolling): %v", err)
+	}
+
+	payload := []byte(fmt.Sprintf(`{"ref":"refs/heads/main","before":"%s","after":"%s","repository":{"name":"e2e-apps","full_name":"e2e/e2e-apps","clone_url":"%s","html_url":"%s","ssh_url":"%s"}}`,
+		strings.Repeat("0", 40), commit, url, strings.TrimSuffix(url, ".git"), srv.SSHURL(host, repo)))
+	endpoint := webhookEndpoint(t)
+	post := func(key string) *http.Response {
+		mac := hmac.New(sha256.New, []byte(key))
+		mac.Write(payload)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+endpoint+"/", bytes.NewReader(payload))
+		must(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-GitHub-Delivery", "e2e-1")
+		req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		_ = resp.Body.Close()
+		return resp
+	}
+	if resp := post("not-the-secret"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a payload with a wrong signature: %s, want 401", resp.Status)
+	}
+	start := time.Now()
+	if resp := post("e2e-webhook-secret"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("a signed payload: %s, want 202", resp.Status)
+	}
+	must(t, devenv.Poll(t.Context(), 10*time.Second, func() error {
+		b, err := bundle(t, ws, "e2e-webhook-hook")
+		if err != nil {
+			return err
+		}
+		if b.Labels[fleet.CommitLabel] != commit {
+			return fmt.Errorf("Bundle e2e-webhook-hook at commit %q, want %s", b.Labels[fleet.CommitLabel], commit)
+		}
+		return nil
+	}))
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the webhook's commit reached the Bundle in %.1fs, want within 2s", took.Seconds())
+	} else {
+		t.Logf("the webhook's commit reached the Bundle in %.2fs", took.Seconds())
+	}
+	g := &fleet.GitRepo{}
+	must(t, up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "e2e-webhook"}, g))
+	if g.Status.WebhookCommit != commit || g.Status.LastWebhookTime.IsZero() {
+		t.Errorf("GitRepo status webhookCommit %q, lastWebhookTime %v; want %s and a time", g.Status.WebhookCommit, g.Status.LastWebhookTime, commit)
+	}
+	must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+		if v, err := configMapValue(t, "dev-2", gitopsNS, "hooked"); err != nil || v != "2" {
+			return fmt.Errorf("dev-2: ConfigMap hooked holds %q (%v), want 2", v, err)
+		}
+		return nil
+	}))
+}
+
+// webhookEndpoint is a ready endpoint (pod IP:port) of Service
+// fleet-gitops-webhook: the dev clusters run no service proxy, and the
+// host reaches pod IPs through the cluster's bridge.
+func webhookEndpoint(t *testing.T) string {
+	t.Helper()
+	var addr string
+	must(t, devenv.Poll(t.Context(), time.Minute, func() error {
+		slices, err := clientset(t, "upstream").DiscoveryV1().EndpointSlices(agentNS).List(t.Context(),
+			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=fleet-gitops-webhook"})
+		if err != nil {
+			return err
+		}
+		items := make([]*discoveryv1.EndpointSlice, len(slices.Items))
+		for i := range slices.Items {
+			items[i] = &slices.Items[i]
+		}
+		ready := endpoints.Ready(items, "webhook")
+		if len(ready) == 0 {
+			return fmt.Errorf("Service fleet-gitops-webhook has no ready endpoint yet")
+		}
+		addr = ready[0]
+		return nil
+	}))
+	return addr
 }
