@@ -333,11 +333,20 @@ func TestE2E(t *testing.T) {
 		testBundles(t, dev2Name)
 	})
 
-	t.Run("GitOps: fleet-gitops reads a real git server over HTTPS and SSH; commits, a bad fleet.yaml, a removed path, a refused repository", func(t *testing.T) {
-		if dev2Name == "" {
-			t.Skip("dev-2 did not register")
-		}
-		testGitOps(t, dev2Name)
+	// The two GitOps groups run side by side (each mostly waits on the
+	// clusters); dev-3 is free until the tests below use it.
+	t.Run("GitOps", func(t *testing.T) {
+		t.Run("fleet-gitops reads a real git server over HTTPS and SSH; commits, a bad fleet.yaml, a removed path, a webhook, a refused repository", func(t *testing.T) {
+			t.Parallel()
+			if dev2Name == "" {
+				t.Skip("dev-2 did not register")
+			}
+			testGitOps(t, dev2Name)
+		})
+		t.Run("a Cluster and its SOPS-encrypted kubeconfig Secret in git register dev-3", func(t *testing.T) {
+			t.Parallel()
+			testGitOpsRegistersCluster(t)
+		})
 	})
 
 	for _, tc := range []struct{ name, cluster string }{
@@ -613,8 +622,6 @@ func TestE2E(t *testing.T) {
 			return nil
 		}))
 	})
-
-	t.Run("GitOps: a Cluster and its SOPS-encrypted kubeconfig Secret in git register dev-3", testGitOpsRegistersCluster)
 
 	t.Run("cluster access through the manager", func(t *testing.T) { testAccess(t, dev2Name) })
 
