@@ -78,7 +78,8 @@ func renderGitops(t *testing.T, values string) gitopsObjects {
 // identity (docs/operations.md, "Who may do what", fleet-gitops) rule by
 // rule (i30-controller's table in docs/operations.md): it reads GitRepos,
 // restrictions, BundleDeployments and Clusters, writes GitRepo status,
-// Bundles and the Secrets it stages (never watches Secrets), and nothing of
+// Bundles and the Secrets it stages, reads Secrets by name only (no list or
+// watch: it cannot enumerate the Clusters' kubeconfig Secrets), and nothing of
 // the controller's (Cluster writes, registrations, namespaces, RBAC,
 // ServiceAccounts, TokenRequests). The controller's own roles do not
 // grow for GitOps (TestFleetChart_ControllerRBACIsTheReviewedList).
@@ -92,7 +93,7 @@ func TestFleetChart_GitopsRBACIsTheReviewedList(t *testing.T) {
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"gitreporestrictions"}, Verbs: read},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundles"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 			{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundledeployments", "clusters"}, Verbs: read},
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "patch", "delete"}},
 		},
 		"Role/fleet-gitops": {
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: read},
