@@ -15,6 +15,7 @@ import (
 	"github.com/gitops-fleet/fleet/gitops/charts"
 	gitopscontroller "github.com/gitops-fleet/fleet/gitops/controller"
 	"github.com/gitops-fleet/fleet/gitops/gitsource"
+	"github.com/gitops-fleet/fleet/gitops/webhook"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
@@ -61,7 +62,7 @@ func newGitopsCommand() *cobra.Command {
 	fl.DurationVar(&f.pruneInterval, "cache-prune-interval", gitopscontroller.DefaultPruneInterval, "how often cached repositories no GitRepo names are removed")
 	fl.StringVar(&f.knownHostsFile, "known-hosts-file", "", "SSH known_hosts used for client Secrets without known_hosts (empty: every SSH Secret must hold its own)")
 	fl.BoolVar(&f.allowHTTPCredentials, "allow-http-credentials", false, "let git credentials go to http:// (clear text) repositories")
-	// --webhook-listen: added by the webhook receiver (i30-webhook).
+	fl.StringVar(&f.webhookListen, "webhook-listen", ":8090", "address of the webhook receiver (Service fleet-gitops-webhook); empty turns it off")
 	logs.addFlags(cmd)
 	return cmd
 }
@@ -121,8 +122,11 @@ func runGitops(cmd *cobra.Command, f gitopsFlags) error {
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	// The webhook receiver (i30-webhook) is added here: an http.Server on
-	// f.webhookListen, run by mgr, that calls rec.Trigger.
+	if f.webhookListen != "" {
+		if _, err := webhook.Setup(ctx, mgr, f.webhookListen, webhook.Options{Trigger: rec.Trigger}); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
