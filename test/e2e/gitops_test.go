@@ -113,6 +113,7 @@ func gitRepoCondition(t *testing.T, ns, name, condType string) (*metav1.Conditio
 // field; a removed path is pruned with what it deployed; a repository
 // GitRepoRestriction refuses is never fetched.
 func testGitOps(t *testing.T, dev2Name string) {
+	group := t // GitRepos made in a subtest live until the group ends
 	srv, host := startGitServer(t)
 	const repo = "e2e-apps.git"
 	must(t, srv.CreateRepo(repo, "main"))
@@ -138,7 +139,7 @@ func testGitOps(t *testing.T, dev2Name string) {
 
 	t.Run("a GitRepo over HTTPS with basic auth deploys its paths", func(t *testing.T) {
 		start := time.Now()
-		createGitRepo(t, gitRepo(ws, "e2e-https", srv.HTTPURL(host, repo), []string{"one", "two"}, func(g *fleet.GitRepo) {
+		createGitRepo(group, gitRepo(ws, "e2e-https", srv.HTTPURL(host, repo), []string{"one", "two"}, func(g *fleet.GitRepo) {
 			g.Spec.ClientSecretName, g.Spec.CABundle, g.Spec.Targets = https.Name, srv.CA, targets
 		}))
 		for _, name := range []string{"e2e-https-one", "e2e-https-two"} {
@@ -170,7 +171,7 @@ func testGitOps(t *testing.T, dev2Name string) {
 	})
 
 	t.Run("a GitRepo over SSH with a key and known_hosts deploys its path", func(t *testing.T) {
-		createGitRepo(t, gitRepo(ws, "e2e-ssh", srv.SSHURL(host, repo), []string{"ssh"}, func(g *fleet.GitRepo) {
+		createGitRepo(group, gitRepo(ws, "e2e-ssh", srv.SSHURL(host, repo), []string{"ssh"}, func(g *fleet.GitRepo) {
 			g.Spec.ClientSecretName, g.Spec.Targets = ssh.Name, targets
 		}))
 		if err := devenv.BundleReady(t.Context(), up, ws, "e2e-ssh-ssh", 1, 3*time.Minute); err != nil {
@@ -432,7 +433,8 @@ func indentLines(s, prefix string) string {
 // leaksKubeconfig says whether s holds a kubeconfig's fields or PEM (also
 // base64-encoded, as kubeconfigs carry it) in clear.
 func leaksKubeconfig(s string) bool {
-	for _, clear := range []string{"certificate-authority-data", "client-key-data", "-----BEGIN", "LS0tLS1CRUdJTi"} {
+	// (Not "-----BEGIN": SOPS keeps the age-encrypted data key armored.)
+	for _, clear := range []string{"certificate-authority-data", "client-key-data", "BEGIN CERTIFICATE", "PRIVATE KEY", "LS0tLS1CRUdJTi"} {
 		if strings.Contains(s, clear) {
 			return true
 		}
