@@ -127,8 +127,8 @@ func TestFleetChart_RegistrationRoles(t *testing.T) {
 					}
 				}
 			case "ClusterRoleBinding":
-				if strings.HasPrefix(o.GetName(), "fleet-controller") || strings.HasPrefix(o.GetName(), "fleet-proxy") {
-					continue // checked by TestFleetChart_ControllerRBACIsTheReviewedList, TestFleetChart_BootstrapIdentity and TestFleetChart_ProxyRBACIsTheReviewedList
+				if strings.HasPrefix(o.GetName(), "fleet-controller") || strings.HasPrefix(o.GetName(), "fleet-proxy") || o.GetName() == "fleet-gitops" {
+					continue // checked by TestFleetChart_ControllerRBACIsTheReviewedList, TestFleetChart_BootstrapIdentity, TestFleetChart_ProxyRBACIsTheReviewedList and TestFleetChart_GitopsRBACIsTheReviewedList
 				}
 				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 				for _, s := range subjects {

@@ -46,6 +46,8 @@ var (
 	kindRollout      = k(fleetGroup, "v1alpha1", "AgentRollout", "agentrollouts")
 	kindRegistration = k(fleetGroup, "v1alpha1", "ClusterRegistration", "clusterregistrations")
 	kindDeployment   = k(fleetGroup, "v1alpha1", "BundleDeployment", "bundledeployments")
+	kindGitRepo      = k(fleetGroup, "v1alpha1", "GitRepo", "gitrepos")
+	kindRestriction  = k(fleetGroup, "v1alpha1", "GitRepoRestriction", "gitreporestrictions")
 
 	kindCRD            = k("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions")
 	kindAPIService     = k("apiregistration.k8s.io", "v1", "APIService", "apiservices")
@@ -62,7 +64,10 @@ var (
 // go first: what is left once the Clusters are gone. AgentRollouts are not
 // among them: the running controller records one for the current agent
 // revision whenever there is none, so they go once it has stopped.
-var fleetObjectKinds = []kind{kindBundle, kindGroup, kindRegistration, kindDeployment}
+// GitRepos are among them for the plan and the rights, and are deleted
+// before the Clusters (step 1: the source component would write their
+// Bundles again).
+var fleetObjectKinds = []kind{kindGitRepo, kindRestriction, kindBundle, kindGroup, kindRegistration, kindDeployment}
 
 // labelledKinds are the kinds of everything the charts render and the
 // controller and agent make at runtime outside the fleet kinds; fleet's are

@@ -140,6 +140,18 @@ func (u *Upstream) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 
+	// GitRepos: the source component (fleet-gitops) makes no Bundle, nor
+	// through the local agent a Cluster, again. Their Bundles and staged
+	// Secrets are theirs (ownerReferences) and go with them.
+	if _, gitRepos, err := list(ctx, u.Client, kindGitRepo); err != nil {
+		return nil, err
+	} else if len(gitRepos) > 0 {
+		p.printf("deleting %d GitRepos (the source component writes no Bundle any more)", len(gitRepos))
+		if err := u.deleteKinds(ctx, p, kindGitRepo); err != nil {
+			return nil, err
+		}
+	}
+
 	// 2. Clusters, while the controller runs: their finalizer removes the
 	// agents the controller pushed, and everything made for each cluster.
 	res := &Result{}
@@ -157,12 +169,12 @@ func (u *Upstream) Run(ctx context.Context) (*Result, error) {
 	}
 
 	// 3. The other fleet objects; their finalizers need the controller too.
-	p.printf("deleting Bundles, BundleDeployments, ClusterGroups and ClusterRegistrations")
+	p.printf("deleting GitRepoRestrictions, Bundles, BundleDeployments, ClusterGroups and ClusterRegistrations")
 	if err := u.deleteKinds(ctx, p, fleetObjectKinds...); err != nil {
 		return nil, err
 	}
 
-	// 4. The controller, fleet-proxy, the renderer and the cluster-wide
+	// 4. The controller, fleet-proxy, the renderer, fleet-gitops and the cluster-wide
 	// parts: what `helm uninstall fleet` (or deleting the kustomize
 	// install) removes, found by their labels, and the admission policies.
 	p.printf("deleting the controller, fleet-proxy, the renderer, their RBAC, the APIService and the admission policies")

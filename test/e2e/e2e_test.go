@@ -333,6 +333,22 @@ func TestE2E(t *testing.T) {
 		testBundles(t, dev2Name)
 	})
 
+	// The two GitOps groups run side by side (each mostly waits on the
+	// clusters); dev-3 is free until the tests below use it.
+	t.Run("GitOps", func(t *testing.T) {
+		t.Run("fleet-gitops reads a real git server over HTTPS and SSH; commits, a bad fleet.yaml, a removed path, a webhook, a refused repository", func(t *testing.T) {
+			t.Parallel()
+			if dev2Name == "" {
+				t.Skip("dev-2 did not register")
+			}
+			testGitOps(t, dev2Name)
+		})
+		t.Run("a Cluster and its SOPS-encrypted kubeconfig Secret in git register dev-3", func(t *testing.T) {
+			t.Parallel()
+			testGitOpsRegistersCluster(t)
+		})
+	})
+
 	for _, tc := range []struct{ name, cluster string }{
 		{"manager-initiated", "dev-1"}, {"agent-initiated", "dev-2"},
 	} {

@@ -60,3 +60,9 @@ schema) in bytes. */}}
 {{- end -}}
 {{- mulf (float64 $n) $scale -}}
 {{- end -}}
+
+{{- define "fleet.gitopsLabels" -}}
+app.kubernetes.io/name: fleet-gitops
+app.kubernetes.io/part-of: fleet
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}

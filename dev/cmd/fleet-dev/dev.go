@@ -24,7 +24,7 @@ func newDevCommand() *cobra.Command {
 		Use:   "dev",
 		Short: "Real local Kubernetes clusters on this machine (root, containerd, no registry)",
 	}
-	dev.AddCommand(newDevImagesCommand(), newDevUpCommand(), newDevDownCommand(), newDevDemoCommand())
+	dev.AddCommand(newDevImagesCommand(), newDevUpCommand(), newDevDownCommand(), newDevDemoCommand(), newDevGitServerCommand())
 	return dev
 }
 
