@@ -283,7 +283,7 @@ func (r *reader) scan(ctx context.Context, p string) ([]string, error) {
 		}
 	}
 	if len(bases) == 0 {
-		return nil, errors.New("matches no directory of the repository")
+		return nil, errors.New("matches no directory of the repository (a directory removed from git must leave the GitRepo's paths too; nothing is pruned until every path reads)")
 	}
 	var dirs []string
 	entries := 0

@@ -254,6 +254,27 @@ func testGitOps(t *testing.T, dev2Name string) {
 	t.Run("a removed path is pruned after a complete scan: its Bundle and its objects downstream go", func(t *testing.T) {
 		_, err := srv.Commit(repo, map[string][]byte{"two": nil}, "two removed")
 		must(t, err)
+		// The GitRepo still names path two: the scan is incomplete, the
+		// GitRepo says which path, and nothing is pruned.
+		must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+			c, _, err := gitRepoCondition(t, ws, "e2e-https", "Ready")
+			if err != nil {
+				return err
+			}
+			if c.Status == metav1.ConditionTrue || !strings.Contains(c.Message, "two") || !strings.Contains(c.Message, "matches no directory") {
+				return fmt.Errorf("GitRepo Ready %s %s: %q; want False naming path two", c.Status, c.Reason, c.Message)
+			}
+			return nil
+		}))
+		if _, err := bundle(t, ws, "e2e-https-two"); err != nil {
+			t.Errorf("Bundle two after an incomplete scan: %v; want it kept", err)
+		}
+		// The path leaves the GitRepo: the next scan is complete.
+		g := &fleet.GitRepo{}
+		must(t, up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "e2e-https"}, g))
+		patch := client.MergeFrom(g.DeepCopy())
+		g.Spec.Paths = []string{"one"}
+		must(t, up.Patch(t.Context(), g, patch))
 		must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
 			if _, err := bundle(t, ws, "e2e-https-two"); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("Bundle two still there (%v)", err)
