@@ -225,6 +225,25 @@ type GitRepoSpec struct {
 	// +optional
 	// +listType=atomic
 	Bundles []BundlePath `json:"bundles,omitempty"`
+
+	// decryption decrypts the SOPS-encrypted Secrets of the paths with the
+	// age identities of a Secret of the GitRepo's namespace. Not Fleet's:
+	// our extension (Flux's kustomize-controller has the same field).
+	// +optional
+	Decryption *Decryption `json:"decryption,omitempty"`
+}
+
+// Decryption is how a GitRepo's encrypted files are decrypted (our
+// extension; docs/operations.md "Encrypted Secrets").
+type Decryption struct {
+	// provider is the encryption format: sops (with age keys).
+	// +kubebuilder:validation:Enum=sops
+	// +required
+	Provider string `json:"provider"`
+	// secretRef names the Secret of the GitRepo's namespace holding the age
+	// identities (data keys ending in .agekey).
+	// +required
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // BundlePath is one directory of a driven scan.

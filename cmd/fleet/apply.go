@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,13 +13,12 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/gitops/bundlereader"
+	"github.com/gitops-fleet/fleet/gitops/bundlewrite"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/internal/scheme"
@@ -182,25 +180,11 @@ func pathsFailed(res *bundlereader.Result, writeFailed []string) error {
 	return fmt.Errorf("%d of %d paths failed (%s): see above; the other paths' Bundles were written", len(paths), len(paths)+len(res.Bundles)-len(writeFailed), strings.Join(paths, ", "))
 }
 
-// bundleObject is the Bundle as it is written: no status, no empty
-// creationTimestamp.
-func bundleObject(b *fleet.Bundle) (*unstructured.Unstructured, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
-	if err != nil {
-		return nil, err
-	}
-	delete(m, "status")
-	if md, ok := m["metadata"].(map[string]any); ok {
-		delete(md, "creationTimestamp")
-	}
-	return &unstructured.Unstructured{Object: m}, nil
-}
-
 // writeBundles writes the Bundles as YAML documents to file (- : out).
 func writeBundles(out io.Writer, file string, bundles []bundlereader.Bundle) error {
 	var buf bytes.Buffer
 	for i, b := range bundles {
-		obj, err := bundleObject(b.Bundle)
+		obj, err := bundlewrite.Object(b.Bundle)
 		if err != nil {
 			return err
 		}
@@ -228,18 +212,14 @@ func applyBundle(ctx context.Context, c client.Client, mgr *ssa.ResourceManager,
 	err := c.Get(ctx, client.ObjectKeyFromObject(b), existing)
 	switch {
 	case apierrors.IsNotFound(err):
+		existing = nil
 	case err != nil:
 		return nil, err
-	case existing.Labels[fleet.RepoLabel] != repo:
-		owner := existing.Labels[fleet.RepoLabel]
-		if owner == "" {
-			return nil, errors.New("a Bundle of this name exists and was not made by fleet apply; not overwritten (give the fleet.yaml another name)")
-		}
-		return nil, fmt.Errorf("a Bundle of this name belongs to GitRepo %q; not overwritten (give the fleet.yaml another name)", owner)
-	case existing.DeletionTimestamp != nil:
-		return nil, errors.New("the Bundle is being deleted; apply again once it is gone")
 	}
-	obj, err := bundleObject(b)
+	if err := bundlewrite.CheckTakeover(existing, repo, ""); err != nil {
+		return nil, err
+	}
+	obj, err := bundlewrite.Object(b)
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ func renderChart(t *testing.T, dir, release, values string) []*unstructured.Unst
 func TestCharts_ArgsAreTheBinarysFlagsAndMetricsPortsAgree(t *testing.T) {
 	commands := map[string]func() *cobra.Command{
 		"controller": newControllerCommand, "proxy": newProxyCommand, "renderer": newRendererCommand, "agent": newAgentCommand,
+		"gitops": newGitopsCommand,
 	}
 	type container struct {
 		deployment string
@@ -92,7 +93,11 @@ func TestCharts_ArgsAreTheBinarysFlagsAndMetricsPortsAgree(t *testing.T) {
 		if level != "debug" {
 			t.Errorf("Deployment %s: fleet %s runs with log level %q, want the chart's logLevel debug", ct.deployment, name, level)
 		}
-		if f := cmd.Flags().Lookup("metrics-address"); f != nil {
+		f := cmd.Flags().Lookup("metrics-address")
+		if f == nil {
+			f = cmd.Flags().Lookup("metrics-bind-address") // fleet gitops: controller-runtime's name
+		}
+		if f != nil {
 			addr := f.Value.String()
 			if addr != ":8080" {
 				t.Errorf("Deployment %s: metrics address %q, want :8080", ct.deployment, addr)
@@ -114,7 +119,7 @@ func TestCharts_ArgsAreTheBinarysFlagsAndMetricsPortsAgree(t *testing.T) {
 			t.Errorf("no chart runs fleet %s", name)
 		}
 	}
-	for _, svc := range []string{"fleet-controller-metrics", "fleet-proxy-metrics"} {
+	for _, svc := range []string{"fleet-controller-metrics", "fleet-proxy-metrics", "fleet-gitops-metrics"} {
 		s, ok := services[svc]
 		if !ok {
 			t.Errorf("no Service %s", svc)
@@ -124,8 +129,8 @@ func TestCharts_ArgsAreTheBinarysFlagsAndMetricsPortsAgree(t *testing.T) {
 			t.Errorf("Service %s ports %+v, want metrics 8080 -> metrics", svc, s.Spec.Ports)
 		}
 	}
-	if !metricsDeployments["controller"] || !metricsDeployments["proxy"] {
-		t.Errorf("metrics served by %v, want the controller and fleet-proxy", metricsDeployments)
+	if !metricsDeployments["controller"] || !metricsDeployments["proxy"] || !metricsDeployments["gitops"] {
+		t.Errorf("metrics served by %v, want the controller, fleet-proxy and fleet-gitops", metricsDeployments)
 	}
 }
 

@@ -42,7 +42,7 @@ func newRootCommand() *cobra.Command {
 		Version:       version.Version,
 	}
 	root.SetVersionTemplate(versionLine(version.Get()) + "\n")
-	root.AddCommand(newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newDiffCommand(), newRolloutCommand(), newUninstallCommand(), newApplyCommand())
+	root.AddCommand(newRenderCommand(), newControllerCommand(), newRendererCommand(), newAgentCommand(), newProxyCommand(), newKubeconfigCommand(), newDiffCommand(), newRolloutCommand(), newUninstallCommand(), newApplyCommand(), newGitopsCommand())
 	root.AddCommand(newVersionCommand())
 	return root
 }

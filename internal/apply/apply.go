@@ -31,6 +31,14 @@ type Option func(*options)
 
 type options struct {
 	statusReader client.Reader
+	fieldManager string
+}
+
+// WithFieldManager makes the manager apply under name instead of
+// FieldManager: for a writer with an identity of its own (the source
+// component, fleet-gitops), whose fields must not be the controller's.
+func WithFieldManager(name string) Option {
+	return func(o *options) { o.fieldManager = name }
 }
 
 // WithStatusReader makes the manager read the objects it waits for (the
@@ -44,12 +52,12 @@ func WithStatusReader(r client.Reader) Option {
 
 // NewManager returns a ResourceManager that applies to the cluster behind c.
 func NewManager(c client.Client, opts ...Option) *ssa.ResourceManager {
-	o := options{statusReader: c}
+	o := options{statusReader: c, fieldManager: FieldManager}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	poller := polling.NewStatusPoller(o.statusReader, c.RESTMapper(), polling.Options{})
-	return ssa.NewResourceManager(c, poller, ssa.Owner{Field: FieldManager, Group: OwnerGroup})
+	return ssa.NewResourceManager(c, poller, ssa.Owner{Field: o.fieldManager, Group: OwnerGroup})
 }
 
 // ReadObjects decodes multi-document YAML (or JSON) into objects.

@@ -8,6 +8,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,6 +41,9 @@ const gitopsNS = "e2e-gitops-apps"
 // until the test ends.
 func startGitServer(t *testing.T) (*gitserver.Server, string) {
 	t.Helper()
+	// gitkit logs every request with the standard logger; the suite uses
+	// it for nothing else.
+	log.SetOutput(io.Discard)
 	host := env.State.HostAddress()
 	srv, err := gitserver.Start(gitserver.Options{Dir: tempDir(t), Hosts: []string{host}})
 	must(t, err)
