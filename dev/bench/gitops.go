@@ -86,7 +86,14 @@ func runGitOps(ctx context.Context, opts Options, step func(string, ...any)) ([]
 	step("gitops-monorepo: a commit touching one path of %d", paths)
 	target := fmt.Sprintf("apps/app-%04d", paths/2)
 	name := bundlereader.BundleName("mono", target)
-	w, err := h.client.Watch(ctx, &fleet.BundleList{}, client.InNamespace(gitopsNamespace), client.MatchingLabels{fleet.RepoLabel: "mono"})
+	// The watch starts at the list's resourceVersion: events are writes
+	// after it, not the existing Bundles.
+	existing := &fleet.BundleList{}
+	if err := h.client.List(ctx, existing, client.InNamespace(gitopsNamespace)); err != nil {
+		return results, err
+	}
+	w, err := h.client.Watch(ctx, &fleet.BundleList{}, client.InNamespace(gitopsNamespace), client.MatchingLabels{fleet.RepoLabel: "mono"},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: existing.ResourceVersion}})
 	if err != nil {
 		return results, err
 	}
