@@ -28,7 +28,9 @@ type Options struct {
 	// registration, scale, steady state, rollout), "rollout" (a staged
 	// agent rollout), "fleet" (a large fleet's steady state and a Bundle
 	// change reaching it, light agents), "access" (cluster access through
-	// fleet-proxy). Empty runs all.
+	// fleet-proxy), "gitops" (the source component: a monorepo's first
+	// sync and a one-path commit, many GitRepos on one repository). Empty
+	// runs all.
 	Only []string
 	// Tunnels is the size of the idle-tunnels scenario (default 1000,
 	// 100 quick).
@@ -53,7 +55,7 @@ func (o Options) renderMode() string {
 }
 
 // Groups are the values of Options.Only.
-var Groups = []string{"registration", "access", "rollout", "fleet"}
+var Groups = []string{"registration", "access", "rollout", "fleet", "gitops"}
 
 func (o Options) runs(group string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, group)
@@ -91,6 +93,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	if opts.runs("fleet") {
 		rs, err := runFleetScale(ctx, opts, step)
+		results = append(results, rs...)
+		if err != nil {
+			return results, err
+		}
+	}
+	if opts.runs("gitops") {
+		rs, err := runGitOps(ctx, opts, step)
 		results = append(results, rs...)
 		if err != nil {
 			return results, err

@@ -64,7 +64,11 @@ type Server struct {
 	mu sync.Mutex // commits, one at a time per server
 	// Requests counts the HTTP requests served (ls-remotes and fetches).
 	Requests atomic.Int64
-	perRepo  sync.Map // repository name (first path element) -> *atomic.Int64
+	// InfoRefs counts GET …/info/refs (an ls-remote, and the start of every
+	// fetch), UploadPacks POST …/git-upload-pack (fetches), UploadPackBytes
+	// the bytes those answered (the git data clients fetched).
+	InfoRefs, UploadPacks, UploadPackBytes atomic.Int64
+	perRepo                                sync.Map // repository name (first path element) -> *atomic.Int64
 }
 
 // RequestsFor is how many HTTP requests named repository name (e.g.
@@ -138,6 +142,13 @@ func Start(o Options) (*Server, error) {
 			repo, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 			n, _ := s.perRepo.LoadOrStore(repo, new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
+			switch {
+			case strings.HasSuffix(r.URL.Path, "/info/refs"):
+				s.InfoRefs.Add(1)
+			case strings.HasSuffix(r.URL.Path, "/git-upload-pack"):
+				s.UploadPacks.Add(1)
+				w = &countingWriter{ResponseWriter: w, n: &s.UploadPackBytes}
+			}
 			next.ServeHTTP(w, r)
 		})
 	})
@@ -364,4 +375,21 @@ func certificates(hosts []string) (cert, key, ca []byte, err error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+}
+
+// countingWriter counts the bytes of a response.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *countingWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
