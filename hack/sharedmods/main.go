@@ -38,7 +38,7 @@ const toolsDir = "hack/tools"
 type pkg struct {
 	importPath string
 	module     string // path of the module that provides it
-	version    string // the version compiled: the replacement's, if replaced
+	version    string // the version compiled: a replacement's version, "path@version" or directory
 }
 
 func main() {
@@ -100,7 +100,7 @@ func toolPackages() ([]string, error) {
 // module's own packages and test variants.
 func goListDeps(dir string, args []string) ([]pkg, error) {
 	const format = `{{if and .Module (not .Module.Main) (not .ForTest)}}` +
-		`{{.ImportPath}} {{.Module.Path}} {{with .Module.Replace}}{{.Path}}@{{.Version}}{{else}}{{.Module.Version}}{{end}}{{end}}`
+		`{{.ImportPath}} {{.Module.Path}} {{.Module.Version}}{{with .Module.Replace}} {{.Path}} {{.Version}}{{end}}{{end}}`
 	cmd := exec.Command("go", append([]string{"list", "-deps", "-f", format}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
@@ -108,15 +108,33 @@ func goListDeps(dir string, args []string) ([]pkg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("go list -deps %s: %w", strings.Join(args, " "), exitDetail(err))
 	}
+	return parseList(string(out)), nil
+}
+
+// parseList reads goListDeps's lines: the package, its module's path and
+// version, then the replacement's path and version when replaced.
+func parseList(out string) []pkg {
 	var pkgs []pkg
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
-		if len(f) != 3 {
+		if len(f) < 2 {
 			continue
 		}
-		pkgs = append(pkgs, pkg{importPath: f[0], module: f[1], version: f[2]})
+		p := pkg{importPath: f[0], module: f[1]}
+		switch len(f) {
+		case 3: // required
+			p.version = f[2]
+		case 4: // replaced by a directory
+			p.version = f[3]
+		case 5: // replaced by a module: by itself at another version, or by another module
+			p.version = f[4]
+			if f[3] != f[1] {
+				p.version = f[3] + "@" + f[4]
+			}
+		}
+		pkgs = append(pkgs, p)
 	}
-	return pkgs, nil
+	return pkgs
 }
 
 // compare returns the import paths both lists hold and, for each module
