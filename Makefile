@@ -152,12 +152,22 @@ check-monitoring: ## Parse the example PrometheusRule's PromQL with Prometheus's
 test-remotedialer: ## Run upstream's tests of the remotedialer fork (a module of its own: third_party/remotedialer, see its FORK.md).
 	cd third_party/remotedialer && CGO_ENABLED=1 go test -race -count=1 ./...
 
+.PHONY: shared-modules
+# hack/tools and the main module compile many packages alike (k8s.io/api,
+# client-go, apiserver, golang.org/x/..., grpc, otel, ...): once for both on
+# a fresh machine only when each module is at one version in both (and the
+# flags match: CGO_ENABLED=0, no -trimpath). That halves make test's first
+# phase; hack/sharedmods says which module to raise, and where, when not.
+shared-modules: ## Fail when a module whose packages both the main module and hack/tools compile is at two versions (go run ./hack/sharedmods).
+	go run ./hack/sharedmods
+
 .PHONY: verify
-verify: generate lint layering ## Fail when generated files are stale, code is not formatted or an import rule is broken.
+verify: generate lint layering shared-modules ## Fail when generated files are stale, code is not formatted, an import rule is broken or hack/tools and the main module compile a module at two versions.
 	go mod tidy
-	@if [ -n "$$(git status --porcelain -- api kustomize charts go.mod go.sum)" ]; then \
-		echo "generated files or go.mod are stale: run 'make generate' and 'go mod tidy', then commit"; \
-		git status --porcelain -- api kustomize charts go.mod go.sum; git diff --stat; exit 1; fi
+	cd hack/tools && go mod tidy
+	@if [ -n "$$(git status --porcelain -- api kustomize charts go.mod go.sum hack/tools/go.mod hack/tools/go.sum)" ]; then \
+		echo "generated files or go.mod are stale: run 'make generate' and 'go mod tidy' (in hack/tools too), then commit"; \
+		git status --porcelain -- api kustomize charts go.mod go.sum hack/tools/go.mod hack/tools/go.sum; git diff --stat; exit 1; fi
 
 # $(call timed,NAME,COMMAND) runs COMMAND and prints how long it took, so
 # make test shows where its time goes.
@@ -168,7 +178,7 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 .PHONY: test
 test: ## Run the unit and envtest suites (hack/unit.sh; the race detector: make race) and, beside them, the e2e suite on real clusters (hack/suites.sh); builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
 	@$(call timed,dev-deps,$(MAKE) --no-print-directory dev-deps)
-	@$(call timed,binaries (hack/test-prepare.sh: the Kubernetes binaries and helm CLIs then images; beside them the suites' compile),hack/test-prepare.sh)
+	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the Kubernetes binaries and helm3 beside helm and images),hack/test-prepare.sh)
 	@$(call timed,suites (hack/suites.sh: unit and envtest suites beside the e2e suite),FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/suites.sh $(GO_TEST_FLAGS))
 
 .PHONY: e2e

@@ -23,6 +23,7 @@ require (
 	github.com/skeema/knownhosts v1.3.1
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/zap v1.27.1
+	golang.org/x/mod v0.41.0
 	golang.org/x/sync v0.24.0
 	helm.sh/helm/v4 v4.3.2
 	k8s.io/api v0.37.2

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Builds the local control-plane binaries and code generators into bin/ from
 # the Go module proxy (module hack/tools), skipping any binary whose recorded
-# version already matches. Usage: hack/build-tools.sh NAME...
+# version already matches. Usage: hack/build-tools.sh NAME...;
+# hack/build-tools.sh --print-packages prints the packages it can build (for
+# hack/sharedmods).
+#
+# The packages they have in common with the main module's (k8s.io/api,
+# client-go, apiserver, golang.org/x/..., grpc, otel, ...) are compiled once
+# for both: hack/tools requires the main module's versions of them (`make
+# verify` checks it with hack/sharedmods) and this build uses the main
+# module's flags (CGO_ENABLED=0, no -trimpath, which would change every
+# package's build cache key).
 set -euo pipefail
 cd "$(dirname "$0")/tools"
-BIN=${FLEET_BIN_DIR:-$(cd ../.. && pwd)/bin}
-mkdir -p "$BIN"
 
 kube_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${kube_version} \
@@ -23,6 +30,14 @@ pkg_of() {
     *) echo "unknown tool $1" >&2; exit 2 ;;
   esac
 }
+all_tools=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd controller-gen helm3)
+if [[ ${1:-} == --print-packages ]]; then
+  for name in "${all_tools[@]}"; do pkg_of "$name"; done
+  exit 0
+fi
+
+BIN=${FLEET_BIN_DIR:-$(cd ../.. && pwd)/bin}
+mkdir -p "$BIN"
 
 # The stamp records what a binary was built from: the tools module's go.sum
 # pins every dependency, so its hash changes exactly when a rebuild is due.
@@ -47,7 +62,7 @@ echo "building ${names[*]} from the Go module proxy (several minutes on a fresh 
 start=$(date +%s)
 out=$(mktemp -d "$BIN/.build.XXXXXX")
 trap 'rm -rf "$out"' EXIT
-CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
+CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
 for i in "${!names[@]}"; do
   name=${names[$i]} built="$out/$(basename "${pkgs[$i]}")"
   [[ -x "$built" ]] || { echo "build produced no $built for $name" >&2; exit 1; }

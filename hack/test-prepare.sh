@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# make test's first phase: the binaries the suites need (the Kubernetes
-# binaries from hack/tools, the helm CLIs, bin/fleet, bin/fleet-dev and the
-# images), and beside them the compile of every package the suites test
-# (hack/unit.sh). hack/tools pins its own module versions, so the
-# Kubernetes binaries share no compiled package with the suites: the compile
-# fills the cores their build leaves idle (links, module downloads, the long
-# chains of packages that depend on each other), and by the time the helm
-# CLI and bin/fleet are built (the same CGO_ENABLED=0 packages) most of
-# their graph is in the build cache.
+# make test's first phase: the compile of every package the suites test
+# (hack/unit.sh), then the binaries they need: the Kubernetes binaries and
+# helm3 from hack/tools beside helm, bin/fleet, bin/fleet-dev and the images
+# from the main module.
+#
+# hack/tools compiles the main module's packages (k8s.io/api, client-go,
+# apiserver, golang.org/x/..., grpc, otel, ...) at the same versions and with
+# the same flags (make shared-modules checks it), so the build cache holds
+# them once for both. Two go commands compiling the same package at the same
+# time both compile it (the cache has no lock), so the suites' compile runs
+# alone first (both cores: go runs two compiles at once); after it the two
+# halves have almost nothing left in common and run side by side, each
+# filling the other's idle core (links, long chains of packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bin=$(pwd -P)/bin # make's $(BIN)
 start=$SECONDS
+UNIT_COMPILE_ONLY=1 hack/unit.sh
+echo "test-prepare: suites' compile done in $((SECONDS - start))s"
+
+t=$SECONDS
 (
-	UNIT_COMPILE_ONLY=1 hack/unit.sh
-	echo "test-prepare: suites' compile done in $((SECONDS - start))s"
+	make --no-print-directory dev-bins "$bin/helm3"
+	echo "test-prepare: dev-bins and helm3 done in $((SECONDS - t))s"
 ) &
-compile_pid=$!
+tools_pid=$!
 rc=0
-for target in dev-bins helm images; do
-	t=$SECONDS
-	make --no-print-directory "$target" || { rc=1; break; }
-	echo "test-prepare: $target done in $((SECONDS - t))s"
-done
-wait "$compile_pid" || rc=1
+make --no-print-directory "$bin/helm" images || rc=1
+echo "test-prepare: helm and images done in $((SECONDS - t))s"
+wait "$tools_pid" || rc=1
 echo "test-prepare: done in $((SECONDS - start))s"
 exit $rc
