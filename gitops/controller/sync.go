@@ -88,9 +88,12 @@ func (p *pass) run(ctx context.Context) error {
 	}
 
 	// ls-remote: shared with GitRepos of the same repository and
-	// credentials, fresh after a trigger or a forced sync.
+	// credentials, fresh after a trigger, a forced sync or a new
+	// generation (a GitRepo just created or changed reads the commit
+	// pushed before it, not another GitRepo's answer of a few seconds
+	// ago; a restart alone keeps sharing).
 	var notBefore time.Time
-	if p.forced || forceGen {
+	if p.forced || forceGen || repo.Status.ObservedGeneration != repo.Generation {
 		notBefore = p.now
 	}
 	resolved, err := p.r.opts.Cache.Resolve(ctx, source, notBefore)
