@@ -8,9 +8,12 @@ import (
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
@@ -24,6 +27,8 @@ const (
 	// recheckEvery is how often the objects of a cached impersonator are
 	// applied again (someone may have deleted them).
 	recheckEvery = 10 * time.Minute
+	// authorizeWait bounds the wait for new RBAC to reach the authorizer.
+	authorizeWait = 5 * time.Second
 )
 
 // impersonators keeps the per-user impersonators downstream: their
@@ -101,6 +106,7 @@ func (m *impersonators) token(ctx context.Context, user string, d Downstream) (s
 			return "", err
 		}
 		e.rulesHash, e.appliedAt, e.lastUsedAt = hash, now, now
+		m.awaitAuthorized(ctx, e.name, d)
 	}
 	if e.token == "" || !now.Before(e.renewAt) {
 		tok, renewAt, err := m.requestToken(ctx, e.name, now)
@@ -165,6 +171,36 @@ func (m *impersonators) apply(ctx context.Context, name, user string, d Downstre
 		return fmt.Errorf("applying ClusterRoleBinding %s: %w", name, err)
 	}
 	return nil
+}
+
+// awaitAuthorized waits, at most authorizeWait, until the API server's
+// authorizer allows the impersonator every rule just applied. RBAC is read
+// from an informer: the first request right after the ClusterRoleBinding
+// is made may otherwise be refused with "cannot impersonate" (seen on a
+// loaded machine). It checks one name per rule, by SubjectAccessReview as
+// the impersonator; on timeout the request goes on and the API server says
+// what it says.
+func (m *impersonators) awaitAuthorized(ctx context.Context, name string, d Downstream) {
+	sa := serviceaccount.MakeUsername(m.namespace, name)
+	pending := d.Rules()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, authorizeWait, true, func(ctx context.Context) (bool, error) {
+		for len(pending) > 0 {
+			r := pending[0]
+			sar, err := m.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: "impersonate", Group: r.APIGroups[0], Resource: r.Resources[0], Name: r.ResourceNames[len(r.ResourceNames)-1],
+				}},
+			}, metav1.CreateOptions{})
+			if err != nil || !sar.Status.Allowed {
+				return false, nil
+			}
+			pending = pending[1:]
+		}
+		return true, nil
+	})
+	if err != nil {
+		m.log.Info("the impersonator's permissions are not visible to the authorizer yet; going on", "impersonator", name, "waited", authorizeWait)
+	}
 }
 
 // requestToken asks the TokenRequest API for a token of the impersonator's
