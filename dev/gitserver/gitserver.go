@@ -281,6 +281,30 @@ func (s *Server) Commit(name string, files map[string][]byte, message string) (s
 	return h.String(), nil
 }
 
+// ReadFile returns the content of path at the HEAD of repository name.
+func (s *Server) ReadFile(name, path string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := gogit.PlainOpen(filepath.Join(s.Root(), filepath.Clean("/"+name)))
+	if err != nil {
+		return nil, fmt.Errorf("repository %s: %w", name, err)
+	}
+	head, err := r.Head()
+	if err != nil {
+		return nil, fmt.Errorf("repository %s: %w", name, err)
+	}
+	c, err := r.CommitObject(head.Hash())
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.File(path)
+	if err != nil {
+		return nil, fmt.Errorf("repository %s, %s: %w", name, path, err)
+	}
+	content, err := f.Contents()
+	return []byte(content), err
+}
+
 // CommitDir commits the files of dir (recursively) into repository name
 // (added or overwritten; other files stay).
 func (s *Server) CommitDir(name, dir, message string) (string, error) {

@@ -61,7 +61,7 @@ func run(m *testing.M) (code int) {
 		bin, _ = filepath.Abs("../../bin")
 	}
 	repo, _ := filepath.Abs("../..")
-	s, err := devcluster.Plan(stateDir, 1, "upstream", "dev-1", "dev-2", "dev-3")
+	s, err := devcluster.Plan(stateDir, 1, "upstream", "dev-1", "dev-2")
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -73,7 +73,7 @@ func run(m *testing.M) (code int) {
 		DirectWebhook: []string{"dev-1"},
 	})
 	// fleet-dev down's promise is checked here too: after the suite,
-	// nothing of the four clusters may remain on the machine.
+	// nothing of the three clusters may remain on the machine.
 	defer func() {
 		if _, err := devcluster.Down(stateDir); err != nil {
 			fmt.Println("e2e: down:", err)
@@ -88,7 +88,7 @@ func run(m *testing.M) (code int) {
 		fmt.Println("e2e: clusters up:", err)
 		return 1
 	}
-	fmt.Printf("e2e: 4 real clusters up in %.1fs\n", time.Since(start).Seconds())
+	fmt.Printf("e2e: 3 real clusters up in %.1fs\n", time.Since(start).Seconds())
 	env = &devenv.Env{State: s, RepoDir: repo, Helm: filepath.Join(bin, "helm")}
 	if up, err = devenv.Client(s.Clusters[0]); err != nil {
 		fmt.Println(err)
@@ -241,6 +241,27 @@ func registrations(t *testing.T, cluster string) int {
 	return n
 }
 
+// expectOneRollout waits for the agent pod that replaces before to run
+// with GENERATION=gen, then checks that the bump made exactly one pod.
+func expectOneRollout(t *testing.T, cs *kubernetes.Clientset, pods *podTracker, before *corev1.Pod, gen int64) {
+	t.Helper()
+	must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+		p := runningAgent(t, cs, time.Minute)
+		if p.UID == before.UID {
+			return fmt.Errorf("still the old agent pod")
+		}
+		if got := agentEnv(p, "GENERATION"); got != fmt.Sprint(gen) {
+			return fmt.Errorf("agent pod GENERATION=%s, want %d", got, gen)
+		}
+		return nil
+	}))
+	quiet()
+	runningAgent(t, cs, time.Minute)
+	if n := pods.count(); n != 1 {
+		t.Errorf("%d agent pods created by one bump, want exactly 1", n)
+	}
+}
+
 // quiet lets a rollout that should not happen have the time to show.
 func quiet() { time.Sleep(5 * time.Second) }
 
@@ -333,20 +354,11 @@ func TestE2E(t *testing.T) {
 		testBundles(t, dev2Name)
 	})
 
-	// The two GitOps groups run side by side (each mostly waits on the
-	// clusters); dev-3 is free until the tests below use it.
-	t.Run("GitOps", func(t *testing.T) {
-		t.Run("fleet-gitops reads a real git server over HTTPS and SSH; commits, a bad fleet.yaml, a removed path, a webhook, a refused repository", func(t *testing.T) {
-			t.Parallel()
-			if dev2Name == "" {
-				t.Skip("dev-2 did not register")
-			}
-			testGitOps(t, dev2Name)
-		})
-		t.Run("a Cluster and its SOPS-encrypted kubeconfig Secret in git register dev-3", func(t *testing.T) {
-			t.Parallel()
-			testGitOpsRegistersCluster(t)
-		})
+	t.Run("GitOps: fleet-gitops reads a real git server over HTTPS and SSH; commits, a bad fleet.yaml, a removed path, a webhook, a refused repository", func(t *testing.T) {
+		if dev2Name == "" {
+			t.Skip("dev-2 did not register")
+		}
+		testGitOps(t, dev2Name)
 	})
 
 	for _, tc := range []struct{ name, cluster string }{
@@ -365,21 +377,7 @@ func TestE2E(t *testing.T) {
 			pods := trackPods(t, cs, agentNS, agentPods)
 			gen := getCluster(t, name).Spec.RedeployAgentGeneration + 1
 			updateCluster(t, name, func(c *fleet.Cluster) { c.Spec.RedeployAgentGeneration = gen })
-			must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
-				p := runningAgent(t, cs, time.Minute)
-				if p.UID == before.UID {
-					return fmt.Errorf("still the old agent pod")
-				}
-				if got := agentEnv(p, "GENERATION"); got != fmt.Sprint(gen) {
-					return fmt.Errorf("agent pod GENERATION=%s, want %d", got, gen)
-				}
-				return nil
-			}))
-			quiet()
-			runningAgent(t, cs, time.Minute)
-			if n := pods.count(); n != 1 {
-				t.Errorf("%d agent pods created by one bump, want exactly 1", n)
-			}
+			expectOneRollout(t, cs, pods, before, gen)
 			// The new agent reports the generation it runs with.
 			must(t, devenv.Poll(t.Context(), time.Minute, func() error {
 				if g := getCluster(t, name).Status.Agent.Generation; g == nil || *g != gen {
@@ -544,7 +542,7 @@ func TestE2E(t *testing.T) {
 	})
 
 	t.Run("trust: a kubeconfig naming the controller's own token file is refused, nothing is pushed", func(t *testing.T) {
-		kc, err := cluster("dev-3").PortableKubeconfig()
+		kc, err := cluster("dev-1").PortableKubeconfig()
 		must(t, err)
 		raw, err := clientcmd.Load(kc)
 		must(t, err)
@@ -571,7 +569,7 @@ func TestE2E(t *testing.T) {
 		if err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: names.ImportToken(c.Name)}, &fleet.ClusterRegistrationToken{}); !apierrors.IsNotFound(err) {
 			t.Errorf("an import token was made for the refused kubeconfig: %v", err)
 		}
-		for _, name := range []string{"dev-1", "dev-2", "dev-3"} {
+		for _, name := range []string{"dev-1", "dev-2"} {
 			if _, err := clientset(t, name).CoreV1().Namespaces().Get(t.Context(), unsafeNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("%s: the agent namespace %s exists: %v", name, unsafeNS, err)
 			}
@@ -582,42 +580,6 @@ func TestE2E(t *testing.T) {
 		must(t, devenv.Poll(t.Context(), time.Minute, func() error {
 			if err := up.Get(t.Context(), client.ObjectKeyFromObject(c), &fleet.Cluster{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("cluster still there (%v)", err)
-			}
-			return nil
-		}))
-	})
-
-	t.Run("Cluster API cluster auto-registered, and removed with it", func(t *testing.T) {
-		crd, err := os.ReadFile(filepath.Join(env.RepoDir, "controller", "capi", "testdata", "cluster-api-crd.yaml"))
-		must(t, err)
-		objs, err := apply.ReadObjects(crd)
-		must(t, err)
-		must(t, devenv.Apply(t.Context(), up, objs))
-		kc, err := cluster("dev-3").PortableKubeconfig()
-		must(t, err)
-		ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "capi"}}}
-		secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
-			"metadata":   map[string]any{"name": "dev-3-kubeconfig", "namespace": "capi", "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "dev-3"}},
-			"stringData": map[string]any{"value": string(kc)}}}
-		capiCluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-			"metadata": map[string]any{"name": "dev-3", "namespace": "capi", "labels": map[string]any{"env": "staging"}},
-			"spec":     map[string]any{}}}
-		must(t, devenv.Apply(t.Context(), up, []*unstructured.Unstructured{ns, secret, capiCluster}))
-		c, err := devenv.ClusterReady(t.Context(), up, "capi", "dev-3", 3*time.Minute)
-		must(t, err)
-		if c.Labels["env"] != "staging" || c.Spec.KubeConfigSecret != "dev-3-kubeconfig" {
-			t.Errorf("auto-registered cluster: labels %v, kubeConfigSecret %q", c.Labels, c.Spec.KubeConfigSecret)
-		}
-		cs := clientset(t, "dev-3")
-		runningAgent(t, cs, 2*time.Minute)
-
-		must(t, up.Delete(t.Context(), capiCluster))
-		must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
-			if err := up.Get(t.Context(), client.ObjectKey{Namespace: "capi", Name: "dev-3"}, &fleet.Cluster{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("fleet Cluster capi/dev-3 still there (%v)", err)
-			}
-			if _, err := cs.AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("agent Deployment still in dev-3 (%v)", err)
 			}
 			return nil
 		}))
@@ -651,6 +613,44 @@ func TestE2E(t *testing.T) {
 			t.Errorf("agent Bundle of dev-1 still there (%v)", err)
 		}
 	})
+
+	t.Run("Cluster API cluster auto-registered (dev-1, free again), and removed with it", func(t *testing.T) {
+		crd, err := os.ReadFile(filepath.Join(env.RepoDir, "controller", "capi", "testdata", "cluster-api-crd.yaml"))
+		must(t, err)
+		objs, err := apply.ReadObjects(crd)
+		must(t, err)
+		must(t, devenv.Apply(t.Context(), up, objs))
+		kc, err := cluster("dev-1").PortableKubeconfig()
+		must(t, err)
+		ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "capi"}}}
+		secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+			"metadata":   map[string]any{"name": "dev-1-kubeconfig", "namespace": "capi", "labels": map[string]any{"cluster.x-k8s.io/cluster-name": "dev-1"}},
+			"stringData": map[string]any{"value": string(kc)}}}
+		capiCluster := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+			"metadata": map[string]any{"name": "dev-1", "namespace": "capi", "labels": map[string]any{"env": "staging"}},
+			"spec":     map[string]any{}}}
+		must(t, devenv.Apply(t.Context(), up, []*unstructured.Unstructured{ns, secret, capiCluster}))
+		c, err := devenv.ClusterReady(t.Context(), up, "capi", "dev-1", 3*time.Minute)
+		must(t, err)
+		if c.Labels["env"] != "staging" || c.Spec.KubeConfigSecret != "dev-1-kubeconfig" {
+			t.Errorf("auto-registered cluster: labels %v, kubeConfigSecret %q", c.Labels, c.Spec.KubeConfigSecret)
+		}
+		cs := clientset(t, "dev-1")
+		runningAgent(t, cs, 2*time.Minute)
+
+		must(t, up.Delete(t.Context(), capiCluster))
+		must(t, devenv.Poll(t.Context(), 2*time.Minute, func() error {
+			if err := up.Get(t.Context(), client.ObjectKey{Namespace: "capi", Name: "dev-1"}, &fleet.Cluster{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("fleet Cluster capi/dev-1 still there (%v)", err)
+			}
+			if _, err := cs.AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("agent Deployment still in dev-1 (%v)", err)
+			}
+			return nil
+		}))
+	})
+
+	t.Run("the used-by from git, as make demo: examples/gitops on a git server, a GitRepo in fleet-local registers dev-1 through its SOPS-encrypted kubeconfig, a redeployAgentGeneration commit rolls exactly one agent pod", testRegisterFromGit)
 
 	// Last: it removes what every test above shares.
 	t.Run("uninstall: nothing of fleet left upstream or downstream, nothing Terminating, the user's namespaces untouched", func(t *testing.T) {

@@ -5,12 +5,12 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -346,81 +345,49 @@ func ownedByGitRepo(b *fleet.Bundle, name string) bool {
 	return false
 }
 
-// testGitOpsRegistersCluster: the README's use of encrypted Secrets. A
-// GitRepo in fleet-local reads a path holding dev-3's Cluster and its
-// kubeconfig Secret, encrypted with SOPS for an age key whose identity only
-// the GitRepo's decryption Secret holds; the local agent applies them
-// upstream and dev-3 registers (manager-initiated), its agent pushed. The
-// Bundle holds no kubeconfig. Deleting the GitRepo removes the Cluster and
-// with it dev-3's agent.
-func testGitOpsRegistersCluster(t *testing.T) {
-	const clusterWS, local = "e2e-gitops-ws", "fleet-local"
+// testRegisterFromGit is the design card's first use with the product
+// alone, as make demo runs it (the same devenv.GitopsRepo): examples/gitops
+// published on a real git server with dev-1's kubeconfig encrypted with
+// SOPS (mac_only_encrypted, as the example's README says), read by a
+// GitRepo in fleet-local; the local cluster's agent applies the Cluster and
+// the decrypted Secret upstream and the controller pushes dev-1's agent. No
+// Bundle holds the kubeconfig. Then a commit bumping redeployAgentGeneration
+// (one line in clear) rolls exactly one agent pod. It runs once dev-1's
+// earlier Cluster is deleted; the GitRepo stays for the uninstall, which
+// deletes GitRepos first (its fleet.yaml keeps what it applied:
+// keepResources).
+func testRegisterFromGit(t *testing.T) {
 	srv, host := startGitServer(t)
-	const repo = "e2e-clusters.git"
-	must(t, srv.CreateRepo(repo, "main"))
-	kc, err := cluster("dev-3").PortableKubeconfig()
+	kc, err := cluster("dev-1").PortableKubeconfig()
 	must(t, err)
 	id := sopstest.NewIdentity(t)
-	plain := fmt.Sprintf(`apiVersion: fleet.cattle.io/v1alpha1
-kind: Cluster
-metadata:
-  name: dev-3
-spec:
-  kubeConfigSecret: dev-3-kubeconfig
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: dev-3-kubeconfig
-stringData:
-  value: |
-%s`, indentLines(string(kc), "    "))
-	encrypted := sopstest.Encrypt(t, "clusters/dev-3.yaml", []byte(plain), sopstest.ValuesOfSecrets, id.Recipient().String())
-	if leaksKubeconfig(string(encrypted)) {
-		t.Fatal("the encrypted file holds the kubeconfig in clear")
-	}
-	_, err = srv.Commit(repo, map[string][]byte{
-		"clusters/fleet.yaml": []byte("defaultNamespace: " + clusterWS + "\n"),
-		"clusters/dev-3.yaml": encrypted,
-	}, "dev-3, its kubeconfig encrypted")
+	g := &devenv.GitopsRepo{Server: srv, Host: host, Name: "e2e-fleet-clusters", Recipient: id.Recipient().String(), Identity: id.String()}
+	_, err = g.Publish(filepath.Join(env.RepoDir, "examples", "gitops"), map[string][]byte{"dev-1-kubeconfig": kc})
 	must(t, err)
-
-	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterWS}}
-	must(t, client.IgnoreAlreadyExists(up.Create(t.Context(), namespace)))
-	t.Cleanup(func() { _ = up.Delete(context.Background(), namespace) })
-	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: local, Name: "e2e-git-https"}, Type: corev1.SecretTypeBasicAuth,
-			Data: map[string][]byte{"username": []byte(srv.Username), "password": []byte(srv.Password)}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: local, Name: "e2e-sops-age"},
-			Data: map[string][]byte{"identity.agekey": []byte(id.String() + "\n")}},
-	} {
-		must(t, up.Create(t.Context(), s))
-		t.Cleanup(func() { _ = up.Delete(context.Background(), s) })
+	for _, o := range g.Objects(3 * time.Second) {
+		must(t, up.Create(t.Context(), o))
 	}
-	// spec.decryption is fleet's own field: written as a user's manifest.
-	g := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "fleet.cattle.io/v1alpha1", "kind": "GitRepo",
-		"metadata": map[string]any{"namespace": local, "name": "e2e-clusters"},
-		"spec": map[string]any{
-			"repo": srv.HTTPURL(host, repo), "branch": "main", "paths": []any{"clusters"},
-			"clientSecretName": "e2e-git-https", "caBundle": base64.StdEncoding.EncodeToString(srv.CA), "pollingInterval": "3s",
-			"targets":    []any{map[string]any{"clusterName": "local"}},
-			"decryption": map[string]any{"provider": "sops", "secretRef": map[string]any{"name": "e2e-sops-age"}},
-		},
-	}}
-	createGitRepo(t, g)
 
 	start := time.Now()
-	if _, err := devenv.ClusterReady(t.Context(), up, clusterWS, "dev-3", 4*time.Minute); err != nil {
-		c, _, _ := gitRepoCondition(t, local, "e2e-clusters", "Ready")
+	if _, err := devenv.ClusterReady(t.Context(), up, ws, "dev-1", 4*time.Minute); err != nil {
+		c, _, _ := gitRepoCondition(t, devenv.GitopsNamespace, g.Name, "Ready")
 		t.Fatalf("%v\nGitRepo Ready: %+v", err, c)
 	}
-	cs := clientset(t, "dev-3")
-	runningAgent(t, cs, 2*time.Minute)
-	t.Logf("dev-3 registered from git in %.1fs", time.Since(start).Seconds())
-
+	cs := clientset(t, "dev-1")
+	before := runningAgent(t, cs, 2*time.Minute)
+	t.Logf("dev-1 registered from git in %.1fs", time.Since(start).Seconds())
+	must(t, devenv.Poll(t.Context(), 3*time.Minute, func() error {
+		c, _, err := gitRepoCondition(t, devenv.GitopsNamespace, g.Name, "Ready")
+		if err != nil || c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("GitRepo %s/%s not Ready: %+v (%v)", devenv.GitopsNamespace, g.Name, c, err)
+		}
+		return nil
+	}))
 	bundles := &fleet.BundleList{}
-	must(t, up.List(t.Context(), bundles, client.InNamespace(local), client.MatchingLabels{fleet.RepoLabel: "e2e-clusters"}))
+	must(t, up.List(t.Context(), bundles, client.InNamespace(devenv.GitopsNamespace), client.MatchingLabels{fleet.RepoLabel: g.Name}))
+	if len(bundles.Items) != 1 {
+		t.Errorf("%d Bundles from the repository, want 1 (its root)", len(bundles.Items))
+	}
 	for _, b := range bundles.Items {
 		for _, r := range b.Spec.Resources {
 			if leaksKubeconfig(r.Content) {
@@ -429,26 +396,10 @@ stringData:
 		}
 	}
 
-	// Cleanup: the GitRepo goes, so do its Bundle, the Cluster it
-	// deployed, and dev-3's agent.
-	must(t, up.Delete(t.Context(), g))
-	must(t, devenv.Poll(t.Context(), 3*time.Minute, func() error {
-		if err := up.Get(t.Context(), client.ObjectKey{Namespace: clusterWS, Name: "dev-3"}, &fleet.Cluster{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Cluster %s/dev-3 still there (%v)", clusterWS, err)
-		}
-		if _, err := cs.AppsV1().Deployments(agentNS).Get(t.Context(), "fleet-agent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("agent Deployment still in dev-3 (%v)", err)
-		}
-		return nil
-	}))
-}
-
-func indentLines(s, prefix string) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	for i, l := range lines {
-		lines[i] = prefix + l
-	}
-	return strings.Join(lines, "\n") + "\n"
+	pods := trackPods(t, cs, agentNS, agentPods)
+	gen, _, err := g.BumpRedeploy("clusters/dev-1.yaml")
+	must(t, err)
+	expectOneRollout(t, cs, pods, before, gen)
 }
 
 // leaksKubeconfig says whether s holds a kubeconfig's fields or PEM (also

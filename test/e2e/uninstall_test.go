@@ -31,7 +31,7 @@ const userNamespace = "e2e-user-apps"
 // user's namespaces and Secrets stay. It must run last: it removes the
 // product the other tests share.
 func testUninstall(t *testing.T, dev2Name string) {
-	clusters := []string{"upstream", "dev-1", "dev-2", "dev-3"}
+	clusters := []string{"upstream", "dev-1", "dev-2"}
 	userUIDs := map[string]string{}
 	for _, name := range clusters {
 		c := clientFor(t, name)

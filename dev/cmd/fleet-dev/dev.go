@@ -208,7 +208,7 @@ func newDevDemoCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Real clusters, the controller installed with helm, dev-1 registered from examples/gitops, dev-2 by its agent, a Bundle on both",
+		Short: "Real clusters, the controller installed with helm, dev-1 registered by a GitRepo from examples/gitops on a local git server (kubeconfig encrypted with SOPS), dev-2 by its agent, a Bundle on both, a redeployAgentGeneration commit",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			st := &stepper{out: cmd.OutOrStdout(), start: time.Now()}
@@ -219,13 +219,15 @@ func newDevDemoCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopGit := func() {}
 			down := func() {
+				stopGit()
 				st.printf("stopping the clusters")
 				if err := devDown(cmd.OutOrStdout(), f.stateDir); err != nil {
 					st.printf("fleet-dev down: %v", err)
 				}
 			}
-			if err := runDemo(ctx, st, s, &f, repo); err != nil {
+			if err := runDemo(ctx, st, s, &f, repo, &stopGit); err != nil {
 				st.printf("FAILED: %v", err)
 				st.printf("the clusters stay up for inspection; `fleet-dev down --state-dir %s` stops them", f.stateDir)
 				return fmt.Errorf("demo failed")
@@ -247,7 +249,9 @@ func newDevDemoCommand() *cobra.Command {
 	return cmd
 }
 
-func runDemo(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags, repo string) error {
+// runDemo runs the demo's steps; *stopGit is set to what stops its git
+// server (it serves the GitRepo as long as the demo runs).
+func runDemo(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags, repo string, stopGit *func()) error {
 	repo, err := filepath.Abs(repo)
 	if err != nil {
 		return err
@@ -268,26 +272,22 @@ func runDemo(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags,
 		return err
 	}
 
+	// The GitRepo lives in fleet-local: the local cluster's agent applies
+	// the repository upstream.
 	t = time.Now()
-	kc, err := dev1.PortableKubeconfig()
+	if _, err := devenv.ClusterReady(ctx, upc, "fleet-local", "local", 3*time.Minute); err != nil {
+		return fmt.Errorf("step 'upstream registered itself as fleet-local/local' failed: %w\nread: kubectl --kubeconfig %s -n %s logs deploy/fleet-controller; kubectl --kubeconfig %s -n %s logs deploy/fleet-agent",
+			err, up.KubeconfigPath(), devenv.SystemNamespace, up.KubeconfigPath(), devenv.SystemNamespace)
+	}
+	st.printf("upstream  registered itself as fleet-local/local: agent pushed into %s, Cluster Ready (%.1fs)", devenv.SystemNamespace, time.Since(t).Seconds())
+
+	g, stop, err := demoFromGit(ctx, st, s, repo, upc)
+	if stop != nil {
+		*stopGit = stop
+	}
 	if err != nil {
 		return err
 	}
-	objs, err := devenv.BuildGitops(filepath.Join(repo, "examples", "gitops"), map[string][]byte{"dev-1-kubeconfig": kc})
-	if err != nil {
-		return fmt.Errorf("step 'kustomize build examples/gitops' failed: %w", err)
-	}
-	if err := devenv.Apply(ctx, upc, objs); err != nil {
-		return fmt.Errorf("step 'apply examples/gitops' failed: %w", err)
-	}
-	st.printf("upstream  applied examples/gitops (%d objects; dev-1-kubeconfig holds dev-1's kubeconfig) (%.1fs)", len(objs), time.Since(t).Seconds())
-
-	t = time.Now()
-	if _, err := devenv.ClusterReady(ctx, upc, "fleet-default", "dev-1", 3*time.Minute); err != nil {
-		return fmt.Errorf("step 'dev-1 registered (manager-initiated)' failed: %w\nread: kubectl --kubeconfig %s -n %s logs deploy/fleet-controller; kubectl --kubeconfig %s -n %s logs deploy/fleet-agent",
-			err, up.KubeconfigPath(), devenv.SystemNamespace, dev1.KubeconfigPath(), devenv.SystemNamespace)
-	}
-	st.printf("dev-1     registered manager-initiated: agent pushed, Cluster Ready (%.1fs)", time.Since(t).Seconds())
 
 	t = time.Now()
 	values, err := devenv.TokenValues(ctx, upc, "fleet-default", "dev-token")
@@ -305,23 +305,20 @@ func runDemo(ctx context.Context, st *stepper, s *devcluster.State, f *devFlags,
 	st.printf("dev-2     registered agent-initiated: helm install fleet-agent with dev-token's values, Cluster Ready (%.1fs)", time.Since(t).Seconds())
 
 	t = time.Now()
-	if _, err := devenv.ClusterReady(ctx, upc, "fleet-local", "local", 3*time.Minute); err != nil {
-		return fmt.Errorf("step 'upstream registered itself as fleet-local/local' failed: %w\nread: kubectl --kubeconfig %s -n %s logs deploy/fleet-controller; kubectl --kubeconfig %s -n %s logs deploy/fleet-agent",
-			err, up.KubeconfigPath(), devenv.SystemNamespace, up.KubeconfigPath(), devenv.SystemNamespace)
-	}
-	st.printf("upstream  registered itself as fleet-local/local: agent pushed into %s, Cluster Ready (%.1fs)", devenv.SystemNamespace, time.Since(t).Seconds())
-
-	t = time.Now()
 	if err := devenv.BundleReady(ctx, upc, "fleet-default", "hello", 2, 3*time.Minute); err != nil {
 		return fmt.Errorf("step 'Bundle hello Ready on dev-1 and dev-2' failed: %w", err)
 	}
 	st.printf("upstream  Bundle hello Ready on dev-1 and dev-2 (%.1fs)", time.Since(t).Seconds())
 
+	if err := demoBump(ctx, st, g, dev1); err != nil {
+		return err
+	}
+
 	out, err := exec.CommandContext(ctx, filepath.Join(f.binDir, "kubectl"), "--kubeconfig", up.KubeconfigPath(),
-		"get", "clusters.fleet.cattle.io", "-A").CombinedOutput()
+		"get", "gitrepos.fleet.cattle.io,clusters.fleet.cattle.io", "-A").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kubectl get clusters: %v: %s", err, out)
 	}
-	st.printf("kubectl get clusters.fleet.cattle.io -A\n%s", out)
+	st.printf("kubectl get gitrepos.fleet.cattle.io,clusters.fleet.cattle.io -A\n%s", out)
 	return demoAccess(ctx, st, s, f, upc, dev2Cluster.Name)
 }

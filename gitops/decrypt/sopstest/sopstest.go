@@ -5,6 +5,7 @@ package sopstest
 
 import (
 	"crypto/rand"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,6 +45,11 @@ var Default = Rules{UnencryptedSuffix: "_unencrypted"}
 // ValuesOfSecrets encrypts only Secrets' values (the README's rule).
 var ValuesOfSecrets = Rules{EncryptedRegex: "^(data|stringData)$"}
 
+// ValuesOfSecretsMACOnly is ValuesOfSecrets with mac_only_encrypted: the
+// clear fields (the Cluster beside its kubeconfig Secret) stay editable
+// without sops, as examples/gitops' .sops.yaml has it.
+var ValuesOfSecretsMACOnly = Rules{EncryptedRegex: "^(data|stringData)$", MACOnlyEncrypted: true}
+
 type fileStore interface {
 	LoadPlainFile([]byte) (sops.TreeBranches, error)
 	EmitEncryptedFile(sops.Tree) ([]byte, error)
@@ -60,15 +66,25 @@ func storeFor(path string) fileStore {
 // recipients, as `sops --encrypt` writes it.
 func Encrypt(t testing.TB, path string, plain []byte, r Rules, recipients ...string) []byte {
 	t.Helper()
+	out, err := EncryptFile(path, plain, r, recipients...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// EncryptFile is Encrypt for callers that are not tests (the dev
+// harness publishing examples/gitops as a user would).
+func EncryptFile(path string, plain []byte, r Rules, recipients ...string) ([]byte, error) {
 	var group []keys.MasterKey
 	for _, rc := range recipients {
 		mk, err := sopsage.MasterKeyFromRecipient(rc)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		group = append(group, mk)
 	}
-	return EncryptWith(t, path, plain, r, group, nil)
+	return encrypt(path, plain, r, group, nil)
 }
 
 // EncryptWith encrypts with the given master keys. With dataKey nil it
@@ -77,10 +93,18 @@ func Encrypt(t testing.TB, path string, plain []byte, r Rules, recipients ...str
 // (a file naming a key that cannot be called here, a KMS key).
 func EncryptWith(t testing.TB, path string, plain []byte, r Rules, group []keys.MasterKey, dataKey []byte) []byte {
 	t.Helper()
+	out, err := encrypt(path, plain, r, group, dataKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func encrypt(path string, plain []byte, r Rules, group []keys.MasterKey, dataKey []byte) ([]byte, error) {
 	st := storeFor(path)
 	branches, err := st.LoadPlainFile(plain)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	tree := sops.Tree{Branches: branches, Metadata: sops.Metadata{
 		KeyGroups:         []sops.KeyGroup{group},
@@ -93,24 +117,20 @@ func EncryptWith(t testing.TB, path string, plain []byte, r Rules, group []keys.
 		var errs []error
 		dataKey, errs = tree.GenerateDataKey()
 		if len(errs) > 0 {
-			t.Fatal(errs)
+			return nil, errors.Join(errs...)
 		}
 	}
 	cipher := aes.NewCipher()
 	mac, err := tree.Encrypt(dataKey, cipher)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	tree.Metadata.LastModified = time.Now().UTC()
 	tree.Metadata.MessageAuthenticationCode, err = cipher.Encrypt(mac, dataKey, tree.Metadata.LastModified.Format(time.RFC3339))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	out, err := st.EmitEncryptedFile(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return st.EmitEncryptedFile(tree)
 }
 
 // RandomDataKey is a data key for EncryptWith.
