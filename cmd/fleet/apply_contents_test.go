@@ -58,7 +58,7 @@ func contentsSecrets(t *testing.T, c client.Client, ws, name string) []corev1.Se
 // are deleted; an identity that may write Bundles but not Secrets is
 // refused and no Bundle is written; deleting the Bundle collects them.
 func TestApply_LargeBundleIsWrittenAsContentsSecrets(t *testing.T) {
-	env := testenv.StartControlPlanes(t, controlplane.Options{})
+	env := testenv.SharedControlPlanes(t, controlplane.Options{})
 	c := env.Upstream.Client
 	ws := testenv.Namespace(t, c, "fleet-apply-big-")
 	kc := writeFile(t, t.TempDir(), "kubeconfig", string(env.Upstream.Kubeconfig))

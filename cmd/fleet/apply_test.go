@@ -58,7 +58,7 @@ func copyTree(t *testing.T, dirs ...string) string {
 // yaml overlay, a kustomize overlay, nested fleet.yaml directories left
 // out of plain manifests.
 func TestApply_OfflineBundlesAreAcceptedStrictlyAndRender(t *testing.T) {
-	env := testenv.StartControlPlanes(t, controlplane.Options{})
+	env := testenv.SharedControlPlanes(t, controlplane.Options{})
 	c := client.WithFieldValidation(env.Upstream.Client, client.FieldValidation(metav1.FieldValidationStrict))
 	ws := testenv.Namespace(t, env.Upstream.Client, "fleet-apply-offline-")
 	dir := t.TempDir()
@@ -139,7 +139,7 @@ func TestApply_OfflineBundlesAreAcceptedStrictlyAndRender(t *testing.T) {
 // nothing); once fixed, the removed directory's Bundle is pruned, and the
 // other GitRepo's Bundles are never touched.
 func TestApply_ToTheClusterPrunesOnlyAfterACompleteRead(t *testing.T) {
-	env := testenv.StartControlPlanes(t, controlplane.Options{})
+	env := testenv.SharedControlPlanes(t, controlplane.Options{})
 	c := env.Upstream.Client
 	ws := testenv.Namespace(t, c, "fleet-apply-")
 	kc := writeFile(t, t.TempDir(), "kubeconfig", string(env.Upstream.Kubeconfig))
@@ -256,7 +256,7 @@ func TestApply_UsageAndInputErrors(t *testing.T) {
 // one namespace only): there it applies; in another namespace the API
 // server refuses, the command says so and exits 1, and nothing is written.
 func TestApply_RunsAsTheCallerAndNoMore(t *testing.T) {
-	env := testenv.StartControlPlanes(t, controlplane.Options{})
+	env := testenv.SharedControlPlanes(t, controlplane.Options{})
 	c := env.Upstream.Client
 	ws := testenv.Namespace(t, c, "fleet-apply-alice-")
 	other := testenv.Namespace(t, c, "fleet-apply-other-")

@@ -10,7 +10,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"helm.sh/helm/v4/pkg/cli/values"
+	"helm.sh/helm/v4/pkg/getter"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -54,6 +58,56 @@ func helmTemplateFleet(t *testing.T, args ...string) ([]byte, string, error) {
 		}
 	}
 	return h4.out, h4.stderr, h4.err
+}
+
+// fleetChart is charts/fleet, parsed once for renderFleetChart.
+var fleetChart = sync.OnceValues(func() (*renderer.Chart, error) { return renderer.LoadChartDir("../../charts/fleet") })
+
+// renderFleetChart is `helm template fleet charts/fleet -n
+// cattle-fleet-system` with args (-f, --set, --set-json, --set-file) in
+// this process, through the renderer (Helm 4's SDK: the same values
+// merging, schema check and templates as the Helm 4 CLI, whose bytes the
+// render parity tests compare). A helm process costs about 0.15 CPU-seconds
+// to start, so the table tests render every case here and run both CLIs
+// (helmTemplateFleet) on a sample of them.
+func renderFleetChart(t *testing.T, args ...string) ([]byte, string, error) {
+	t.Helper()
+	var opts values.Options
+	for i := 0; i < len(args); i += 2 {
+		if i+1 == len(args) {
+			t.Fatalf("%v: flag %s without a value", args, args[i])
+		}
+		v := args[i+1]
+		switch args[i] {
+		case "-f", "--values":
+			opts.ValueFiles = append(opts.ValueFiles, v)
+		case "--set":
+			opts.Values = append(opts.Values, v)
+		case "--set-json":
+			opts.JSONValues = append(opts.JSONValues, v)
+		case "--set-file":
+			opts.FileValues = append(opts.FileValues, v)
+		default:
+			t.Fatalf("renderFleetChart: flag %s is not supported", args[i])
+		}
+	}
+	vals, err := opts.MergeValues(getter.Providers{})
+	if err != nil {
+		return nil, err.Error(), err
+	}
+	doc, err := yaml.Marshal(vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := fleetChart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: doc})
+	if err != nil {
+		return nil, err.Error(), err
+	}
+	return out.YAML, "", nil
 }
 
 // chartConfig is the configuration the rendered chart gives the controller,
@@ -114,7 +168,10 @@ func namesKey(msg, path string) bool {
 // `fleet render agent --config` (so in the controller) is refused by `helm
 // template charts/fleet` given as the chart value it is written from, with
 // a message naming that value; each edge case a rule accepts renders, and
-// the controller accepts the configuration rendered. A new rule whose bad
+// the controller accepts the configuration rendered. Every value is
+// rendered with Helm 4's SDK in this process (renderFleetChart); each rule's
+// first bad and first good value with the Helm 4 and Helm 3 CLIs too, which
+// must agree. A new rule whose bad
 // value the chart lets through (no schema entry, no validate.yaml check)
 // fails here.
 func TestFleetChart_RefusesWhatTheControllerRefuses(t *testing.T) {
@@ -126,8 +183,12 @@ func TestFleetChart_RefusesWhatTheControllerRefuses(t *testing.T) {
 	n := 0
 	for _, r := range config.Rules {
 		path := valuesschema.ValuePath(r.Field)
-		for _, bad := range r.Bad {
+		for i, bad := range r.Bad {
 			n++
+			render := renderFleetChart
+			if i == 0 {
+				render = helmTemplateFleet // both CLIs, for each rule
+			}
 			t.Run("refuses "+bad, func(t *testing.T) {
 				// The CLI refuses it for this rule (with an upstream URL, so
 				// that is not what it complains about).
@@ -148,7 +209,7 @@ func TestFleetChart_RefusesWhatTheControllerRefuses(t *testing.T) {
 					t.Errorf("fleet render agent --config with %s: %v, want the rule of %s to refuse it", bad, err, r.Field)
 				}
 				args := setJSON(t, bad)
-				_, stderr, err := helmTemplateFleet(t, args...)
+				_, stderr, err := render(t, args...)
 				if err == nil {
 					t.Fatalf("helm template %s: accepted; the chart must refuse what the controller refuses (rule of %s: add it to the schema, or to templates/validate.yaml when JSON schema cannot say it)", strings.Join(args, " "), r.Field)
 				}
@@ -157,10 +218,14 @@ func TestFleetChart_RefusesWhatTheControllerRefuses(t *testing.T) {
 				}
 			})
 		}
-		for _, good := range r.Good {
+		for i, good := range r.Good {
+			render := renderFleetChart
+			if i == 0 {
+				render = helmTemplateFleet
+			}
 			t.Run("accepts "+good, func(t *testing.T) {
 				args := setJSON(t, good)
-				out, stderr, err := helmTemplateFleet(t, args...)
+				out, stderr, err := render(t, args...)
 				if err != nil {
 					t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr)
 				}
@@ -176,7 +241,7 @@ func TestFleetChart_RefusesWhatTheControllerRefuses(t *testing.T) {
 // TestFleetChart_RefusesMistakes: the mistakes of the newcomer review, and
 // the chart's own values, fail `helm template` naming the value.
 func TestFleetChart_RefusesMistakes(t *testing.T) {
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		args []string
 		want string
 	}{
@@ -198,7 +263,11 @@ func TestFleetChart_RefusesMistakes(t *testing.T) {
 		{[]string{"--set", "probePort=8080"}, "metrics.port and probePort are both 8080"},
 		{[]string{"--set", "proxy.metricsPort=8443"}, "proxy.port and proxy.metricsPort are both 8443"},
 	} {
-		_, stderr, err := helmTemplateFleet(t, tc.args...)
+		render := renderFleetChart
+		if i%3 == 0 {
+			render = helmTemplateFleet // both CLIs on a sample: schema and validate.yaml messages
+		}
+		_, stderr, err := render(t, tc.args...)
 		if err == nil || !strings.Contains(stderr, tc.want) {
 			t.Errorf("helm template %v: %v, want an error containing %q:\n%s", tc.args, err, tc.want, stderr)
 		}

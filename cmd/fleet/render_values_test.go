@@ -23,7 +23,7 @@ import (
 // envtest compares with what it deploys); without an upstream it says it
 // needs one; another namespace is refused as by the controller.
 func TestRenderBundle_ValuesPerClusterAndValuesFromTheUpstream(t *testing.T) {
-	env := testenv.StartControlPlanes(t, controlplane.Options{})
+	env := testenv.SharedControlPlanes(t, controlplane.Options{})
 	up := env.Upstream.Client
 	ws := testenv.Namespace(t, up, "fleet-render-values-")
 	other := testenv.Namespace(t, up, "fleet-render-values-other-")

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,6 +111,7 @@ func run(m *testing.M, opts Options, setup func(*Suite) error) int {
 	} else {
 		code = m.Run()
 	}
+	stopShared()
 	// What the suite started ends before the control planes do.
 	cancel()
 	for _, r := range slices.Backward(s.runners) {
@@ -217,4 +219,58 @@ func StartControlPlanes(t testing.TB, opts controlplane.Options) *controlplane.E
 		}
 	})
 	return env
+}
+
+// SharedControlPlanes returns the package's control planes started with
+// opts: the first test that asks starts them, the next ones with the same
+// opts reuse them, and Main stops them when the package's tests end. A
+// start costs several seconds of CPU (far more on a loaded machine), so
+// tests that isolate by namespace (Namespace) and change nothing
+// cluster-wide share; the others use StartControlPlanes.
+func SharedControlPlanes(t testing.TB, opts controlplane.Options) *controlplane.Env {
+	t.Helper()
+	key := fmt.Sprintf("%#v", opts)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if e, ok := shared.envs[key]; ok {
+		if e.err != nil {
+			t.Fatalf("the shared control planes did not start: %v", e.err)
+		}
+		return e.env
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, err := controlplane.Start(ctx, opts)
+	if shared.envs == nil {
+		shared.envs = map[string]*sharedEnv{}
+	}
+	shared.envs[key] = &sharedEnv{env: env, err: err}
+	if err != nil {
+		t.Fatalf("the shared control planes did not start: %v", err)
+	}
+	return env
+}
+
+type sharedEnv struct {
+	env *controlplane.Env
+	err error
+}
+
+var shared struct {
+	mu   sync.Mutex
+	envs map[string]*sharedEnv
+}
+
+// stopShared stops what SharedControlPlanes started.
+func stopShared() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	for _, e := range shared.envs {
+		if e.env != nil {
+			if err := e.env.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}
+	}
+	shared.envs = nil
 }
