@@ -4,14 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/gitops-fleet/fleet/dev/bench"
 )
@@ -33,7 +30,6 @@ clients through one tunnel, and fleet-proxy's memory and CPU with many idle
 tunnels. Prints a table and, with --json, writes the results.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapErrorLevel())))
 			// remotedialer logs through logrus, at info every tunnel's end:
 			// a thousand lines when the idle tunnels stop.
 			logrus.SetLevel(logrus.WarnLevel)

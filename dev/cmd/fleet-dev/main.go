@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/gitops-fleet/fleet/internal/renderworker"
 	"github.com/gitops-fleet/fleet/internal/version"
@@ -23,6 +25,10 @@ func main() {
 	// `fleet-dev bench` runs controllers in this process, and they render
 	// in child processes of this binary.
 	renderworker.ServeIfWorker()
+	// Errors only, on stderr: the harness's clients (demo, bench) and the
+	// controllers bench runs in this process log through controller-runtime,
+	// which otherwise prints a warning with a stack trace after 30 s.
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapErrorLevel())))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRootCommand()
