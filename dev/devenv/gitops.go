@@ -16,7 +16,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/gitserver"
-	"github.com/gitops-fleet/fleet/gitops/decrypt/sopstest"
+	"github.com/gitops-fleet/fleet/dev/sopsfile"
 )
 
 // GitopsRepo is examples/gitops as a user's repository on a dev git server,
@@ -42,7 +42,7 @@ const GitopsNamespace = "fleet-local"
 // only Secrets' values are encrypted, and the MAC covers only them, so the
 // Cluster beside its kubeconfig stays readable and editable in clear (a
 // redeployAgentGeneration bump is a one-line change in a pull request).
-var SOPSRules = sopstest.ValuesOfSecretsMACOnly
+var SOPSRules = sopsfile.ValuesOfSecretsMACOnly
 
 // Publish commits dir (examples/gitops) into the repository as a user
 // following its README would: each placeholder kubeconfig Secret named in
@@ -74,7 +74,7 @@ func (g *GitopsRepo) Publish(dir string, kubeconfigs map[string][]byte) (string,
 				for _, n := range names {
 					found[n] = true
 				}
-				if b, err = sopstest.EncryptFile(rel, replaced, SOPSRules, g.Recipient); err != nil {
+				if b, err = sopsfile.Encrypt(rel, replaced, SOPSRules, g.Recipient); err != nil {
 					return fmt.Errorf("%s: encrypting: %w", rel, err)
 				}
 			}
