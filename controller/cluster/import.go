@@ -94,6 +94,12 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 	}
 
 	why := deployReason(cluster, valuesHash, in.serverHash)
+	if why != "" && r.deploys.made(client.ObjectKeyFromObject(cluster), deployRecordOf(cluster, valuesHash, in.serverHash)) {
+		// This controller pushed exactly this, but the status write of
+		// that pass failed: record it instead of pushing again.
+		recordDeployed(cluster, values, valuesHash, in.serverHash)
+		why = ""
+	}
 	if why != "" && r.APIReader != nil && r.deployedPerAPIServer(ctx, cluster, valuesHash, in.serverHash) {
 		// The cache had not caught up with the status written after this
 		// controller's own deploy: record that deploy again instead of
@@ -143,6 +149,7 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 	metrics.RegistrationSteps.WithLabelValues("import", "success").Inc()
 
 	recordDeployed(cluster, values, valuesHash, in.serverHash)
+	r.deploys.remember(client.ObjectKeyFromObject(cluster), deployRecordOf(cluster, valuesHash, in.serverHash))
 	event, verb := "AgentDeployed", "deployed"
 	if why != deployFirst {
 		event, verb = "AgentRedeployed", "redeployed ("+why+" changed)"

@@ -93,3 +93,49 @@ func (r *Reconciler) importMemoKey(ctx context.Context, cluster *fleet.Cluster, 
 		configChange: st.AgentConfigChanged,
 	}
 }
+
+// deployMemo remembers, per Cluster, the deploy this controller made last.
+// The deploy is recorded in the Cluster's status at the end of the pass; a
+// status write that fails (a conflict with another writer of the status,
+// frequent on a loaded API server) makes the pass run again, which without
+// it would push the agent a second time and say AgentDeployed twice. Like
+// importMemo it is safe to lose: a lost entry costs one idempotent push.
+type deployMemo struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]deployRecord
+}
+
+// deployRecord is what a deploy applied: for that Cluster (UID), at that
+// redeployAgentGeneration, those values and that API server.
+type deployRecord struct {
+	uid         types.UID
+	redeployGen int64
+	valuesHash  string
+	serverHash  string
+}
+
+func deployRecordOf(cluster *fleet.Cluster, valuesHash, serverHash string) deployRecord {
+	return deployRecord{uid: cluster.UID, redeployGen: cluster.Spec.RedeployAgentGeneration, valuesHash: valuesHash, serverHash: serverHash}
+}
+
+func (m *deployMemo) made(k types.NamespacedName, r deployRecord) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.m[k]
+	return ok && old == r
+}
+
+func (m *deployMemo) remember(k types.NamespacedName, r deployRecord) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[types.NamespacedName]deployRecord{}
+	}
+	m.m[k] = r
+}
+
+func (m *deployMemo) forget(k types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, k)
+}

@@ -70,6 +70,8 @@ type Reconciler struct {
 	// Like Remotes it is a cache, safe to lose (see importMemo): every
 	// decision of a pass is made on what it reads from the API.
 	memo importMemo
+	// deploys keeps the last deploy per Cluster until its status says so.
+	deploys deployMemo
 }
 
 // pass is what one reconcile of a Cluster works on and finds.
@@ -271,6 +273,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cluster *fleet.Cluster
 	}
 	r.Remotes.Forget(client.ObjectKeyFromObject(cluster))
 	r.memo.forget(client.ObjectKeyFromObject(cluster))
+	r.deploys.forget(client.ObjectKeyFromObject(cluster))
 
 	var errs []error
 	del := func(o client.Object) {
