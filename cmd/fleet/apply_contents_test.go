@@ -11,9 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -171,28 +169,7 @@ func TestApply_LargeBundleIsWrittenAsContentsSecrets(t *testing.T) {
 	// Bundle is refused by the API server, and no Bundle is written
 	// without its contents.
 	alice := testenv.Namespace(t, c, "fleet-apply-big-alice-")
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: alice, Name: "bundle-writer"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundles"}, Verbs: []string{"get", "list", "create", "patch", "update", "delete"}}}}
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: alice, Name: "alice"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "bundle-writer"},
-		Subjects: []rbacv1.Subject{{Kind: "User", Name: "alice", APIGroup: "rbac.authorization.k8s.io"}}}
-	for _, o := range []client.Object{role, binding} {
-		if err := c.Create(t.Context(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, err := clientcmd.Load(env.Upstream.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range cfg.AuthInfos {
-		u.Impersonate = "alice"
-	}
-	akc, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, _, stderr = runMain(t, "apply", "--kubeconfig", writeFile(t, dir, "alice", string(akc)), "-n", alice, "--root", root, "test", "big")
+	code, _, stderr = runMain(t, "apply", "--kubeconfig", bundleWriterKubeconfig(t, env, alice), "-n", alice, "--root", root, "test", "big")
 	if code != 1 || !strings.Contains(stderr, `User "alice" cannot create resource "secrets"`) {
 		t.Errorf("alice's large Bundle: exit %d, stderr %q; want 1 and the API server's refusal of the Secrets", code, stderr)
 	}

@@ -260,9 +260,31 @@ func TestApply_RunsAsTheCallerAndNoMore(t *testing.T) {
 	c := env.Upstream.Client
 	ws := testenv.Namespace(t, c, "fleet-apply-alice-")
 	other := testenv.Namespace(t, c, "fleet-apply-other-")
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "bundle-writer"},
+	kc := bundleWriterKubeconfig(t, env, ws)
+
+	code, stdout, stderr := runMain(t, "apply", "--kubeconfig", kc, "-n", ws, "--root", applyFixtures, "test", "simple")
+	if code != 0 || !strings.Contains(stdout, "Bundle "+ws+"/test-simple created") {
+		t.Errorf("in her namespace: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = runMain(t, "apply", "--kubeconfig", kc, "-n", other, "--root", applyFixtures, "test", "simple")
+	if code != 1 || !strings.Contains(stderr, `User "alice" cannot`) {
+		t.Errorf("in another namespace: exit %d, stderr %q; want 1 and the API server's refusal", code, stderr)
+	}
+	list := &fleet.BundleList{}
+	if err := c.List(t.Context(), list, client.InNamespace(other)); err != nil || len(list.Items) != 0 {
+		t.Errorf("Bundles in the namespace alice may not write: %d (%v)", len(list.Items), err)
+	}
+}
+
+// bundleWriterKubeconfig lets user alice write Bundles in namespace ns (and
+// nothing else) and returns a kubeconfig file of env's upstream that
+// impersonates her.
+func bundleWriterKubeconfig(t *testing.T, env *controlplane.Env, ns string) string {
+	t.Helper()
+	c := env.Upstream.Client
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bundle-writer"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cattle.io"}, Resources: []string{"bundles"}, Verbs: []string{"get", "list", "create", "patch", "update", "delete"}}}}
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "alice"},
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alice"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "bundle-writer"},
 		Subjects: []rbacv1.Subject{{Kind: "User", Name: "alice", APIGroup: "rbac.authorization.k8s.io"}}}
 	for _, o := range []client.Object{role, binding} {
@@ -281,18 +303,5 @@ func TestApply_RunsAsTheCallerAndNoMore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := writeFile(t, t.TempDir(), "kubeconfig", string(data))
-
-	code, stdout, stderr := runMain(t, "apply", "--kubeconfig", kc, "-n", ws, "--root", applyFixtures, "test", "simple")
-	if code != 0 || !strings.Contains(stdout, "Bundle "+ws+"/test-simple created") {
-		t.Errorf("in her namespace: exit %d, stdout %q, stderr %q", code, stdout, stderr)
-	}
-	code, _, stderr = runMain(t, "apply", "--kubeconfig", kc, "-n", other, "--root", applyFixtures, "test", "simple")
-	if code != 1 || !strings.Contains(stderr, `User "alice" cannot`) {
-		t.Errorf("in another namespace: exit %d, stderr %q; want 1 and the API server's refusal", code, stderr)
-	}
-	list := &fleet.BundleList{}
-	if err := c.List(t.Context(), list, client.InNamespace(other)); err != nil || len(list.Items) != 0 {
-		t.Errorf("Bundles in the namespace alice may not write: %d (%v)", len(list.Items), err)
-	}
+	return writeFile(t, t.TempDir(), "kubeconfig", string(data))
 }

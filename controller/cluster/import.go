@@ -94,7 +94,7 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 	}
 
 	why := deployReason(cluster, valuesHash, in.serverHash)
-	if why != "" && r.deploys.made(client.ObjectKeyFromObject(cluster), deployRecordOf(cluster, valuesHash, in.serverHash)) {
+	if why != "" && r.deploys.seen(client.ObjectKeyFromObject(cluster), deployRecordOf(cluster, valuesHash, in.serverHash)) {
 		// This controller pushed exactly this, but the status write of
 		// that pass failed: record it instead of pushing again.
 		recordDeployed(cluster, values, valuesHash, in.serverHash)

@@ -25,10 +25,7 @@ import (
 // and the memo only says that this exact set of inputs, every one of them
 // in the key, was checked already and needed no deploy. A Cluster missing
 // from it is checked in full: one read of its kubeconfig Secret.
-type importMemo struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]memoKey
-}
+type importMemo = memo[memoKey]
 
 // memoKey is everything the import decision depends on.
 type memoKey struct {
@@ -43,23 +40,30 @@ type memoKey struct {
 	configChange bool
 }
 
-func (m *importMemo) seen(k types.NamespacedName, key memoKey) bool {
+// memo holds one value per Cluster; safe for concurrent reconciles.
+type memo[V comparable] struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]V
+}
+
+// seen reports whether v is the value remembered for k.
+func (m *memo[V]) seen(k types.NamespacedName, v V) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	old, ok := m.m[k]
-	return ok && old == key
+	return ok && old == v
 }
 
-func (m *importMemo) remember(k types.NamespacedName, key memoKey) {
+func (m *memo[V]) remember(k types.NamespacedName, v V) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.m == nil {
-		m.m = map[types.NamespacedName]memoKey{}
+		m.m = map[types.NamespacedName]V{}
 	}
-	m.m[k] = key
+	m.m[k] = v
 }
 
-func (m *importMemo) forget(k types.NamespacedName) {
+func (m *memo[V]) forget(k types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.m, k)
@@ -100,10 +104,7 @@ func (r *Reconciler) importMemoKey(ctx context.Context, cluster *fleet.Cluster, 
 // frequent on a loaded API server) makes the pass run again, which without
 // it would push the agent a second time and say AgentDeployed twice. Like
 // importMemo it is safe to lose: a lost entry costs one idempotent push.
-type deployMemo struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]deployRecord
-}
+type deployMemo = memo[deployRecord]
 
 // deployRecord is what a deploy applied: for that Cluster (UID), at that
 // redeployAgentGeneration, those values and that API server.
@@ -116,26 +117,4 @@ type deployRecord struct {
 
 func deployRecordOf(cluster *fleet.Cluster, valuesHash, serverHash string) deployRecord {
 	return deployRecord{uid: cluster.UID, redeployGen: cluster.Spec.RedeployAgentGeneration, valuesHash: valuesHash, serverHash: serverHash}
-}
-
-func (m *deployMemo) made(k types.NamespacedName, r deployRecord) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old, ok := m.m[k]
-	return ok && old == r
-}
-
-func (m *deployMemo) remember(k types.NamespacedName, r deployRecord) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.m == nil {
-		m.m = map[types.NamespacedName]deployRecord{}
-	}
-	m.m[k] = r
-}
-
-func (m *deployMemo) forget(k types.NamespacedName) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.m, k)
 }
