@@ -12,7 +12,7 @@
 module=$(go list -m)
 
 # The slowest suites start first, so the last ones to finish are short.
-slowest_first=(cmd/fleet agent controller/registration controller agent/deployer test/access controller/rollout controller/cluster proxy)
+slowest_first=(controller/registration agent cmd/fleet agent/deployer controller/rollout controller/cluster controller test/access proxy)
 
 unit=() suites=()
 while read -r pkg imports; do
