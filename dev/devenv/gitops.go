@@ -3,7 +3,6 @@ package devenv
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -50,40 +49,28 @@ var SOPSRules = sopsfile.ValuesOfSecretsMACOnly
 // encrypted with SOPS for the recipient; a .sops.yaml says how. It returns
 // the commit.
 func (g *GitopsRepo) Publish(dir string, kubeconfigs map[string][]byte) (string, error) {
-	files := map[string][]byte{}
-	found := map[string]bool{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if ext := filepath.Ext(rel); ext == ".yaml" || ext == ".yml" {
-			replaced, names, err := withKubeconfigs(b, kubeconfigs)
-			if err != nil {
-				return fmt.Errorf("%s: %w", rel, err)
-			}
-			if len(names) > 0 {
-				for _, n := range names {
-					found[n] = true
-				}
-				if b, err = sopsfile.Encrypt(rel, replaced, SOPSRules, g.Recipient); err != nil {
-					return fmt.Errorf("%s: encrypting: %w", rel, err)
-				}
-			}
-		}
-		files[rel] = b
-		return nil
-	})
+	files, err := gitserver.DirFiles(dir)
 	if err != nil {
 		return "", err
+	}
+	found := map[string]bool{}
+	for rel, b := range files {
+		if ext := filepath.Ext(rel); ext != ".yaml" && ext != ".yml" {
+			continue
+		}
+		replaced, names, err := withKubeconfigs(b, kubeconfigs)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", rel, err)
+		}
+		if len(names) == 0 {
+			continue
+		}
+		for _, n := range names {
+			found[n] = true
+		}
+		if files[rel], err = sopsfile.Encrypt(rel, replaced, SOPSRules, g.Recipient); err != nil {
+			return "", fmt.Errorf("%s: encrypting: %w", rel, err)
+		}
 	}
 	for name := range kubeconfigs {
 		if !found[name] {

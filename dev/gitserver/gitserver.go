@@ -308,6 +308,16 @@ func (s *Server) ReadFile(name, path string) ([]byte, error) {
 // CommitDir commits the files of dir (recursively) into repository name
 // (added or overwritten; other files stay).
 func (s *Server) CommitDir(name, dir, message string) (string, error) {
+	files, err := DirFiles(dir)
+	if err != nil {
+		return "", err
+	}
+	return s.Commit(name, files, message)
+}
+
+// DirFiles reads the files of dir (recursively), by slash-separated path
+// relative to dir: what Commit takes.
+func DirFiles(dir string) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -321,10 +331,7 @@ func (s *Server) CommitDir(name, dir, message string) (string, error) {
 		files[filepath.ToSlash(rel)] = b
 		return err
 	})
-	if err != nil {
-		return "", err
-	}
-	return s.Commit(name, files, message)
+	return files, err
 }
 
 func randomToken() string {
