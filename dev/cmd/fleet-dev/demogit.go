@@ -33,7 +33,12 @@ const demoRepo = "fleet-clusters"
 func demoFromGit(ctx context.Context, st *stepper, s *devcluster.State, repoDir string, upc client.Client) (*devenv.GitopsRepo, func(), error) {
 	t := time.Now()
 	log.SetOutput(io.Discard) // the git server's library logs every request
+	// A new demo has new clusters and a new key: the repository of an
+	// earlier run (fleet-dev down keeps the state directory) goes too.
 	dir := filepath.Join(s.Dir, "git")
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
 	host := s.HostAddress()
 	srv, err := gitserver.Start(gitserver.Options{Dir: dir, Hosts: []string{host}})
 	if err != nil {
