@@ -18,6 +18,8 @@ func TestKeyOf_OneKeyPerRepositoryAndRef(t *testing.T) {
 		{Repository{URL: "ssh://git@github.com:22/rancher/fleet-examples"}, Key{"ssh://github.com/rancher/fleet-examples", "refs/heads/master"}},
 		{Repository{URL: "ssh://git@git.example.com:2222/team/repo"}, Key{"ssh://git.example.com:2222/team/repo", "refs/heads/master"}},
 		{Repository{URL: "http://git.local:8080/team/repo.git"}, Key{"http://git.local:8080/team/repo", "refs/heads/master"}},
+		{Repository{URL: "https://[fd00::1]:8443/team/repo"}, Key{"https://[fd00::1]:8443/team/repo", "refs/heads/master"}},
+		{Repository{URL: "git@10.0.0.7:team/repo"}, Key{"ssh://10.0.0.7/team/repo", "refs/heads/master"}},
 	} {
 		got, err := KeyOf(tc.repo)
 		if err != nil {
@@ -41,6 +43,8 @@ func TestKeyOf_RefusesWhatIsNotARemoteRepository(t *testing.T) {
 		"https://github.com/a b":                    "space",
 		"https://x-token:ghp_SECRET@github.com/a/b": "holds a password",
 		"user:hunter2@github.com:a/b.git":           "holds a password",
+		"@:0":                                       "not a host name",
+		"https://exa%mple.com/a":                    "",
 	} {
 		_, err := KeyOf(Repository{URL: url})
 		if err == nil {
@@ -130,7 +134,11 @@ func FuzzKeyOf(f *testing.F) {
 			}
 			return
 		}
-		if strings.Contains(k.Repo, "@") && strings.Contains(url, ":pw@") {
+		// The key must never carry a user or password: nothing before its host. An "@" inside
+		// the path (scp-like "h:pw@" is host h, path pw@) is not one.
+		_, rest, ok := strings.Cut(k.Repo, "://")
+		authority, _, _ := strings.Cut(rest, "/")
+		if !ok || strings.Contains(authority, "@") {
 			t.Fatalf("key %s holds credentials", k)
 		}
 	})

@@ -2,6 +2,7 @@ package gitsource
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -63,6 +64,9 @@ func parseURL(raw string) (endpoint, error) {
 	if host == "" {
 		return endpoint{}, fmt.Errorf("repository URL %q has no host", redactURL(raw))
 	}
+	if !validHost(host) {
+		return endpoint{}, fmt.Errorf("repository URL %q: %q is not a host name or IP address", redactURL(raw), host)
+	}
 	port := ep.Port
 	if (scheme == "https" && port == 443) || (scheme == "http" && port == 80) || (scheme == "ssh" && port == 22) {
 		port = 0
@@ -88,15 +92,44 @@ func (e endpoint) String() string {
 	return e.scheme + "://" + host + e.path
 }
 
+// validHost is a DNS name (letters, digits, "-", "_" and dots), an IPv4 address or a bracketed
+// IPv6 address: anything else
+// (an "@", a "/", a "%") is a URL that parsed in an unintended way.
+func validHost(host string) bool {
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") { // IPv6, as go-git keeps it
+		return net.ParseIP(host[1:len(host)-1]) != nil
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return len(host) <= 253
+}
+
 // redactURL drops any userinfo from a URL for an error message.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 && strings.Contains(raw, "://") {
-			return raw[:strings.Index(raw, "://")+3] + "…@" + raw[i+1:]
-		}
+	if err == nil && u.User != nil {
+		u.User = nil
+		return u.String()
+	}
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
 		return raw
 	}
-	u.User = nil
-	return u.String()
+	// Anything before the last "@" may be a user and password (scp-like user:pw@host:path,
+	// or a URL that did not parse): keep a well-formed scheme, drop the rest.
+	if scheme, _, ok := strings.Cut(raw, "://"); ok && len(scheme)+3 <= at && !strings.ContainsAny(scheme, "@:/") {
+		return scheme + "://…@" + raw[at+1:]
+	}
+	if strings.Contains(raw[:at], ":") {
+		return "…@" + raw[at+1:]
+	}
+	return raw
 }
