@@ -93,8 +93,7 @@ func (e endpoint) String() string {
 }
 
 // validHost is a DNS name (letters, digits, "-", "_" and dots), an IPv4 address or a bracketed
-// IPv6 address: anything else
-// (an "@", a "/", a "%") is a URL that parsed in an unintended way.
+// IPv6 address: anything else (an "@", a "/", a "%") is a URL that parsed in an unintended way.
 func validHost(host string) bool {
 	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") { // IPv6, as go-git keeps it
 		return net.ParseIP(host[1:len(host)-1]) != nil
