@@ -13,10 +13,12 @@
 # (listed in norace below, with why) only when its package's code has
 # neither, so the race detector would watch controller-runtime and the API
 # server rather than fleet: reconcilers without shared state, CLI commands,
-# the wiring. A new envtest suite runs with the race detector until it is
-# added to norace. Tests that assert memory limits skip themselves under the
-# race detector (its shadow memory counts against RLIMIT_AS); make test runs
-# them.
+# the wiring, or CLI commands whose tests only build the long-running ones.
+# A new envtest suite runs with the race detector until it is added to
+# norace. Single tests that only move volume through one goroutine are
+# skipped under it (raceskip below, each with why). Tests that assert memory
+# limits skip themselves under the race detector (its shadow memory counts
+# against RLIMIT_AS); make test runs them.
 #
 # Usage: hack/race.sh [go test flags]; FLEET_BIN_DIR names the control-plane
 # binaries, as for make test. RACE_LIST=1 prints which package runs how.
