@@ -19,6 +19,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
+	"github.com/gitops-fleet/fleet/internal/valuessecret"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -93,13 +94,20 @@ func shownValues(t *testing.T, ws, cluster, bundle string) map[string]any {
 // saying each of says.
 func waitStalled(t *testing.T, b *fleet.Bundle, reason string, says ...string) string {
 	t.Helper()
+	return waitBundleCondition(t, b, fleet.StalledCondition, metav1.ConditionTrue, reason, says...)
+}
+
+// waitBundleCondition waits for the Bundle's condition cond to have status
+// and reason, its message saying each of says.
+func waitBundleCondition(t *testing.T, b *fleet.Bundle, cond string, status metav1.ConditionStatus, reason string, says ...string) string {
+	t.Helper()
 	var msg string
-	testenv.Eventually(t, 60*time.Second, "Stalled "+reason, func() error {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%s=%s %s", cond, status, reason), func() error {
 		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}
-		s := meta.FindStatusCondition(b.Status.Conditions, fleet.StalledCondition)
-		if s == nil || s.Status != metav1.ConditionTrue || s.Reason != reason {
+		s := meta.FindStatusCondition(b.Status.Conditions, cond)
+		if s == nil || s.Status != status || s.Reason != reason {
 			return fmt.Errorf("conditions %+v", b.Status.Conditions)
 		}
 		for _, w := range says {
@@ -356,6 +364,123 @@ valuesFrom:
 		for _, v := range []string{secretValue, newValue, stolenValue} {
 			if strings.Contains(s, v) {
 				t.Errorf("a Secret's value %s is in a Bundle, BundleDeployment, event or the controller's log", v)
+			}
+		}
+	}
+}
+
+// TestBundle_ValuesHashReadsFleetsValuesSecret: a Bundle as Fleet's fleet
+// apply writes it to a cluster (its Helm values moved into the Secret named
+// like it, spec.valuesHash their hash) waits for that Secret, then deploys
+// with its values: the Bundle's and a named target's. The values reach the
+// content Secret only, never a Bundle, BundleDeployment, event or the log.
+// A Secret written ahead of its Bundle (fleet apply's order) is waited for
+// while the deployment in force stays; a Secret of another type, named like
+// the Bundle, is not read.
+func TestBundle_ValuesHashReadsFleetsValuesSecret(t *testing.T) {
+	ws := testenv.Namespace(t, up, "fleet-valueshash-")
+	c := newCluster(t, ws, "one", nil)
+	waitNamespaces(t, ws, []*fleet.Cluster{c})
+	secretValue := fmt.Sprintf("hunter2-%d", time.Now().UnixNano())
+	rotated := secretValue + "-rotated"
+	data := func(password string) map[string][]byte {
+		return map[string][]byte{
+			"values.yaml": []byte(`{"color":"red","password":"` + password + `"}`),
+			"all":         []byte(`{"color":"green"}`),
+		}
+	}
+
+	b := valuesBundle(t, ws, "fleetvals", "chart: chart")
+	b.Spec.Targets[0].Name = "all"
+	b.Spec.ValuesHash = valuessecret.Hash(data(secretValue))
+	if err := up.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitBundleCondition(t, b, fleet.ReadyCondition, metav1.ConditionFalse, fleet.WaitingForValuesReason, "Secret "+ws+"/fleetvals", "does not exist")
+	testenv.Consistently(t, 2*time.Second, "nothing deployed without the values", func() error {
+		if got := deployedTo(t, ws, b.Name); len(got) > 0 {
+			return fmt.Errorf("deployed to %v", got)
+		}
+		return nil
+	})
+
+	values := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: b.Name}, Type: valuessecret.Type, Data: data(secretValue)}
+	if err := up.Create(t.Context(), values); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployedTo(t, ws, b.Name, "one")
+	if got := shownValues(t, ws, "one", b.Name); got["color"] != "green" || got["password"] != secretValue {
+		t.Errorf("values %v: want the target's color over the Bundle's, the Bundle's password", got)
+	}
+	bd := &fleet.BundleDeployment{}
+	if err := up.Get(t.Context(), client.ObjectKey{Namespace: names.ClusterNamespace(ws, "one"), Name: b.Name}, bd); err != nil {
+		t.Fatal(err)
+	}
+	if h := bd.Spec.Options.Helm; h == nil || h.Chart != "chart" || h.Values != nil {
+		t.Errorf("BundleDeployment options.helm %+v: want the chart and no values", h)
+	}
+
+	// fleet apply writes the Secret first: until the Bundle names the new
+	// values, it waits and the deployment in force stays.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(values), values); err != nil {
+			return err
+		}
+		values.Data = data(rotated)
+		return up.Update(t.Context(), values)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBundleCondition(t, b, fleet.ReadyCondition, metav1.ConditionFalse, fleet.WaitingForValuesReason, "holds other values than the Bundle names")
+	if got := shownValues(t, ws, "one", b.Name); got["password"] != secretValue {
+		t.Errorf("password %v while the Bundle waits: want the deployment in force (%s)", got["password"], secretValue)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := up.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		b.Spec.ValuesHash = valuessecret.Hash(data(rotated))
+		return up.Update(t.Context(), b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the new values deployed", func() error {
+		if got := shownValues(t, ws, "one", b.Name); got["password"] != rotated {
+			return fmt.Errorf("password %v", got["password"])
+		}
+		return nil
+	})
+
+	// A Secret of another kind that happens to have the Bundle's name.
+	other := valuesBundle(t, ws, "typed", "chart: chart")
+	other.Spec.ValuesHash = valuessecret.Hash(map[string][]byte{"values.yaml": []byte(`{"a":1}`)})
+	if err := up.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: other.Name}, Type: "example.com/credentials",
+		Data: map[string][]byte{"values.yaml": []byte(`{"a":1}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Create(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	waitStalled(t, other, fleet.ValuesSecretInvalidReason, "Secret "+ws+"/typed", "example.com/credentials")
+
+	// The values are in the content Secret only.
+	var seen []string
+	for _, obj := range []client.ObjectList{&fleet.BundleList{}, &fleet.BundleDeploymentList{}, &corev1.EventList{}} {
+		for _, ns := range []string{ws, names.ClusterNamespace(ws, "one")} {
+			if err := up.List(t.Context(), obj, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			data, _ := json.Marshal(obj)
+			seen = append(seen, string(data))
+		}
+	}
+	seen = append(seen, logs.String())
+	for _, s := range seen {
+		for _, v := range []string{secretValue, rotated} {
+			if strings.Contains(s, v) {
+				t.Errorf("a values Secret's value %s is in a Bundle, BundleDeployment, event or the controller's log", v)
 			}
 		}
 	}

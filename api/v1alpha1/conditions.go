@@ -107,6 +107,15 @@ const (
 	// spec.contentsId names (a changed chunk, a malformed index); the
 	// message names the Secret.
 	ContentsInvalidReason = "ContentsInvalid"
+	// WaitingForValuesReason: a Bundle's spec.valuesHash names Helm values
+	// whose Secret (named like the Bundle) does not exist yet or holds
+	// other values than the hash says (fleet apply writes the Secret, then
+	// the Bundle).
+	WaitingForValuesReason = "WaitingForValues"
+	// ValuesSecretInvalidReason: the Secret named like a Bundle with
+	// spec.valuesHash is not a values Secret (its type), or its values are
+	// not YAML maps; the message names the Secret and the key.
+	ValuesSecretInvalidReason = "ValuesSecretInvalid"
 
 	// ClusterRegistration reasons of the trust boundary between a token
 	// holder and the clusters of a workspace.

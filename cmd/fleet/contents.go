@@ -103,6 +103,14 @@ func fileSecrets(file string) (map[string]*corev1.Secret, error) {
 		if err := yaml.Unmarshal(d.data, s); err != nil {
 			return nil, fmt.Errorf("%s, document %d (%s): %w", file, d.index, d.name(), err)
 		}
+		// As the API server stores it: stringData written into data.
+		for k, v := range s.StringData {
+			if s.Data == nil {
+				s.Data = map[string][]byte{}
+			}
+			s.Data[k] = []byte(v)
+		}
+		s.StringData = nil
 		out[s.Name] = s
 	}
 	return out, nil

@@ -268,6 +268,10 @@ func bundleRenderer(head *review.Tree, upstream rolloutFlags) review.BundleRende
 		if err := bundleoptions.Check(&b.Spec); err != nil {
 			return nil, fleet.BundleDeploymentOptions{}, fmt.Errorf("not deployed (%s): %w", fleet.UnsupportedOptionReason, err)
 		}
+		b, err := bundleWithValues(ctx, upstream, "", b)
+		if err != nil {
+			return nil, fleet.BundleDeploymentOptions{}, err
+		}
 		opts, t, err := renderer.OptionsFor(b, c, targeting.Groups{Items: head.Groups[b.Namespace], Given: true})
 		if err != nil {
 			return nil, opts, err

@@ -204,6 +204,10 @@ controller checks them.`,
 			if err := bundleoptions.Check(&bundle.Spec); err != nil {
 				return fmt.Errorf("bundle %s is not deployed (%s): %w", bundleFile, fleet.UnsupportedOptionReason, err)
 			}
+			bundle, err := bundleWithValues(cmd.Context(), upstream, bundleFile, bundle)
+			if err != nil {
+				return err
+			}
 			cfg := &config.Config{}
 			if configFile != "" {
 				var err error
@@ -232,7 +236,6 @@ controller checks them.`,
 				opts = o
 				values.Cluster = renderer.ContextOf(cluster)
 			}
-			var err error
 			if values.ValuesFrom, err = readValuesFrom(cmd.Context(), upstream, bundle, opts); err != nil {
 				return fmt.Errorf("bundle %s: %w", bundleFile, err)
 			}

@@ -13,6 +13,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/dev/testenv"
+	"github.com/gitops-fleet/fleet/internal/valuessecret"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -94,5 +95,86 @@ func TestRenderBundle_ValuesPerClusterAndValuesFromTheUpstream(t *testing.T) {
 	if _, err := runCLI(t, "render", "bundle", "--bundle", steal, "--cluster", clusterFile, "--kubeconfig", kc); err == nil ||
 		!strings.Contains(err.Error(), fleet.ValuesFromNotAllowedReason) || strings.Contains(err.Error(), "other-workspace") {
 		t.Errorf("another namespace: %v, want %s", err, fleet.ValuesFromNotAllowedReason)
+	}
+}
+
+// TestRenderBundle_ValuesHashFromTheFileOrTheUpstream: a Bundle as Fleet's
+// fleet apply writes it to a cluster (spec.valuesHash, its values in the
+// Secret named like it) renders with the values of that Secret, read from
+// the Bundle's file (stringData as the API server stores it) or from the
+// upstream; without either, or with other values than the hash names, it
+// says so, naming the Secret.
+func TestRenderBundle_ValuesHashFromTheFileOrTheUpstream(t *testing.T) {
+	env := testenv.SharedControlPlanes(t, controlplane.Options{})
+	up := env.Upstream.Client
+	ws := testenv.Namespace(t, up, "fleet-render-valueshash-")
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, env.Upstream.Kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	upstreamData := map[string][]byte{"values.yaml": []byte(`{"password":"from-upstream"}`)}
+	if err := up.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "app"}, Type: valuessecret.Type, Data: upstreamData}); err != nil {
+		t.Fatal(err)
+	}
+	bundle := func(hash string) *fleet.Bundle {
+		return &fleet.Bundle{TypeMeta: metav1.TypeMeta{APIVersion: "fleet.cattle.io/v1alpha1", Kind: "Bundle"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "app"},
+			Spec: fleet.BundleSpec{
+				BundleDeploymentOptions: fleet.BundleDeploymentOptions{Helm: &fleet.HelmOptions{Chart: "chart"}},
+				ValuesHash:              hash,
+				Resources: []fleet.BundleResource{
+					{Name: "chart/Chart.yaml", Content: "apiVersion: v2\nname: show\nversion: 0.1.0\n"},
+					{Name: "chart/templates/cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: show\ndata:\n  password: {{ .Values.password }}\n"},
+				},
+			}}
+	}
+	write := func(name string, objs ...any) string {
+		var docs []string
+		for _, o := range objs {
+			data, err := yaml.Marshal(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs = append(docs, string(data))
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Join(docs, "---\n")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	alone := write("alone.yaml", bundle(valuessecret.Hash(upstreamData)))
+	if _, err := runCLI(t, "render", "bundle", "--bundle", alone); err == nil ||
+		!strings.Contains(err.Error(), "spec.valuesHash: its Helm values are in Secret "+ws+"/app") || !strings.Contains(err.Error(), "--kubeconfig") {
+		t.Errorf("without the Secret: %v, want an error naming the Secret and --kubeconfig", err)
+	}
+	got, err := runCLI(t, "render", "bundle", "--bundle", alone, "--kubeconfig", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), "password: from-upstream") {
+		t.Errorf("printed\n%s\nwant the upstream Secret's password", got)
+	}
+
+	// In the file, written with stringData: the hash is of the data the
+	// API server would store.
+	fileSecret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "app"}, Type: valuessecret.Type,
+		StringData: map[string]string{"values.yaml": `{"password":"from-file"}`}}
+	inFile := write("infile.yaml", fileSecret, bundle(valuessecret.Hash(map[string][]byte{"values.yaml": []byte(`{"password":"from-file"}`)})))
+	got, err = runCLI(t, "render", "bundle", "--bundle", inFile, "--kubeconfig", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), "password: from-file") {
+		t.Errorf("printed\n%s\nwant the file's Secret's password", got)
+	}
+
+	stale := write("stale.yaml", fileSecret, bundle(valuessecret.Hash(upstreamData)))
+	if _, err := runCLI(t, "render", "bundle", "--bundle", stale); err == nil ||
+		!strings.Contains(err.Error(), fleet.WaitingForValuesReason) || strings.Contains(err.Error(), "from-file") {
+		t.Errorf("other values than the hash names: %v, want %s without the values", err, fleet.WaitingForValuesReason)
 	}
 }

@@ -124,9 +124,11 @@ type placement struct {
 	cluster *fleet.Cluster
 	// namespace is the cluster namespace, derived from the Cluster's name.
 	namespace string
-	opts      fleet.BundleDeploymentOptions
-	render    *render
-	bd        *fleet.BundleDeployment // nil: none yet
+	// opts are the options as its BundleDeployment carries them
+	// (deployedOptions); render was made with the values too.
+	opts   fleet.BundleDeploymentOptions
+	render *render
+	bd     *fleet.BundleDeployment // nil: none yet
 	// step is what the rollout strategy lets this pass do to bd; held: it
 	// keeps a deployment other than the Bundle's.
 	step bundlerollout.Step
@@ -171,6 +173,13 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 		b.Status.ObservedGeneration = b.Generation
 		return err
 	}
+	// vb is the Bundle as rendered: with spec.valuesHash, its Helm values
+	// come from its values Secret, in memory only.
+	vb, err := r.withValuesSecret(ctx, b)
+	if err != nil {
+		b.Status.ObservedGeneration = b.Generation
+		return err
+	}
 
 	clusters := &fleet.ClusterList{}
 	if err := r.Client.List(ctx, clusters, client.InNamespace(b.Namespace)); err != nil {
@@ -202,7 +211,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 		if !c.DeletionTimestamp.IsZero() {
 			continue
 		}
-		opts, t, err := renderer.OptionsFor(b, c, targeting.Groups{Items: groups.Items})
+		opts, t, err := renderer.OptionsFor(vb, c, targeting.Groups{Items: groups.Items})
 		if err != nil {
 			return reconciler.Stall(fleet.TargetsInvalidReason, "%v", err)
 		}
@@ -226,12 +235,12 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 			keep[ns] = true // the last deployment stays until the Bundle renders again
 			continue
 		}
-		placements = append(placements, &placement{cluster: c, namespace: ns, opts: opts, render: rd, bd: existing[ns]})
+		placements = append(placements, &placement{cluster: c, namespace: ns, opts: deployedOptions(b, opts), render: rd, bd: existing[ns]})
 	}
 	// No cluster to render for: render the Bundle's own options, so a
 	// Bundle that cannot render says so before it targets anything.
 	if len(renders.ordered) == 0 {
-		rd, err := renders.renderFor(ctx, inputs, nil, b.Spec.BundleDeploymentOptions)
+		rd, err := renders.renderFor(ctx, inputs, nil, vb.Spec.BundleDeploymentOptions)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
+	"github.com/gitops-fleet/fleet/internal/valuessecret"
 	"github.com/gitops-fleet/fleet/renderer"
 )
 
@@ -196,7 +199,7 @@ func targetOptions(b *fleet.Bundle) []fleet.BundleDeploymentOptions {
 
 // requeueFor is how soon the Bundle is reconciled again without an event.
 func requeueFor(b *fleet.Bundle) time.Duration {
-	if usesConfigMaps(b) {
+	if usesConfigMaps(b) || b.Spec.ValuesHash != "" {
 		return ConfigMapPoll
 	}
 	return 0
@@ -219,6 +222,9 @@ func (r *Reconciler) bundlesReadingSecret(ctx context.Context, o client.Object) 
 }
 
 func readsSecret(b *fleet.Bundle, name string) bool {
+	if b.Spec.ValuesHash != "" && name == b.Name {
+		return true // its values Secret
+	}
 	for _, o := range append([]fleet.BundleDeploymentOptions{b.Spec.BundleDeploymentOptions}, targetOptions(b)...) {
 		for _, ref := range renderer.ValuesFromRefs(o.Helm, b.Namespace) {
 			if ref.Kind == "Secret" && ref.Name == name && ref.Namespace == b.Namespace {
@@ -240,4 +246,50 @@ func (r *Reconciler) valuesReader() client.Reader {
 // templates read besides its labels: annotations, spec.templateValues.
 func templateContextChanged(o, n *fleet.Cluster) bool {
 	return !equalLabels(o.Annotations, n.Annotations) || !equality.Semantic.DeepEqual(o.Spec.TemplateValues, n.Spec.TemplateValues)
+}
+
+// withValuesSecret returns the Bundle to render: b itself, or, when it sets
+// spec.valuesHash (Fleet's fleet apply moved its Helm values into a Secret
+// named like it), a copy with the values of that Secret. The Secret is read
+// uncached, like valuesFrom's, and its watch brings the Bundle back. A
+// Secret not written yet, or not yet with the values the hash names, is
+// waited for; one that is not a values Secret stalls the Bundle.
+func (r *Reconciler) withValuesSecret(ctx context.Context, b *fleet.Bundle) (*fleet.Bundle, error) {
+	if b.Spec.ValuesHash == "" {
+		return b, nil
+	}
+	s := &corev1.Secret{}
+	err := r.valuesReader().Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Name}, s)
+	var p *valuessecret.Problem
+	switch {
+	case apierrors.IsNotFound(err):
+		p = valuessecret.Missing(b)
+	case err != nil:
+		return nil, fmt.Errorf("reading the values Secret %s/%s: %w", b.Namespace, b.Name, err)
+	default:
+		vb, err := valuessecret.Apply(b, s)
+		if err == nil {
+			return vb, nil
+		}
+		if !errors.As(err, &p) {
+			return nil, err
+		}
+	}
+	if p.Waiting {
+		return nil, reconciler.Wait(p.Reason, ConfigMapPoll, "%s", p.Message)
+	}
+	return nil, reconciler.Stall(p.Reason, "%s", p.Message)
+}
+
+// deployedOptions are a cluster's options as its BundleDeployment carries
+// them. The values of a values Secret stay out: Fleet moved them out of the
+// Bundle so they are not stored in clear, and the content, which is
+// rendered with them, is the agent's only input.
+func deployedOptions(b *fleet.Bundle, opts fleet.BundleDeploymentOptions) fleet.BundleDeploymentOptions {
+	if b.Spec.ValuesHash == "" || opts.Helm == nil || opts.Helm.Values == nil {
+		return opts
+	}
+	out := *opts.DeepCopy()
+	out.Helm.Values = nil
+	return out
 }

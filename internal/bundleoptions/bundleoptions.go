@@ -108,7 +108,7 @@ var Table = []Option{
 	{Path: "targets[].clusterSelector", Support: Implemented},
 	{Path: "targets[].doNotDeploy", Support: Implemented},
 	{Path: "targets[].name", Support: Implemented},
-	{Path: "valuesHash", Support: NotYet, Why: "Helm values kept in the Bundle's values Secret (what fleet apply writes to a cluster) are not read yet; put them in helm.values"},
+	{Path: "valuesHash", Support: Implemented, Why: "Fleet's meaning: the Helm values (`values.yaml`, and one key per target name) are in the Secret named like the Bundle, in its namespace, as Fleet's `fleet apply` and Rancher's managed charts write it; the controller reads it, checks the hash, renders with its values and keeps them out of the BundleDeployments (internal/valuessecret)"},
 	{Path: "yaml.overlays", Support: Implemented, Why: "plain-manifest Bundles only (no `helm.chart`, no `kustomize.dir`): for each overlay name in order (targets' overlays follow the..."},
 }
 

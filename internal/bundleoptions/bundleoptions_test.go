@@ -150,7 +150,6 @@ ignore: {conditions: [{type: Ready}]}
 valuesHash: abc
 `, []string{
 			"spec.overwrites: ",
-			"spec.valuesHash: ",
 		}},
 		{"an empty rollout strategy", `
 rolloutStrategy: {partitions: []}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,6 +57,10 @@ func testBundles(t *testing.T, dev2Name string) {
 	t.Run("values templated per cluster (${ .ClusterName }, .ClusterLabels, .ClusterValues, templateValues, global.fleet.clusterLabels); fleet render bundle and fleet diff --live show them as deployed", func(t *testing.T) {
 		t.Parallel()
 		testTemplatedValues(t, targets)
+	})
+	t.Run("values Fleet's fleet apply moved into a values Secret (spec.valuesHash): each cluster gets the Secret's values, the target's too", func(t *testing.T) {
+		t.Parallel()
+		testValuesSecret(t, targets)
 	})
 	t.Run("partitioned rollout: a change whose pod cannot start stays on the first partition, the second keeps the old version; a fix rolls through both", func(t *testing.T) {
 		t.Parallel()
@@ -247,6 +252,33 @@ func clusterFile(t *testing.T, dir, name string) string {
 	must(t, os.MkdirAll(dir, 0o755))
 	must(t, os.WriteFile(p, data, 0o600))
 	return p
+}
+
+// testValuesSecret: a Bundle with spec.valuesHash and its values Secret,
+// applied as Fleet's fleet apply writes them (the Secret first), deploys
+// with the Secret's values on each cluster, the target's over the Bundle's;
+// the BundleDeployments carry none of them.
+func testValuesSecret(t *testing.T, targets []target) {
+	const name = "e2e-values-secret"
+	removeBundles(t, name)
+	t.Cleanup(func() {
+		_ = up.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: name}})
+	})
+	kubectlApply(t, fixture(t, "values-secret.yaml"))
+	must(t, devenv.BundleReady(t.Context(), up, ws, name, len(targets), 3*time.Minute))
+	want := map[string]string{"color": "from-the-values-secret", "tier": "dev-from-the-values-secret"}
+	for _, tg := range targets {
+		cm, err := clientset(t, tg.dev).CoreV1().ConfigMaps(name).Get(t.Context(), name, metav1.GetOptions{})
+		must(t, err)
+		if !maps.Equal(cm.Data, want) {
+			t.Errorf("%s: ConfigMap %s holds %v, want %v", tg.dev, name, cm.Data, want)
+		}
+		bd, err := deploymentOf(t, tg.name, name)
+		must(t, err)
+		if h := bd.Spec.Options.Helm; h != nil && h.Values != nil {
+			t.Errorf("%s: BundleDeployment %s/%s carries values %v", tg.name, bd.Namespace, bd.Name, h.Values.Data)
+		}
+	}
 }
 
 // testTemplatedValues: each cluster's ConfigMap holds its own values,
