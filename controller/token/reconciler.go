@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -72,8 +74,9 @@ type Reconciler struct {
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 
-	// objects makes the token's objects (set up by SetupWithManager).
-	objects *reconciler.Objects
+	// objects makes the token's objects (made on first use).
+	objects     *reconciler.Objects
+	objectsOnce sync.Once
 }
 
 // SetupWithManager registers the controller. It subscribes to configuration
@@ -120,6 +123,10 @@ type pass struct {
 	expires *time.Time
 
 	sa *corev1.ServiceAccount
+	// secret is the values Secret as read, or as made empty by this pass
+	// (secretMade).
+	secret     *corev1.Secret
+	secretMade bool
 	// secretName is set once the values Secret holds a bearer token.
 	secretName string
 	// renewAt is when the bearer token must be replaced (zero: never).
@@ -131,9 +138,7 @@ type pass struct {
 // Secret.
 func (r *Reconciler) phases() reconciler.Phases[*pass] {
 	return reconciler.Phases[*pass]{
-		{Name: "service-account", Run: r.ensureServiceAccount},
-		{Name: "role", Run: r.ensureRole},
-		{Name: "role-binding", Run: r.ensureRoleBinding},
+		{Name: "identity", Run: r.ensureIdentity},
 		{Name: "values-secret", Run: r.ensureValuesSecret},
 	}
 }
@@ -247,6 +252,26 @@ func (r *Reconciler) owner(token *fleet.ClusterRegistrationToken) owner {
 	return owner{token: token, scheme: r.Client.Scheme()}
 }
 
+// ensureIdentity makes the import ServiceAccount, its Role then its
+// RoleBinding, and the values Secret (empty when new: the bearer token is
+// bound to its UID), the three side by side: a new token is ready in the
+// round trips of two objects, not of four. The RoleBinding waits for its
+// Role: the controller may not bind a role it does not hold (no "bind"
+// verb), so the API server checks the Role's rules, which must exist.
+func (r *Reconciler) ensureIdentity(ctx context.Context, p *pass) error {
+	r.objectsOnce.Do(func() { r.objects = reconciler.NewObjects(r.Client, nil) })
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.ensureServiceAccount(gctx, p) })
+	g.Go(func() error {
+		if err := r.ensureRole(gctx, p); err != nil {
+			return err
+		}
+		return r.ensureRoleBinding(gctx, p)
+	})
+	g.Go(func() error { return r.ensureSecretExists(gctx, p) })
+	return g.Wait()
+}
+
 // ensureServiceAccount makes the import ServiceAccount.
 func (r *Reconciler) ensureServiceAccount(ctx context.Context, p *pass) error {
 	p.sa = &corev1.ServiceAccount{
@@ -264,7 +289,7 @@ func (r *Reconciler) ensureServiceAccount(ctx context.Context, p *pass) error {
 // so it cannot find another's, and could not open another's credential.
 func (r *Reconciler) ensureRole(ctx context.Context, p *pass) error {
 	_, err := r.ensure(ctx, p, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.token.Namespace, Name: p.sa.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.token.Namespace, Name: ImportServiceAccountName(p.token.Name)},
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{fleet.GroupVersion.Group},
 			Resources: []string{"clusterregistrations"},
@@ -276,29 +301,23 @@ func (r *Reconciler) ensureRole(ctx context.Context, p *pass) error {
 
 // ensureRoleBinding binds the Role to the import ServiceAccount.
 func (r *Reconciler) ensureRoleBinding(ctx context.Context, p *pass) error {
+	name := ImportServiceAccountName(p.token.Name)
 	_, err := r.ensure(ctx, p, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.token.Namespace, Name: p.sa.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: p.sa.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: p.sa.Name, Namespace: p.sa.Namespace}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.token.Namespace, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: p.token.Namespace}},
 	})
 	return err
 }
 
-func (r *Reconciler) ensure(ctx context.Context, p *pass, obj client.Object) (reconciler.Action, error) {
-	if r.objects == nil {
-		r.objects = reconciler.NewObjects(r.Client, nil)
-	}
-	return r.objects.Ensure(ctx, r.owner(p.token), obj)
+func (r *Reconciler) ensure(ctx context.Context, p *pass, obj client.Object, opts ...reconciler.EnsureOption) (reconciler.Action, error) {
+	r.objectsOnce.Do(func() { r.objects = reconciler.NewObjects(r.Client, nil) })
+	return r.objects.Ensure(ctx, r.owner(p.token), obj, opts...)
 }
 
-// ensureValuesSecret makes the Secret with the token's name whose key
-// "values" is the agent's values file, minting the import bearer token once
-// (and again only when it nears its expiry). It records the Secret's name
-// once it holds a token, and when the token must be renewed.
-func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
-	log := ctrl.LoggerFrom(ctx)
-	token, sa := p.token, p.sa
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: token.Namespace, Name: token.Name}}
+// ensureSecretExists reads the values Secret, or makes it empty.
+func (r *Reconciler) ensureSecretExists(ctx context.Context, p *pass) error {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.token.Namespace, Name: p.token.Name}}
 	key := client.ObjectKeyFromObject(secret)
 	// Secrets are not cached: this reads the API server.
 	err := r.Client.Get(ctx, key, secret)
@@ -309,13 +328,26 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
 		if _, err := r.ensure(ctx, p, secret); err != nil {
 			return err
 		}
+		p.secretMade = true
 	case err != nil:
 		return fmt.Errorf("reading values Secret %s: %w", key, err)
 	default:
-		if err := r.owner(token).Check(secret); err != nil {
+		if err := r.owner(p.token).Check(secret); err != nil {
 			return err
 		}
 	}
+	p.secret = secret
+	return nil
+}
+
+// ensureValuesSecret makes the Secret with the token's name whose key
+// "values" is the agent's values file, minting the import bearer token once
+// (and again only when it nears its expiry). It records the Secret's name
+// once it holds a token, and when the token must be renewed.
+func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
+	log := ctrl.LoggerFrom(ctx)
+	token, sa, secret := p.token, p.sa, p.secret
+	key := client.ObjectKeyFromObject(secret)
 
 	bearer := Bearer(secret) // none, or unreadable: mint anew
 	issued, exp, ok := bearerTimes(secret, sa)
@@ -356,7 +388,11 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{ValuesKey: values},
 	}
-	if _, err := r.ensure(ctx, p, desired); err != nil {
+	var opts []reconciler.EnsureOption
+	if p.secretMade {
+		opts = append(opts, reconciler.Changed()) // made empty by this pass
+	}
+	if _, err := r.ensure(ctx, p, desired, opts...); err != nil {
 		return err
 	}
 	p.secretName, p.renewAt = desired.Name, renew
