@@ -18,8 +18,6 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
-	"github.com/gitops-fleet/fleet/internal/kubeconfig"
-	"github.com/gitops-fleet/fleet/internal/scheme"
 )
 
 // bundleResources returns the resources of b: inline, or its contents read
@@ -56,13 +54,9 @@ func bundleResources(ctx context.Context, f rolloutFlags, file string, b *fleet.
 			return nil, usageError("bundle %s holds no resources: spec.contentsId %s names contents Secret %s/%s and its chunks, and %s; give --kubeconfig or --context to read them from the upstream cluster, or the file fleet apply -o writes (the Secrets, then the Bundle)",
 				b.Name, b.Spec.ContentsID, ns, index, where)
 		}
-		u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
+		u, c, err := f.client("contents Secrets")
 		if err != nil {
 			return nil, err
-		}
-		c, err := client.New(u.REST, client.Options{Scheme: scheme.Scheme})
-		if err != nil {
-			return nil, u.Explain(err, "contents Secrets")
 		}
 		get = func(ctx context.Context, name string) (*corev1.Secret, error) {
 			s := &corev1.Secret{}

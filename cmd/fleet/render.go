@@ -13,16 +13,13 @@ import (
 
 	"github.com/spf13/cobra"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	bundlectrl "github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/config"
-	"github.com/gitops-fleet/fleet/internal/kubeconfig"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
-	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/internal/suggest"
 	"github.com/gitops-fleet/fleet/internal/targeting"
@@ -287,13 +284,9 @@ func readValuesFrom(ctx context.Context, f rolloutFlags, bundle *fleet.Bundle, o
 	if f.kubeconfig == "" && f.context == "" {
 		return nil, usageError("helm.valuesFrom reads %s %s/%s from the upstream cluster, as the controller does: give --kubeconfig or --context to read it there", refs[0].Kind, refs[0].Namespace, refs[0].Name)
 	}
-	u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
+	u, c, err := f.client("valuesFrom ConfigMaps and Secrets")
 	if err != nil {
 		return nil, err
-	}
-	c, err := client.New(u.REST, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		return nil, u.Explain(err, "valuesFrom ConfigMaps and Secrets")
 	}
 	var out []renderer.ValuesSource
 	for _, ref := range refs {

@@ -26,13 +26,23 @@ type rolloutFlags struct {
 // upstream is the caller's upstream and a client for it; its errors are
 // "could not ask" (exit 2).
 func (f *rolloutFlags) upstream() (*kubeconfig.Upstream, client.Client, error) {
-	u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
+	u, c, err := f.client("AgentRollouts")
 	if err != nil {
 		return nil, nil, couldNotAsk(err)
 	}
+	return u, c, nil
+}
+
+// client is the caller's upstream and a client for it, to read what (its
+// errors explained with it).
+func (f *rolloutFlags) client(what string) (*kubeconfig.Upstream, client.Client, error) {
+	u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
+	if err != nil {
+		return nil, nil, err
+	}
 	c, err := client.New(u.REST, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
-		return nil, nil, couldNotAsk(u.Explain(err, "AgentRollouts"))
+		return nil, nil, u.Explain(err, what)
 	}
 	return u, c, nil
 }

@@ -15,8 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/internal/kubeconfig"
-	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/valuessecret"
 )
 
@@ -46,13 +44,9 @@ func bundleWithValues(ctx context.Context, f rolloutFlags, file string, b *fleet
 			return nil, usageError("bundle %s: spec.valuesHash: its Helm values are in Secret %s/%s, and %s; give --kubeconfig or --context to read it from the upstream cluster, or put the Secret in the file",
 				b.Name, ns, b.Name, where)
 		}
-		u, err := kubeconfig.LoadUpstream(f.kubeconfig, f.context)
+		u, c, err := f.client("Secrets")
 		if err != nil {
 			return nil, err
-		}
-		c, err := client.New(u.REST, client.Options{Scheme: scheme.Scheme})
-		if err != nil {
-			return nil, u.Explain(err, "Secrets")
 		}
 		s = &corev1.Secret{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: b.Name}, s); apierrors.IsNotFound(err) {
