@@ -313,12 +313,7 @@ valuesFrom:
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "the rotated password deployed", func() error {
-		if got := shownValues(t, ws, "one", b.Name); got["password"] != newValue {
-			return fmt.Errorf("password %v", got["password"])
-		}
-		return nil
-	})
+	waitShownPassword(t, ws, b.Name, newValue)
 
 	// Another workspace's Secret: refused, never read.
 	steal := valuesBundle(t, ws, "steal", fmt.Sprintf("chart: chart\nvaluesFrom:\n- secretKeyRef:\n    name: db\n    namespace: %s", other))
@@ -346,27 +341,10 @@ valuesFrom:
 	waitDeployedTo(t, ws, later.Name, "one")
 
 	// The Secrets' content is in the content Secret only.
-	var seen []string
-	for _, obj := range []client.ObjectList{&fleet.BundleList{}, &fleet.BundleDeploymentList{}, &corev1.EventList{}} {
-		for _, ns := range []string{ws, names.ClusterNamespace(ws, "one")} {
-			if err := up.List(t.Context(), obj, client.InNamespace(ns)); err != nil {
-				t.Fatal(err)
-			}
-			data, _ := json.Marshal(obj)
-			seen = append(seen, string(data))
-		}
-	}
 	if !strings.Contains(logs.String(), `"name"="steal"`) {
 		t.Fatal("the controller's log does not show its reconciles of Bundle steal: is it captured?")
 	}
-	seen = append(seen, logs.String())
-	for _, s := range seen {
-		for _, v := range []string{secretValue, newValue, stolenValue} {
-			if strings.Contains(s, v) {
-				t.Errorf("a Secret's value %s is in a Bundle, BundleDeployment, event or the controller's log", v)
-			}
-		}
-	}
+	checkNotLeaked(t, ws, "one", secretValue, newValue, stolenValue)
 }
 
 // TestBundle_ValuesHashReadsFleetsValuesSecret: a Bundle as Fleet's fleet
@@ -446,12 +424,7 @@ func TestBundle_ValuesHashReadsFleetsValuesSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "the new values deployed", func() error {
-		if got := shownValues(t, ws, "one", b.Name); got["password"] != rotated {
-			return fmt.Errorf("password %v", got["password"])
-		}
-		return nil
-	})
+	waitShownPassword(t, ws, b.Name, rotated)
 
 	// A Secret of another kind that happens to have the Bundle's name.
 	other := valuesBundle(t, ws, "typed", "chart: chart")
@@ -466,9 +439,29 @@ func TestBundle_ValuesHashReadsFleetsValuesSecret(t *testing.T) {
 	waitStalled(t, other, fleet.ValuesSecretInvalidReason, "Secret "+ws+"/typed", "example.com/credentials")
 
 	// The values are in the content Secret only.
+	checkNotLeaked(t, ws, "one", secretValue, rotated)
+}
+
+// waitShownPassword waits until the Bundle's chart on cluster one shows
+// password.
+func waitShownPassword(t *testing.T, ws, bundle, password string) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, "password "+password+" deployed", func() error {
+		if got := shownValues(t, ws, "one", bundle); got["password"] != password {
+			return fmt.Errorf("password %v", got["password"])
+		}
+		return nil
+	})
+}
+
+// checkNotLeaked fails the test when one of values is in a Bundle,
+// BundleDeployment or event of the workspace or the cluster's namespace, or
+// in the controller's log.
+func checkNotLeaked(t *testing.T, ws, cluster string, values ...string) {
+	t.Helper()
 	var seen []string
 	for _, obj := range []client.ObjectList{&fleet.BundleList{}, &fleet.BundleDeploymentList{}, &corev1.EventList{}} {
-		for _, ns := range []string{ws, names.ClusterNamespace(ws, "one")} {
+		for _, ns := range []string{ws, names.ClusterNamespace(ws, cluster)} {
 			if err := up.List(t.Context(), obj, client.InNamespace(ns)); err != nil {
 				t.Fatal(err)
 			}
@@ -478,9 +471,9 @@ func TestBundle_ValuesHashReadsFleetsValuesSecret(t *testing.T) {
 	}
 	seen = append(seen, logs.String())
 	for _, s := range seen {
-		for _, v := range []string{secretValue, rotated} {
+		for _, v := range values {
 			if strings.Contains(s, v) {
-				t.Errorf("a values Secret's value %s is in a Bundle, BundleDeployment, event or the controller's log", v)
+				t.Errorf("a Secret's value %s is in a Bundle, BundleDeployment, event or the controller's log", v)
 			}
 		}
 	}
