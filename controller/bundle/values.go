@@ -199,7 +199,7 @@ func targetOptions(b *fleet.Bundle) []fleet.BundleDeploymentOptions {
 
 // requeueFor is how soon the Bundle is reconciled again without an event.
 func requeueFor(b *fleet.Bundle) time.Duration {
-	if usesConfigMaps(b) || b.Spec.ValuesHash != "" {
+	if usesConfigMaps(b) {
 		return ConfigMapPoll
 	}
 	return 0
