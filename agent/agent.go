@@ -51,6 +51,11 @@ type Agent struct {
 	// BundleDeployment deployer is one); each returns when its context ends
 	// or with an error that ends the session.
 	workers []func(ctx context.Context, s *session) error
+
+	// stored wakes this process's access and direct sides when it writes
+	// the stored credential, so the tunnel opens as soon as the agent
+	// registers (other replicas read it every CredentialPoll).
+	stored broadcast
 }
 
 // New checks the options and connects to the local cluster.

@@ -85,7 +85,8 @@ func operatorCert(t *testing.T, ns string, names ...string) *corev1.Secret {
 // host, the certificate's names and the fix, and one Warning event naming
 // the host (not one per heartbeat). Setting url to a name of the
 // certificate clears it. The agent's identity may report the names of its
-// own Cluster only, and may not write the condition itself.
+// own Cluster only, and may not write the condition itself. The direct
+// side starts as the agent stores its credential, not at a poll.
 func TestDirectEndpoint_CertificateHostMismatchReported(t *testing.T) {
 	ds := env.Downstreams[0]
 	ws := testenv.Namespace(t, up, "fleet-ws-")
@@ -101,6 +102,9 @@ func TestDirectEndpoint_CertificateHostMismatchReported(t *testing.T) {
 		Local: ds.Config, Namespace: agentNS, PodName: "agent-" + agentNS,
 		CheckinInterval: heartbeat, Generation: &g, RegistrationTimeout: 20 * time.Second, ResyncInterval: 2 * time.Second,
 		Direct: true, DirectURL: nodeURL, DirectAddress: "127.0.0.1:0", DirectSyncInterval: time.Second,
+		// The direct side (and the tunnel) start when the agent stores
+		// its credential, not at the next poll: none comes in this test.
+		CredentialPoll: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)

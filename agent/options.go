@@ -52,6 +52,10 @@ type Options struct {
 	// replica, leader or not: a tunnel to the upstream's fleet-proxy and
 	// the handler that serves users' requests as per-user impersonators.
 	Access bool
+	// CredentialPoll is how often a replica reads the stored credential
+	// while it waits for one and to follow the leader's renewals (default
+	// 10s). The replica that writes it starts at once.
+	CredentialPoll time.Duration
 	// TunnelDownLimit is how long the tunnel may stay down, once the
 	// upstream serves the proxy API, before Run ends with an error so that
 	// the process starts afresh (default 15m; negative: never).
@@ -98,6 +102,9 @@ func (o *Options) defaults() error {
 	}
 	if o.LeaseDuration <= 0 {
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 30*time.Second, 25*time.Second, 10*time.Second
+	}
+	if o.CredentialPoll <= 0 {
+		o.CredentialPoll = 10 * time.Second
 	}
 	if o.TunnelDownLimit == 0 {
 		o.TunnelDownLimit = 15 * time.Minute

@@ -195,6 +195,7 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 	if err := writeCredential(ctx, a.local, a.opts.Namespace, cred); err != nil {
 		return nil, fmt.Errorf("writing the local credential: %w", err)
 	}
+	a.stored.fire()
 	// The credential is safe locally; the sealed copy upstream is useless
 	// to anyone else and goes with the registration, one in the clear is
 	// deleted now. Forget the import token.

@@ -238,6 +238,7 @@ func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
 	if err := writeCredential(ctx, s.agent.local, s.agent.opts.Namespace, &next); err != nil {
 		return fmt.Errorf("storing the renewed credential: %w", err)
 	}
+	s.agent.stored.fire()
 	s.tokens.set(next.Token)
 	s.mu.Lock()
 	s.cred = &next
@@ -287,6 +288,44 @@ func (s *session) watchCredential(ctx context.Context) error {
 }
 
 // sleep waits for d, or returns ctx's error as soon as ctx ends.
+// sleepOrWake is sleep that also ends when wake is closed.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	case <-wake:
+	}
+	return nil
+}
+
+// broadcast wakes every goroutine that took next before fire.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// next is closed by the next fire.
+func (b *broadcast) next() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

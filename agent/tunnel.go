@@ -28,10 +28,6 @@ import (
 // names another Cluster or upstream (the agent registered again).
 var errIdentityChanged = errors.New("the stored credential names another cluster or upstream")
 
-// accessPoll is how often a replica reads the stored credential: while it
-// waits for the first one, and to follow the leader's renewals.
-const accessPoll = 10 * time.Second
-
 // runAccess holds the tunnel until ctx ends. It returns an error only when
 // the tunnel stayed down longer than Options.TunnelDownLimit, which ends
 // the process so that it starts afresh.
@@ -48,6 +44,8 @@ func (a *Agent) perCredential(ctx context.Context, log logr.Logger, what string,
 	serve func(context.Context, *credential) error, fatal func(error) bool) error {
 	waiting := false
 	for ctx.Err() == nil {
+		// Taken before the read: a write after it wakes the wait below.
+		written := a.stored.next()
 		cred, err := readCredential(ctx, a.local, a.opts.Namespace)
 		if err != nil || cred == nil {
 			if !waiting {
@@ -58,7 +56,7 @@ func (a *Agent) perCredential(ctx context.Context, log logr.Logger, what string,
 				}
 				waiting = true
 			}
-			if sleep(ctx, accessPoll) != nil {
+			if sleepOrWake(ctx, a.opts.CredentialPoll, written) != nil {
 				return nil
 			}
 			continue
@@ -162,7 +160,7 @@ func (a *Agent) serveAccess(ctx context.Context, cred *credential) error {
 // returns errIdentityChanged when it names another cluster or upstream.
 func (a *Agent) followCredential(ctx context.Context, cred *credential, tokens *tokenSource) error {
 	for {
-		if err := sleep(ctx, accessPoll); err != nil {
+		if err := sleepOrWake(ctx, a.opts.CredentialPoll, a.stored.next()); err != nil {
 			return nil
 		}
 		now, err := readCredential(ctx, a.local, a.opts.Namespace)
@@ -193,7 +191,7 @@ func (a *Agent) waitForProxyAPI(ctx context.Context, up *rest.Config, cred *cred
 		}
 		wait := time.Minute
 		if err != nil {
-			wait = accessPoll // the upstream is unreachable: sooner
+			wait = 10 * time.Second // the upstream is unreachable: sooner
 		}
 		if !logged {
 			a.log.WithName("access").Info("the upstream serves no cluster-access API yet (fleet-proxy not installed or its APIService missing); checking again every minute",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/proxy"
@@ -88,7 +89,12 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	dial, ok := s.opts.Tunnels.Dialer(key)
 	if !ok {
 		s.metrics.done(key, http.StatusServiceUnavailable, start, 0)
-		writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s is not connected", key)))
+		why, retry := s.opts.Tunnels.NotConnected(r.Context(), key)
+		st := apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s is not connected: %s", key, why))
+		if retry > 0 {
+			st.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(retry)}
+		}
+		writeStatus(w, st)
 		return
 	}
 	assertion, err := s.opts.Asserter.Assert(u, key)

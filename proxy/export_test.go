@@ -29,3 +29,7 @@ func (r *Registry) IssueForTest(ctx context.Context, key, user, id string, now t
 func (r *Registry) RevokedForTest(key string, now time.Time) ([]proxyv1.RevokedToken, string) {
 	return r.revoked(key, now)
 }
+
+// NotConnected is why a Cluster holds no tunnel (the 503's message) and
+// the Retry-After.
+var NotConnected = notConnected

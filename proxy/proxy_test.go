@@ -16,12 +16,14 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authnuser "k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
@@ -148,16 +150,108 @@ func TestProxy_UserWithTheRightReachesOnlyThatCluster(t *testing.T) {
 	}
 }
 
+// A cluster without a tunnel answers 503 with why, read from its Cluster:
+// none, registering, registered a moment ago (then with a Retry-After, so
+// clients wait for the tunnel instead of failing), or the Connected
+// condition's message.
 func TestProxy_NotConnectedCluster503(t *testing.T) {
+	ctx := t.Context()
 	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "offline")
-	resp := eventuallyStatus(t, "503 for a cluster without a tunnel", http.StatusServiceUnavailable, func() *http.Response {
-		return alice.do(t, http.MethodGet, clusterPath(ws, "offline", "/api"), nil)
-	})
-	if _, msg := status(t, resp); !strings.Contains(msg, "cluster "+ws+"/offline is not connected") {
+	get := func() *http.Response { return alice.do(t, http.MethodGet, clusterPath(ws, "offline", "/api"), nil) }
+	resp := eventuallyStatus(t, "503 for a cluster without a tunnel", http.StatusServiceUnavailable, get)
+	if _, msg := status(t, resp); msg != "cluster "+ws+"/offline is not connected: there is no such Cluster" {
 		t.Errorf("message %q", msg)
+	}
+
+	// The Cluster turns Ready, its agent has not attached yet.
+	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "offline"}}
+	if err := env.Upstream.Client.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: fleet.ReadyCondition, Status: metav1.ConditionTrue,
+		Reason: fleet.AgentHeartbeatReason, Message: "heartbeat"})
+	if err := env.Upstream.Client.Status().Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	var retryAfter string
+	testenv.Eventually(t, 30*time.Second, "503 saying the agent is opening its tunnel, with a Retry-After", func() error {
+		resp := get()
+		retryAfter = resp.Header.Get("Retry-After")
+		code, msg := status(t, resp)
+		if code != http.StatusServiceUnavailable || !strings.Contains(msg, "its agent has just registered and is opening its tunnel") {
+			return fmt.Errorf("%d %q", code, msg)
+		}
+		return nil
+	})
+	if retryAfter != "1" {
+		t.Errorf("Retry-After %q, want 1", retryAfter)
+	}
+
+	// fleet-proxy said the tunnel went: its message, no Retry-After.
+	const down = "No agent tunnel since 2026-01-02T03:04:05Z: check the fleet-agent pods"
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: fleet.ConnectedCondition, Status: metav1.ConditionFalse,
+		Reason: fleet.TunnelDownReason, Message: down})
+	if err := env.Upstream.Client.Status().Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "503 with the Connected condition's message", func() error {
+		resp := get()
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			return fmt.Errorf("Retry-After %q", ra)
+		}
+		if code, msg := status(t, resp); code != http.StatusServiceUnavailable || msg != "cluster "+ws+"/offline is not connected: "+down {
+			return fmt.Errorf("%d %q", code, msg)
+		}
+		return nil
+	})
+}
+
+// Why a cluster holds no tunnel, from its Cluster, for each state.
+func TestNotConnected_SaysWhy(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	cluster := func(conds ...metav1.Condition) *fleet.Cluster {
+		c := &fleet.Cluster{Spec: fleet.ClusterSpec{AgentNamespace: "cattle-fleet-system"}}
+		c.Status.Conditions = conds
+		return c
+	}
+	cond := func(typ string, st metav1.ConditionStatus, reason, msg string, ago time.Duration) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now.Add(-ago))}
+	}
+	for _, tc := range []struct {
+		name  string
+		c     *fleet.Cluster
+		want  []string
+		retry int
+	}{
+		{"no Cluster", nil, []string{"there is no such Cluster"}, 0},
+		{"not registered", cluster(), []string{"has not registered yet"}, 0},
+		{"offline", cluster(cond(fleet.ReadyCondition, metav1.ConditionFalse, "Offline", "no heartbeat for 3m", time.Hour)),
+			[]string{"not registered yet or is offline", "Ready=False", "Offline: no heartbeat for 3m"}, 0},
+		{"just registered", cluster(cond(fleet.ReadyCondition, metav1.ConditionTrue, "AgentHeartbeat", "", time.Second)),
+			[]string{"just registered and is opening its tunnel"}, 1},
+		{"registered long ago, never a tunnel", cluster(cond(fleet.ReadyCondition, metav1.ConditionTrue, "AgentHeartbeat", "", time.Hour)),
+			[]string{"since 2026-12-05T11:00:00Z", "access.enabled", "--access", "namespace cattle-fleet-system"}, 0},
+		{"tunnel down", cluster(cond(fleet.ReadyCondition, metav1.ConditionTrue, "AgentHeartbeat", "", time.Hour),
+			cond(fleet.ConnectedCondition, metav1.ConditionFalse, fleet.TunnelDownReason, "No agent tunnel since T: check the pods", time.Minute)),
+			[]string{"No agent tunnel since T: check the pods"}, 0},
+		{"held by a replica this one does not reach", cluster(cond(fleet.ConnectedCondition, metav1.ConditionTrue, fleet.TunnelUpReason,
+			"The agent's tunnel is held by fleet-proxy replica fleet-proxy-1", time.Minute)),
+			[]string{"no fleet-proxy replica this one reaches", "fleet-proxy-1", "peering"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, retry := proxy.NotConnected(tc.c, now)
+			for _, w := range tc.want {
+				if !strings.Contains(why, w) {
+					t.Errorf("%q does not say %q", why, w)
+				}
+			}
+			if retry != tc.retry {
+				t.Errorf("retry after %d, want %d", retry, tc.retry)
+			}
+		})
 	}
 }
 

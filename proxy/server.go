@@ -44,6 +44,10 @@ type Tunnels interface {
 	// Dialer returns a dial function over the cluster's tunnel, false when
 	// the cluster holds no tunnel. The address dialed is always AgentAddress.
 	Dialer(key string) (DialFunc, bool)
+	// NotConnected says why the cluster holds no tunnel, for the 503 an
+	// authorized user gets, and how many seconds a client should wait
+	// before it tries again (0: no Retry-After).
+	NotConnected(ctx context.Context, key string) (why string, retryAfter int)
 }
 
 // AgentAddress is the host:port requests to an agent are sent to over its

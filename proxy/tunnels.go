@@ -12,6 +12,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -25,6 +28,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/internal/tunnel"
+	"github.com/gitops-fleet/fleet/proxy/connected"
 )
 
 // TunnelServer is the tunnel server (internal/tunnel) as fleet-proxy's
@@ -232,4 +236,52 @@ func (t *TunnelServer) DirectEndpoint(ctx context.Context, ws, name string) (pro
 	}
 	return proxyv1.DirectEndpoint{URL: c.Spec.AgentDirectEndpoint.URL, CABundle: c.Status.Agent.DirectEndpointCA,
 		CertificateNames: c.Status.Agent.DirectEndpointCertificateNames}, nil
+}
+
+// justRegistered is how long after its Cluster turned Ready an agent's
+// tunnel is expected: a request in that window gets a Retry-After.
+const justRegistered = 30 * time.Second
+
+// NotConnected says why Cluster key ("<ws>/<name>") holds no tunnel, from
+// the cache.
+func (t *TunnelServer) NotConnected(ctx context.Context, key string) (string, int) {
+	ws, name, _ := strings.Cut(key, "/")
+	c := &fleet.Cluster{}
+	if err := t.reader.Get(ctx, client.ObjectKey{Namespace: ws, Name: name}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			c = nil
+		} else {
+			return fmt.Sprintf("its Cluster could not be read (%v)", err), 0
+		}
+	}
+	return notConnected(c, time.Now())
+}
+
+// notConnected is why Cluster c (nil: none) holds no tunnel at now, and
+// the Retry-After for a tunnel that is about to open.
+func notConnected(c *fleet.Cluster, now time.Time) (string, int) {
+	if c == nil {
+		return "there is no such Cluster", 0
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, fleet.ConnectedCondition); cond != nil {
+		if cond.Status == metav1.ConditionTrue {
+			// A replica wrote True and this one reaches none holding it:
+			// the tunnel just went (the condition follows after a grace),
+			// or the replicas do not reach each other.
+			return fmt.Sprintf("no fleet-proxy replica this one reaches holds its tunnel (the Cluster says: %s; if that lasts, check fleet-proxy's peering)", cond.Message), 1
+		}
+		return cond.Message, 0
+	}
+	ready := meta.FindStatusCondition(c.Status.Conditions, fleet.ReadyCondition)
+	switch {
+	case ready == nil:
+		return "its agent has not registered yet", 0
+	case ready.Status != metav1.ConditionTrue:
+		return fmt.Sprintf("its agent has not registered yet or is offline (Ready=%s, %s: %s)", ready.Status, ready.Reason, ready.Message), 0
+	case now.Sub(ready.LastTransitionTime.Time) < justRegistered:
+		return "its agent has just registered and is opening its tunnel: try again in a moment", 1
+	default:
+		return fmt.Sprintf("its agent has reported in since %s but has not opened a tunnel: check that the agent runs with cluster access (chart value access.enabled, flag --access) and its logs in namespace %s of the cluster",
+			ready.LastTransitionTime.UTC().Format(time.RFC3339), connected.AgentNamespace(c)), 0
+	}
 }

@@ -322,7 +322,7 @@ func (r *Reporter) sync(ctx context.Context, key string) error {
 		// since when is not known better than now.
 		downAt = now
 	}
-	msg := downMessage(downAt, agentNamespace(c))
+	msg := downMessage(downAt, AgentNamespace(c))
 	if err := r.apply(ctx, c, metav1.ConditionFalse, fleet.TunnelDownReason, msg, downAt); err != nil {
 		return err
 	}
@@ -389,9 +389,9 @@ func downMessage(since time.Time, agentNS string) string {
 		since.UTC().Format(time.RFC3339), agentNS)
 }
 
-// agentNamespace is where the agent runs downstream: what it reported, or
+// AgentNamespace is where the agent runs downstream: what it reported, or
 // what it was deployed to.
-func agentNamespace(c *fleet.Cluster) string {
+func AgentNamespace(c *fleet.Cluster) string {
 	switch {
 	case c.Status.Agent.Namespace != "":
 		return c.Status.Agent.Namespace
