@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -45,14 +46,14 @@ func runFleetScale(ctx context.Context, opts Options, step func(string, ...any))
 		return nil, err
 	}
 	defer h.stop()
-	rs, err := h.fleetScale(ctx, n, interval, window, step)
+	rs, err := h.fleetScale(ctx, n, interval, window, opts.ProfileDir, step)
 	if err != nil {
 		return rs, fmt.Errorf("fleet-steady: %w (controller log: %s)", err, h.ctrlLog)
 	}
 	return rs, nil
 }
 
-func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.Duration, step func(string, ...any)) ([]Result, error) {
+func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.Duration, profileDir string, step func(string, ...any)) ([]Result, error) {
 	up := h.env.Upstream.Client
 	const ws = "bench-fleet"
 	// Agents not managed through their own Bundle: the agent Bundles'
@@ -189,10 +190,13 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	}); err != nil {
 		return results, err
 	}
+	h.profile(ctx, profileDir, "bundle-change", 30*time.Second)
+	progress := followStatus(ctx, up, b)
 	if err := waitBundleReady(ctx, up, b, n, 30*time.Minute); err != nil {
 		return results, fmt.Errorf("the Bundle change: %w", err)
 	}
 	took := time.Since(changed)
+	statusNote := progress.stop(changed)
 	rss, cpu1 = h.controllerUsage()
 	renders1, renderS1, err := h.renderStats(ctx)
 	if err != nil {
@@ -207,8 +211,8 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	c.WallS = f(took.Seconds())
 	c.ThroughputPerS = f(float64(n) / took.Seconds())
 	c.ControllerPeakRSSMB, c.ControllerCPUS = f(rss), f(cpu1-cpu0)
-	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; the first deployment of the Bundle took %.1f s; renders during the change %.0f, %.3f s in all; %s; controller writes per cluster for the change: %s",
-		n, took.Seconds(), firstTook.Seconds(), renders1-renders0, renderS1-renderS0, h.renderNote(), plain)
+	c.Notes = fmt.Sprintf("Bundle content changed -> every BundleDeployment applied and Ready (simulated agents) on %d clusters in %.1f s; %s; the first deployment of the Bundle took %.1f s; renders during the change %.0f, %.3f s in all; %s; controller writes per cluster for the change: %s",
+		n, took.Seconds(), statusNote, firstTook.Seconds(), renders1-renders0, renderS1-renderS0, h.renderNote(), plain)
 	results = append(results, c)
 
 	step("fleet-bundle-change-partitioned: the same Bundle with %d partitions, changed again", benchPartitions)
@@ -323,4 +327,64 @@ func waitNamespacesSettled(ctx context.Context, up client.Client, timeout time.D
 		}
 		return len(sas.Items) >= len(nss.Items), fmt.Sprintf("%d of %d namespaces have it", len(sas.Items), len(nss.Items))
 	})
+}
+
+// statusFollower reads a Bundle's status every half second during a change
+// and records when it changed: what a user watching the Bundle sees.
+type statusFollower struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	// seen are the times the status (at the new generation) changed.
+	seen []time.Time
+	last fleet.BundleSummary
+}
+
+func followStatus(ctx context.Context, up client.Client, b *fleet.Bundle) *statusFollower {
+	f := &statusFollower{done: make(chan struct{})}
+	gen := b.Generation
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.done:
+				return
+			case <-t.C:
+			}
+			cur := &fleet.Bundle{}
+			if err := up.Get(ctx, client.ObjectKeyFromObject(b), cur); err != nil || cur.Status.ObservedGeneration < gen {
+				continue
+			}
+			f.mu.Lock()
+			if len(f.seen) == 0 || !equality.Semantic.DeepEqual(cur.Status.Summary, f.last) {
+				f.seen = append(f.seen, time.Now())
+				f.last = cur.Status.Summary
+			}
+			f.mu.Unlock()
+		}
+	}()
+	return f
+}
+
+// stop ends the following and says when the status first showed the
+// change (observedGeneration) and the longest time it then went unchanged.
+func (f *statusFollower) stop(changed time.Time) string {
+	close(f.done)
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.seen) == 0 {
+		return "the Bundle's status never showed the change"
+	}
+	var gap time.Duration
+	for i := 1; i < len(f.seen); i++ {
+		gap = max(gap, f.seen[i].Sub(f.seen[i-1]))
+	}
+	return fmt.Sprintf("the Bundle's status showed the change after %.1f s, then changed %d times, at most %.1f s apart",
+		f.seen[0].Sub(changed).Seconds(), len(f.seen)-1, gap.Seconds())
 }
