@@ -104,7 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	out := reconciler.Success(fleet.SucceededReason, "")
-	if err := r.reconcile(ctx, b); err != nil {
+	if err := r.reconcile(ctx, b, patcher); err != nil {
 		out = reconciler.Failure(err)
 	}
 	statusRules.Set(b, out, time.Now())
@@ -161,7 +161,10 @@ func (p *placement) keepsContent(b *fleet.Bundle) bool {
 // Ready, a *reconciler.Stalled when the Bundle's targets are invalid or it
 // does not render, a *reconciler.Waiting while BundleDeployments are not
 // Ready or clusters wait for their namespace, or a transient error.
-func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
+//
+// A pass with many writes writes progress through patcher meanwhile
+// (progress.go).
+func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle, patcher *reconciler.StatusPatcher) error {
 	b.Status.ResourcesSHA256Sum = bundleResourcesHash(b)
 	if err := bundleoptions.Check(&b.Spec); err != nil {
 		// Deploying without the option would deploy something else:
@@ -271,16 +274,22 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle) error {
 	// A Bundle on thousands of clusters writes thousands of
 	// BundleDeployments and content Secrets: several at a time.
 	written := make([]*fleet.BundleDeployment, len(writes))
+	pr := r.startProgress(ctx, b, patcher, len(writes), len(keep), pending)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(deploymentWriters)
 	for i, p := range writes {
 		g.Go(func() error {
 			bd, err := r.ensureDeployment(gctx, b, p, renders)
 			written[i] = bd
+			if err == nil {
+				pr.add(bd)
+			}
 			return err
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	pr.end(b)
+	if err != nil {
 		return err
 	}
 	// The status below counts what was just written: a changed

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -197,6 +198,13 @@ func (h *harness) fleetScale(ctx context.Context, n int, interval, window time.D
 	}
 	took := time.Since(changed)
 	statusNote := progress.stop(changed)
+	// What the passes wrote while they were writing is gone once Ready.
+	if err := up.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+		return results, err
+	}
+	if s := b.Status.Summary; s.Pending != 0 || s.WaitApplied != 0 || !meta.IsStatusConditionTrue(b.Status.Conditions, fleet.ReadyCondition) {
+		return results, fmt.Errorf("the Bundle Ready on every cluster still shows a pass's progress: summary %+v, conditions %+v", s, b.Status.Conditions)
+	}
 	rss, cpu1 = h.controllerUsage()
 	renders1, renderS1, err := h.renderStats(ctx)
 	if err != nil {

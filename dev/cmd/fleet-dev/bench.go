@@ -90,7 +90,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a registration scenario is more than 3× the value recorded for this mode in this file (dev/bench/baseline.json)")
 	f.StringVar(&recordFile, "record-baseline", "", "record this run's registration p50s for its mode in this file")
 	f.StringVar(&recordNote, "record-note", "", "with --record-baseline: where the figures were taken (machine, load)")
-	f.StringVar(&opts.ProfileDir, "profile", "", "write CPU profiles of the controller(s), the upstream API server and this process (its stand-in agents), and the controllers' heap, taken during the scale scenario, to this directory")
+	f.StringVar(&opts.ProfileDir, "profile", "", "write CPU profiles of the controller(s), the upstream API server and this process (its stand-in agents), and the controllers' heap, taken during the scale scenario and the fleet scenario's Bundle change, to this directory")
 	return cmd
 }
 
