@@ -22,6 +22,7 @@ import (
 
 	"github.com/gitops-fleet/fleet/internal/assertion"
 	"github.com/gitops-fleet/fleet/internal/headers"
+	"github.com/gitops-fleet/fleet/internal/tunnel"
 )
 
 // The right a user needs on a Cluster (SPEC §5).
@@ -88,6 +89,7 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	// Only an authorized user learns whether the cluster is connected.
 	dial, ok := s.opts.Tunnels.Dialer(key)
 	if !ok {
+		s.transports.forget(key)
 		s.metrics.done(key, http.StatusServiceUnavailable, start, 0)
 		why, retry := s.opts.Tunnels.NotConnected(r.Context(), key)
 		st := apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s is not connected: %s", key, why))
@@ -119,19 +121,21 @@ func (s *Server) clusterProxy(w http.ResponseWriter, r *http.Request) {
 	out.Header.Set(AssertionHeader, assertion)
 	out.URL.Path, out.URL.RawPath = inner.Path, inner.RawPath
 
-	transport := &http.Transport{
+	// An upgrade (exec, attach, port-forward) dials a stream of its own,
+	// closed when the right goes; a plain request reuses an idle stream of
+	// the cluster's tunnel (agentTransports) and ends with its context.
+	upgrade := &http.Transport{
 		DialContext:           conns.track(dial),
 		DisableKeepAlives:     true,
-		ResponseHeaderTimeout: 0,
 		ExpectContinueTimeout: time.Second,
 	}
-	defer transport.CloseIdleConnections()
+	defer upgrade.CloseIdleConnections()
 	// The query goes in the location too: an upgrade (exec's command and
 	// streams) is dialed to the location as it is, without the request's.
 	loc := &url.URL{Scheme: "http", Host: AgentAddress, Path: inner.Path, RawPath: inner.RawPath, RawQuery: r.URL.RawQuery}
-	h := proxy.NewUpgradeAwareHandler(loc, lastHop{transport}, false, false, responder{key: key})
+	h := proxy.NewUpgradeAwareHandler(loc, lastHop{s.transports.get(key, s.opts.Tunnels)}, false, false, responder{key: key})
 	h.UseLocationHost = true
-	h.UpgradeTransport = lastHop{transport}
+	h.UpgradeTransport = lastHop{upgrade}
 	// Watches and logs stream: flush every write.
 	h.FlushInterval = -1
 	h.RejectForwardingRedirects = true
@@ -268,4 +272,58 @@ func (c *connSet) closeAll() {
 		_ = conn.Close()
 	}
 	c.conns = nil
+}
+
+// agentTransports keeps one pooled transport per cluster for plain
+// requests, so a request reuses an idle stream of its cluster's tunnel
+// instead of opening one. Nothing of a user stays with a stream: each
+// request carries its own signed assertion, which the agent checks.
+type agentTransports struct {
+	mu sync.Mutex
+	m  map[string]*http.Transport
+}
+
+// idleAgentStreams bounds the idle streams kept per cluster; they close
+// after idleAgentStreamTimeout unused.
+const (
+	idleAgentStreams       = 16
+	idleAgentStreamTimeout = 90 * time.Second
+)
+
+// get is cluster key's transport, made on first use; it dials over the
+// tunnel that holds key at the time of each dial.
+func (a *agentTransports) get(key string, tunnels Tunnels) *http.Transport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t := a.m[key]; t != nil {
+		return t
+	}
+	if a.m == nil {
+		a.m = map[string]*http.Transport{}
+	}
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dial, ok := tunnels.Dialer(key)
+			if !ok {
+				return nil, tunnel.ErrNoSession
+			}
+			return dial(ctx, network, addr)
+		},
+		MaxIdleConnsPerHost:   idleAgentStreams,
+		IdleConnTimeout:       idleAgentStreamTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	a.m[key] = t
+	return t
+}
+
+// forget drops cluster key's transport: its tunnel is gone.
+func (a *agentTransports) forget(key string) {
+	a.mu.Lock()
+	t := a.m[key]
+	delete(a.m, key)
+	a.mu.Unlock()
+	if t != nil {
+		t.CloseIdleConnections()
+	}
 }

@@ -106,6 +106,37 @@ func TestSigningKeys_JWKSThroughTheUpstream(t *testing.T) {
 	}
 }
 
+// Plain requests to one cluster share the streams of its tunnel; nothing
+// of a user stays with a stream: interleaved requests of two users each
+// reach the agent with their own assertion and none of the other's
+// credentials.
+func TestProxy_RequestsSharingStreamsKeepTheirOwnIdentity(t *testing.T) {
+	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
+	users := testenv.Namespace(t, env.Upstream.Client, "users-")
+	alice, carol := newUser(t, users, "alice"), newUser(t, users, "carol")
+	grant(t, ws, alice.name, "c1")
+	grant(t, ws, carol.name, "c1")
+	connect(t, ws+"/c1")
+	for _, u := range []*user{alice, carol} {
+		eventuallyStatus(t, u.name+" reaching c1", http.StatusOK, func() *http.Response {
+			return u.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
+		}).Body.Close()
+	}
+	for i := range 6 {
+		u, other := alice, carol
+		if i%2 == 1 {
+			u, other = carol, alice
+		}
+		e := readEcho(t, u.do(t, http.MethodGet, clusterPath(ws, "c1", "/api/v1/namespaces"), nil))
+		if id := assertedUser(t, e, ws+"/c1"); id.User != u.name {
+			t.Fatalf("request %d of %s reached the agent as %q", i, u.name, id.User)
+		}
+		if h := fmt.Sprint(e.Header); strings.Contains(h, other.token) || strings.Contains(h, u.token) {
+			t.Fatalf("request %d of %s carried a user's token to the agent", i, u.name)
+		}
+	}
+}
+
 func TestProxy_UserWithTheRightReachesOnlyThatCluster(t *testing.T) {
 	ws := testenv.Namespace(t, env.Upstream.Client, "ws-")
 	users := testenv.Namespace(t, env.Upstream.Client, "users-")

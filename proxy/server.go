@@ -132,6 +132,8 @@ type Server struct {
 	authz   authorizer.Authorizer
 	metrics *metrics
 	handler http.Handler
+	// transports are the pooled transports to the agents.
+	transports agentTransports
 }
 
 // newServer makes fleet-proxy's HTTPS handler from its parts (New wires

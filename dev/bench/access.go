@@ -404,13 +404,17 @@ func (ae *accessEnv) setupProbe(ctx context.Context) (*probe, error) {
 		p.stopAgent()
 		return nil, err
 	}
+	// Merge patches: fleet-proxy writes the Cluster's Connected condition
+	// meanwhile (the agent's tunnel is up).
+	base := cl.DeepCopy()
 	cl.Spec.AgentDirectEndpoint = &fleet.DirectEndpointSpec{URL: srv.URL}
-	if err := up.Client.Update(ctx, cl); err != nil {
+	if err := up.Client.Patch(ctx, cl, client.MergeFrom(base)); err != nil {
 		p.stopAgent()
 		return nil, err
 	}
+	base = cl.DeepCopy()
 	cl.Status.Agent.DirectEndpointCA = string(p.endpointCA)
-	if err := up.Client.Status().Update(ctx, cl); err != nil {
+	if err := up.Client.Status().Patch(ctx, cl, client.MergeFrom(base)); err != nil {
 		p.stopAgent()
 		return nil, err
 	}
