@@ -6,7 +6,9 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/summary"
@@ -66,8 +68,9 @@ func (r *Reconciler) startProgress(ctx context.Context, b *fleet.Bundle, patcher
 			}
 			pb = pb.DeepCopy()
 			pr.mu.Lock()
-			setProgress(pb, pr.written, writes, desired, pending, time.Now())
+			written := append([]fleet.BundleDeployment(nil), pr.written...)
 			pr.mu.Unlock()
+			setProgress(pb, r.asSeen(ctx, written), writes, desired, pending, time.Now())
 			if err := patcher.Patch(ctx, pb); err != nil {
 				// Another writer changed the Bundle: the pass's own write
 				// will say so; no more progress in this pass.
@@ -81,6 +84,29 @@ func (r *Reconciler) startProgress(ctx context.Context, b *fleet.Bundle, patcher
 	return pr
 }
 
+// asSeen is each written BundleDeployment as the cache has it now, so the
+// agents' progress shows too; the version written where the cache has not
+// caught up with it yet (an older generation there is the old deployment).
+func (r *Reconciler) asSeen(ctx context.Context, written []fleet.BundleDeployment) []fleet.BundleDeployment {
+	for i := range written {
+		cur := &fleet.BundleDeployment{}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(&written[i]), cur); err == nil && cur.Generation >= written[i].Generation {
+			written[i] = forSummary(cur)
+		}
+	}
+	return written
+}
+
+// forSummary is what summary.Summarize reads of bd: on thousands of
+// clusters, the options and values of each need not be kept meanwhile.
+func forSummary(bd *fleet.BundleDeployment) fleet.BundleDeployment {
+	return fleet.BundleDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: bd.Namespace, Name: bd.Name, Generation: bd.Generation},
+		Spec:       fleet.BundleDeploymentSpec{DeploymentID: bd.Spec.DeploymentID, StagedDeploymentID: bd.Spec.StagedDeploymentID},
+		Status:     bd.Status,
+	}
+}
+
 // add records one cluster's BundleDeployment as written (nil: its write
 // failed).
 func (pr *progress) add(bd *fleet.BundleDeployment) {
@@ -88,7 +114,7 @@ func (pr *progress) add(bd *fleet.BundleDeployment) {
 		return
 	}
 	pr.mu.Lock()
-	pr.written = append(pr.written, *bd)
+	pr.written = append(pr.written, forSummary(bd))
 	pr.mu.Unlock()
 }
 
@@ -106,8 +132,9 @@ func (pr *progress) end(b *fleet.Bundle) {
 
 // setProgress sets b's status for a pass that has written the
 // BundleDeployments of written of writes clusters: the new generation is
-// observed, the written ones are summarized as written (a changed one
-// waits for its agent), every other cluster the Bundle targets is Pending,
+// observed, the written ones are summarized as they are now (a changed
+// one waits for its agent until it applies it), every other cluster the
+// Bundle targets is Pending,
 // and Ready is False (reason BundleDeploymentsNotReady) saying how far the
 // writing is.
 func setProgress(b *fleet.Bundle, written []fleet.BundleDeployment, writes, desired, pending int, now time.Time) {
