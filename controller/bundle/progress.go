@@ -27,7 +27,7 @@ const (
 
 // progress writes the Bundle's status while its pass writes the
 // BundleDeployments: observedGeneration (the change is seen), the clusters
-// done so far summarized from what was written, the others Pending.
+// done so far summarized as they are now, the others Pending.
 type progress struct {
 	mu      sync.Mutex
 	written []fleet.BundleDeployment
@@ -134,9 +134,8 @@ func (pr *progress) end(b *fleet.Bundle) {
 // BundleDeployments of written of writes clusters: the new generation is
 // observed, the written ones are summarized as they are now (a changed
 // one waits for its agent until it applies it), every other cluster the
-// Bundle targets is Pending,
-// and Ready is False (reason BundleDeploymentsNotReady) saying how far the
-// writing is.
+// Bundle targets is Pending, and Ready is False (reason
+// BundleDeploymentsNotReady) saying how far the writing is.
 func setProgress(b *fleet.Bundle, written []fleet.BundleDeployment, writes, desired, pending int, now time.Time) {
 	s := summary.Summarize(written)
 	s.DesiredReady = desired
