@@ -288,7 +288,7 @@ func (s *session) watchCredential(ctx context.Context) error {
 }
 
 // sleep waits for d, or returns ctx's error as soon as ctx ends.
-// sleepOrWake is sleep that also ends when wake is closed.
+// sleepOrWake is sleep that also ends when wake is closed (nil: never).
 func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -326,13 +326,4 @@ func (b *broadcast) fire() {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return sleepOrWake(ctx, d, nil) }
