@@ -287,7 +287,6 @@ func (s *session) watchCredential(ctx context.Context) error {
 	}
 }
 
-// sleep waits for d, or returns ctx's error as soon as ctx ends.
 // sleepOrWake is sleep that also ends when wake is closed (nil: never).
 func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)
@@ -326,4 +325,5 @@ func (b *broadcast) fire() {
 	}
 }
 
+// sleep waits for d, or returns ctx's error as soon as ctx ends.
 func sleep(ctx context.Context, d time.Duration) error { return sleepOrWake(ctx, d, nil) }
