@@ -11,14 +11,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/bundlerollout"
 	"github.com/gitops-fleet/fleet/controller/summary"
+	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
 // A pass that writes the BundleDeployments of thousands of clusters takes
 // minutes, and its status is written at its end. Meanwhile the Bundle's
 // status says how far the writing is: after progressFirst, then every
-// progressEvery, for a pass with at least progressMinWrites writes.
+// progressEvery, for a pass that changes the deployment of at least
+// progressMinWrites clusters.
 const (
 	progressFirst     = 2 * time.Second
 	progressEvery     = 5 * time.Second
@@ -26,11 +29,19 @@ const (
 )
 
 // progress writes the Bundle's status while its pass writes the
-// BundleDeployments: observedGeneration (the change is seen), the clusters
-// done so far summarized as they are now, the others Pending.
+// BundleDeployments: observedGeneration (the change is seen), every
+// targeted cluster as it is now, except those whose deployment the pass
+// changes and has not written yet: Pending.
 type progress struct {
-	mu      sync.Mutex
-	written []fleet.BundleDeployment
+	mu sync.Mutex
+	// seen are the targeted clusters' BundleDeployments (forSummary) by
+	// namespace: at first those the pass does not change, then each one
+	// as the pass writes it.
+	seen map[string]fleet.BundleDeployment
+	// changing are the namespaces whose deployment the pass changes;
+	// done how many of them it has written.
+	changing map[string]bool
+	done     int
 	// cur is the Bundle as the last progress write left it (nil: none
 	// written).
 	cur *fleet.Bundle
@@ -38,17 +49,45 @@ type progress struct {
 	stop, stopped chan struct{}
 }
 
-// startProgress starts writing progress for a pass of writes on b whose
-// status will count desired clusters, pending more waiting for their
-// namespace. It writes through the pass's patcher, so the pass's own
-// status write later diffs from the last progress write. With fewer than
-// progressMinWrites writes it does nothing.
-func (r *Reconciler) startProgress(ctx context.Context, b *fleet.Bundle, patcher *reconciler.StatusPatcher, writes, desired, pending int) *progress {
-	pr := &progress{stop: make(chan struct{}), stopped: make(chan struct{})}
-	if writes < progressMinWrites || patcher == nil {
+// changes reports whether writing p changes the deployment its cluster
+// has: a new BundleDeployment, or another deployment (staged) ID.
+func changes(p *placement, depID string) bool {
+	switch {
+	case p.bd == nil:
+		return true
+	case p.step == bundlerollout.Deploy:
+		return p.bd.Spec.DeploymentID != depID
+	case p.step == bundlerollout.Stage:
+		return p.bd.Spec.StagedDeploymentID != depID
+	}
+	return false
+}
+
+// startProgress starts writing progress for a pass on b that writes
+// writes of placements; keep are the namespaces the Bundle's status
+// counts, existing their BundleDeployments, pending the clusters waiting
+// for their namespace. It writes through the pass's patcher, so the pass's
+// own status write later diffs from the last progress write. When fewer
+// than progressMinWrites clusters change, it does nothing.
+func (r *Reconciler) startProgress(ctx context.Context, b *fleet.Bundle, patcher *reconciler.StatusPatcher, writes []*placement,
+	renders *reconcileRenders, keep map[string]bool, existing map[string]*fleet.BundleDeployment, pending int) *progress {
+	pr := &progress{seen: map[string]fleet.BundleDeployment{}, changing: map[string]bool{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	for _, p := range writes {
+		contentID, _, _ := renders.outcome(p.render)
+		if changes(p, bundlecontent.DeploymentID(contentID, p.opts)) {
+			pr.changing[p.namespace] = true
+		}
+	}
+	if len(pr.changing) < progressMinWrites || patcher == nil {
 		close(pr.stopped)
 		return pr
 	}
+	for ns := range keep {
+		if bd := existing[ns]; bd != nil && !pr.changing[ns] {
+			pr.seen[ns] = forSummary(bd)
+		}
+	}
+	desired := len(keep)
 	base := b.DeepCopy() // b is read by the writers meanwhile, never changed
 	go func() {
 		defer close(pr.stopped)
@@ -68,9 +107,13 @@ func (r *Reconciler) startProgress(ctx context.Context, b *fleet.Bundle, patcher
 			}
 			pb = pb.DeepCopy()
 			pr.mu.Lock()
-			written := append([]fleet.BundleDeployment(nil), pr.written...)
+			seen := make([]fleet.BundleDeployment, 0, len(pr.seen))
+			for _, bd := range pr.seen {
+				seen = append(seen, bd)
+			}
+			done := pr.done
 			pr.mu.Unlock()
-			setProgress(pb, r.asSeen(ctx, written), writes, desired, pending, time.Now())
+			setProgress(pb, r.asSeen(ctx, seen), done, len(pr.changing), desired, pending, time.Now())
 			if err := patcher.Patch(ctx, pb); err != nil {
 				// Another writer changed the Bundle: the pass's own write
 				// will say so; no more progress in this pass.
@@ -84,17 +127,17 @@ func (r *Reconciler) startProgress(ctx context.Context, b *fleet.Bundle, patcher
 	return pr
 }
 
-// asSeen is each written BundleDeployment as the cache has it now, so the
-// agents' progress shows too; the version written where the cache has not
-// caught up with it yet (an older generation there is the old deployment).
-func (r *Reconciler) asSeen(ctx context.Context, written []fleet.BundleDeployment) []fleet.BundleDeployment {
-	for i := range written {
+// asSeen is each BundleDeployment as the cache has it now, so the agents'
+// progress shows too; the version written where the cache has not caught
+// up with it yet (an older generation there is the old deployment).
+func (r *Reconciler) asSeen(ctx context.Context, bds []fleet.BundleDeployment) []fleet.BundleDeployment {
+	for i := range bds {
 		cur := &fleet.BundleDeployment{}
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(&written[i]), cur); err == nil && cur.Generation >= written[i].Generation {
-			written[i] = forSummary(cur)
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(&bds[i]), cur); err == nil && cur.Generation >= bds[i].Generation {
+			bds[i] = forSummary(cur)
 		}
 	}
-	return written
+	return bds
 }
 
 // forSummary is what summary.Summarize reads of bd: on thousands of
@@ -107,15 +150,18 @@ func forSummary(bd *fleet.BundleDeployment) fleet.BundleDeployment {
 	}
 }
 
-// add records one cluster's BundleDeployment as written (nil: its write
-// failed).
+// add records one cluster's BundleDeployment as the pass wrote it (or
+// found it).
 func (pr *progress) add(bd *fleet.BundleDeployment) {
 	if bd == nil {
 		return
 	}
 	pr.mu.Lock()
-	pr.written = append(pr.written, forSummary(bd))
-	pr.mu.Unlock()
+	defer pr.mu.Unlock()
+	if _, ok := pr.seen[bd.Namespace]; !ok && pr.changing[bd.Namespace] {
+		pr.done++
+	}
+	pr.seen[bd.Namespace] = forSummary(bd)
 }
 
 // end stops the progress writes and brings b up to the last one: its
@@ -130,20 +176,21 @@ func (pr *progress) end(b *fleet.Bundle) {
 	}
 }
 
-// setProgress sets b's status for a pass that has written the
-// BundleDeployments of written of writes clusters: the new generation is
-// observed, the written ones are summarized as they are now (a changed
-// one waits for its agent until it applies it), every other cluster the
-// Bundle targets is Pending, and Ready is False (reason
-// BundleDeploymentsNotReady) saying how far the writing is.
-func setProgress(b *fleet.Bundle, written []fleet.BundleDeployment, writes, desired, pending int, now time.Time) {
-	s := summary.Summarize(written)
+// setProgress sets b's status for a pass that has written done of the
+// changing clusters whose deployment it changes: the new generation is
+// observed, seen (the targeted clusters but the changing ones not written
+// yet) are summarized as they are (a changed one waits for its agent until
+// it applies it), the changing clusters not written yet and the pending
+// ones (waiting for their namespace) are Pending, and Ready is False
+// (reason BundleDeploymentsNotReady) saying how far the writing is.
+func setProgress(b *fleet.Bundle, seen []fleet.BundleDeployment, done, changing, desired, pending int, now time.Time) {
+	s := summary.Summarize(seen)
 	s.DesiredReady = desired
-	s.Pending += pending + max(desired-len(written), 0)
+	s.Pending += pending + max(changing-done, 0)
 	b.Status.Summary = s
 	b.Status.ObservedGeneration = b.Generation
 	b.Status.Display.ReadyClusters = fmt.Sprintf("%d/%d", s.Ready, s.DesiredReady)
 	b.Status.Display.State = string(summary.WorstState(s))
 	statusRules.Set(b, reconciler.Failure(reconciler.Wait(fleet.BundleDeploymentsNotReadyReason, 0,
-		"writing the BundleDeployments of generation %d: %d of %d clusters done, %d Ready", b.Generation, len(written), writes, s.Ready)), now)
+		"writing the BundleDeployments of generation %d: %d of %d clusters changed, %d of %d Ready", b.Generation, done, changing, s.Ready, desired)), now)
 }

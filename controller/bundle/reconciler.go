@@ -274,7 +274,7 @@ func (r *Reconciler) reconcile(ctx context.Context, b *fleet.Bundle, patcher *re
 	// A Bundle on thousands of clusters writes thousands of
 	// BundleDeployments and content Secrets: several at a time.
 	written := make([]*fleet.BundleDeployment, len(writes))
-	pr := r.startProgress(ctx, b, patcher, len(writes), len(keep), pending)
+	pr := r.startProgress(ctx, b, patcher, writes, renders, keep, existing, pending)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(deploymentWriters)
 	for i, p := range writes {
