@@ -23,27 +23,37 @@ import (
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 )
 
+// restrict evaluates the GitRepoRestrictions of the GitRepo's namespace
+// read through reader. refused: the status says why (p.refusal), and the
+// pass must neither read git nor write a Bundle.
+func (p *pass) restrict(ctx context.Context, reader client.Reader) (eff restriction.Effective, refused bool, err error) {
+	restrictions := &fleet.GitRepoRestrictionList{}
+	if err := reader.List(ctx, restrictions, client.InNamespace(p.repo.Namespace)); err != nil {
+		return eff, false, err
+	}
+	eff, err = restriction.Evaluate(p.repo, restrictions.Items, restriction.Options{AllowInsecureSkipTLSVerify: p.r.config().AllowGitInsecureSkipTLSVerify})
+	if err != nil {
+		var ref *restriction.Refusal
+		if errors.As(err, &ref) {
+			p.refusal = ref
+			p.r.setMemo(p.key, nil)
+			return eff, true, nil
+		}
+		return eff, false, err
+	}
+	p.eff = eff
+	return eff, false, nil
+}
+
 // run is the pass: restrictions, then, when due, git and the Bundles. Its
 // error is the status' Sync (nil: the Bundles are the commit's).
 func (p *pass) run(ctx context.Context) error {
 	repo := p.repo
 	cfg := p.r.config()
-	restrictions := &fleet.GitRepoRestrictionList{}
-	if err := p.r.client.List(ctx, restrictions, client.InNamespace(repo.Namespace)); err != nil {
+	eff, refused, err := p.restrict(ctx, p.r.client)
+	if err != nil || refused {
 		return err
 	}
-	eff, err := restriction.Evaluate(repo, restrictions.Items, restriction.Options{AllowInsecureSkipTLSVerify: cfg.AllowGitInsecureSkipTLSVerify})
-	if err != nil {
-		var ref *restriction.Refusal
-		if errors.As(err, &ref) {
-			// No git access, no Bundle write: the status says why.
-			p.refusal = ref
-			p.r.setMemo(p.key, nil)
-			return nil
-		}
-		return err
-	}
-	p.eff = eff
 	interval := pollingInterval(repo)
 
 	if repo.Spec.Decryption != nil && repo.Spec.Decryption.Provider != "sops" {
@@ -67,6 +77,14 @@ func (p *pass) run(ctx context.Context) error {
 		return m.err
 	}
 	p.next = interval
+
+	// Git is about to be read: the restrictions again, uncached. The
+	// cache may not yet hold a GitRepoRestriction created a moment ago,
+	// and a refused repository must see no request at all.
+	if eff, refused, err = p.restrict(ctx, p.r.apiReader); err != nil || refused {
+		return err
+	}
+	effJSON, _ = json.Marshal(eff)
 
 	// Credentials: read uncached, never kept.
 	source := gitsource.Repository{
