@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target of the given packages for FUZZTIME each.
-# Packages are those with a `func Fuzz` in a test file, so `go test -list`
-# does not start the control planes of every envtest package just to list
-# nothing; each target runs on its own, as -fuzz needs. The first failure
-# stops the run with its exit code.
+# Targets are the `func FuzzX(f *testing.F)` of the packages' test files,
+# read from the source: `go test -list` would link every test binary (and
+# start an envtest package's control planes in its TestMain) just to list
+# them. Each target runs on its own, as -fuzz needs. The first failure stops
+# the run with its exit code.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source hack/testflags.sh
 fuzztime=${FUZZTIME:-10s}
-pkgs=$(go list -f '{{.ImportPath}} {{.Dir}}' "${@:-./...}" | while read -r pkg dir; do
-	if grep -qs '^func Fuzz' "$dir"/*_test.go; then echo "$pkg"; fi
+targets=$(go list -f '{{.ImportPath}} {{.Dir}}' "${@:-./...}" | while read -r pkg dir; do
+	sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing\.F).*/\1/p' "$dir"/*_test.go 2>/dev/null | sort -u | while read -r name; do
+		echo "$pkg $name"
+	done
 done)
-if [ -z "$pkgs" ]; then
+if [ -z "$targets" ]; then
 	echo "no fuzz targets"
 	exit 0
 fi
-# shellcheck disable=SC2086
-targets=$(go test -list '^Fuzz' $pkgs | awk '/^Fuzz/ {names[++n] = $1} /^ok/ {for (i = 1; i <= n; i++) print $2, names[i]; n = 0}')
 count=0
 while read -r pkg target; do
 	echo "fuzz: $target in $pkg for $fuzztime"

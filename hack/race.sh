@@ -26,6 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source hack/packages.sh
+source hack/testflags.sh
 
 # Envtest suites run without the race detector, each with why no race of
 # fleet's can happen in it.

@@ -11,6 +11,7 @@
 # FLEET_BIN_DIR and PATH as make test sets them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/testflags.sh
 
 mkdir -p bin && e2elog=$(mktemp bin/.e2e-log.XXXXXX) # in bin/, as hack/unit.sh says why
 trap 'rm -f "$e2elog"' EXIT

@@ -19,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
 source hack/packages.sh
+source hack/testflags.sh
 
 if [[ ${UNIT_COMPILE_ONLY:-} == 1 ]]; then
 	# Compile (no link, no run) into the build cache. Errors are left to the
