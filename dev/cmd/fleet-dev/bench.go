@@ -80,7 +80,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&opts.Quick, "quick", false, "smoke run for CI (about two and a half minutes)")
+	f.BoolVar(&opts.Quick, "quick", false, "smoke run for CI (every scenario group small: about six minutes on 2 cores)")
 	f.IntVar(&opts.Clusters, "clusters", 0, "clusters in the scale and agent-rollout scenarios (default 1000, 50 with --quick) and in the fleet scenario (default 10000, 200 with --quick)")
 	f.IntVar(&opts.Shards, "shards", 1, "controller shards")
 	f.StringVar(&jsonFile, "json", "", "write the results as JSON to this file")
