@@ -163,8 +163,7 @@ func runRegistration(ctx context.Context, opts Options, step func(string, ...any
 	as := &agents{}
 	defer as.stopAll()
 	step("scale: %d agent-initiated registrations at once", opts.Clusters)
-	h.profile(ctx, opts.ProfileDir, "scale", 30*time.Second)
-	r, _, err = h.scale(ctx, opts.Clusters, as)
+	r, _, err = h.scale(ctx, opts.Clusters, as, opts.ProfileDir)
 	if err != nil {
 		return results, fmt.Errorf("scale: %w", err)
 	}

@@ -319,7 +319,7 @@ func waitForSecret(ctx context.Context, ds *controlplane.ControlPlane, ns, name 
 }
 
 // scale registers n agent-initiated clusters at once.
-func (h *harness) scale(ctx context.Context, n int, as *agents) (Result, []string, error) {
+func (h *harness) scale(ctx context.Context, n int, as *agents, profileDir string) (Result, []string, error) {
 	r := Result{Name: "scale", Count: n, Goal: "all Ready <= 60 s, controller RSS <= 300 MB, <= 14 writes/registration before Ready, 0 leftovers"}
 	ws := "bench-scale"
 	v, err := h.newWorkspace(ctx, ws)
@@ -357,6 +357,9 @@ func (h *harness) scale(ctx context.Context, n int, as *agents) (Result, []strin
 		return r, nil, err
 	}
 	reads0, writes0, kinds0, _ := h.requestBreakdown(ctx)
+	// Profiled from here: the bootstrap Secrets above are the bench's own
+	// set-up, the registrations below what is measured.
+	h.profile(ctx, profileDir, "scale", 30*time.Second)
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		if _, err := as.start(h.env.Downstreams[i%len(h.env.Downstreams)], fmt.Sprintf("bench-scale-%d", i), h.heartbeat); err != nil {
