@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target of the given packages for FUZZTIME each.
-# Targets are the `func FuzzX(f *testing.F)` of the packages' test files,
+# Targets are the `func FuzzX(<name> *testing.F)` of the packages' test files,
 # read from the source: `go test -list` would link every test binary (and
 # start an envtest package's control planes in its TestMain) just to list
 # them. Each target runs on its own, as -fuzz needs. The first failure stops
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 source hack/testflags.sh
 fuzztime=${FUZZTIME:-10s}
 targets=$(go list -f '{{.ImportPath}} {{.Dir}}' "${@:-./...}" | while read -r pkg dir; do
-	sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing\.F).*/\1/p' "$dir"/*_test.go 2>/dev/null | sort -u | while read -r name; do
+	sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)([A-Za-z0-9_]* \*testing\.F).*/\1/p' "$dir"/*_test.go 2>/dev/null | sort -u | while read -r name; do
 		echo "$pkg $name"
 	done
 done)
