@@ -148,6 +148,10 @@ layering: ## Check the import rules: the agent links no Helm or kustomize, no te
 check-monitoring: ## Parse the example PrometheusRule's PromQL with Prometheus's parser (a module of its own: examples/monitoring/check).
 	cd examples/monitoring/check && GOWORK=off go test -count=1 ./...
 
+.PHONY: sops-compat
+sops-compat: ## Check that gitops/sops and sops' own library read each other's files alike (a module of its own: dev/sopscompat, so the fleet module does not depend on sops' cloud KMS SDKs).
+	cd dev/sopscompat && GOWORK=off go test -count=1 ./...
+
 .PHONY: test-remotedialer
 test-remotedialer: ## Run upstream's tests of the remotedialer fork (a module of its own: third_party/remotedialer, see its FORK.md).
 	cd third_party/remotedialer && CGO_ENABLED=1 go test -race -count=1 ./...

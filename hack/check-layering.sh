@@ -73,11 +73,10 @@ rule "agent without Helm or kustomize" \
 	'^k8s\.io/cli-runtime/pkg/resource$' \
 	"the agent applies what the controller rendered: it must not link the Helm SDK or kustomize (internal/manifest decodes manifests)"
 
-# Not looked into: Helm v4, and sops' age key source, which imports testing
-# only to call testing.Testing() (a test-only password hook, age/tui.go).
+# Not looked into: Helm v4, which imports testing to call testing.Testing().
 rule "no test code in production packages" \
 	"^$m(/|\$)" "$helpers" \
-	"^testing\$|$helpers" '^(helm\.sh/helm/v4/|github\.com/getsops/sops/v3/age$)' \
+	"^testing\$|$helpers" '^helm\.sh/helm/v4/' \
 	"only _test.go files and test helper packages may import testing or a test helper (test helpers belong in dev/testenv)"
 
 # The product is every package of the module but the harness (dev/), the
@@ -95,13 +94,18 @@ rule "the product does not link the dev harness" \
 # holds no harness, no test helper and no test control plane. Go's own
 # testing package is allowed only where Helm v4 links it: its
 # pkg/chart/common and internal/version call testing.Testing() in non-test
-# code (helm/helm#32047, open upstream), and where sops' age key source
-# links it (a test-only password hook, age/tui.go; fleet gitops decrypts
-# with it); nothing of ours may.
+# code (helm/helm#32047, open upstream); nothing of ours may.
 rule "the product binary holds no harness and no test code" \
 	"^$m/cmd/fleet\$" "" \
-	"^$m/dev(/|\$)|$helpers|(^|/)envtest(/|\$)|^testing\$|^$m(/.*)?/[a-z0-9]*test\$" '^(helm\.sh/helm/v4/|github\.com/getsops/sops/v3/age$)' \
+	"^$m/dev(/|\$)|$helpers|(^|/)envtest(/|\$)|^testing\$|^$m(/.*)?/[a-z0-9]*test\$" '^helm\.sh/helm/v4/' \
 	"the image and the CLI run product code only: fleet-dev (dev/cmd/fleet-dev) is the binary of the dev clusters, benchmarks and test environments"
+
+# fleet opens SOPS files with age keys only (gitops/sops); sops' library
+# would link every cloud KMS SDK it supports, which the product never calls.
+rule "the product binary links no cloud KMS SDK" \
+	"^$m/cmd/fleet\$" "" \
+	'^github\.com/getsops/sops/v3(/(aes|keyservice|kms|gcpkms|azkv|hcvault|hckms|pgp|stores(/.*)?))?$|^github\.com/aws/|^cloud\.google\.com/|^github\.com/Azure/|^github\.com/hashicorp/vault/|^github\.com/huaweicloud/' "" \
+	"fleet gitops reads SOPS files with gitops/sops (age keys only): sops' own library links the SDKs of every KMS it supports"
 
 if [[ $failed != 0 ]]; then
 	exit 1

@@ -6,12 +6,12 @@
 // and gets back the manifests that go into the Bundle (encrypted files
 // removed) and the decrypted Secrets, which it stages with Stage.
 //
-// The SOPS format, the data key's recovery, the AES-GCM values and the
-// MAC check are getsops/sops' own code; this package only refuses what it
-// must not do: any key but age (a KMS, Vault or PGP key named in a
-// committed file would make the source component use its ambient cloud
-// credentials or run gpg), identities from the environment or files
-// (SOPS_AGE_KEY*, which could run a command), and encrypted values in
+// The SOPS format (the data key's recovery, the AES-GCM values, the MAC
+// check) is gitops/sops, which opens age keys only and is tested against
+// sops itself. This package refuses what it must not do: any key but age
+// (a KMS, Vault or PGP key named in a committed file would make the source
+// component use its ambient cloud credentials or run gpg), identities from
+// anywhere but the GitRepo's decryption Secret, and encrypted values in
 // anything but a Secret. No error it returns carries a value or key
 // material.
 //
@@ -29,28 +29,15 @@ package decrypt
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/getsops/sops/v3"
-	"github.com/getsops/sops/v3/aes"
-	sopsage "github.com/getsops/sops/v3/age"
-	"github.com/getsops/sops/v3/config"
-	"github.com/getsops/sops/v3/keyservice"
-	"github.com/getsops/sops/v3/logging"
-	sopsjson "github.com/getsops/sops/v3/stores/json"
-	sopsyaml "github.com/getsops/sops/v3/stores/yaml"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gitops-fleet/fleet/gitops/sops"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 )
 
@@ -109,15 +96,12 @@ func Encrypted(f File) bool {
 	}
 }
 
-func isJSON(path string) bool { return strings.EqualFold(filepath.Ext(path), ".json") }
-
 // Decrypt decrypts every SOPS file of a path with keys (nil when the
 // GitRepo names no decryption Secret). Files without SOPS metadata are
 // returned as they are. Any error fails the whole path (a path deployed
 // without one of its Secrets is worse than one not deployed); the errors
 // of all its files are joined, each naming its file.
 func Decrypt(files []File, keys *Keys) (*Result, error) {
-	silenceSOPS()
 	r := &Result{}
 	var errs []error
 	for _, f := range files {
@@ -139,18 +123,6 @@ func Decrypt(files []File, keys *Keys) (*Result, error) {
 	return r, nil
 }
 
-type store interface {
-	sops.EncryptedFileLoader
-	sops.PlainFileEmitter
-}
-
-func storeFor(path string) store {
-	if isJSON(path) {
-		return sopsjson.NewStore(&config.JSONStoreConfig{})
-	}
-	return sopsyaml.NewStore(&config.YAMLStoreConfig{})
-}
-
 // MaxFileSize bounds a SOPS file: it is decoded whole, several times over,
 // and no Bundle holds more anyway.
 const MaxFileSize = 5 << 20
@@ -159,48 +131,38 @@ func decryptFile(f File, keys *Keys) (plain []File, secrets []Secret, err error)
 	if len(f.Data) > MaxFileSize {
 		return nil, nil, fmt.Errorf("%s: a SOPS file of %d bytes is larger than %d bytes", f.Path, len(f.Data), MaxFileSize)
 	}
-	defer func() {
-		// Hostile input has made sops panic before (Flux recovers too); the
-		// panic's value may quote the file, so it is not passed on.
-		if r := recover(); r != nil {
-			plain, secrets, err = nil, nil, fmt.Errorf("%s: not a valid SOPS file (sops could not process it)", f.Path)
-		}
-	}()
-	st := storeFor(f.Path)
-	tree, err := st.LoadEncryptedFile(f.Data)
+	file, err := sops.Load(f.Path, f.Data)
 	if err != nil {
-		// The store's messages name YAML lines and keys, not values.
+		// Load's messages name YAML lines and keys, not values.
 		return nil, nil, fmt.Errorf("%s: not a valid SOPS file: %w", f.Path, err)
 	}
 	if keys == nil {
-		return nil, nil, fmt.Errorf("%s: encrypted with SOPS for %s, but the GitRepo names no decryption Secret (spec.decryption.secretRef)", f.Path, strings.Join(recipientsOf(tree.Metadata), ", "))
+		return nil, nil, fmt.Errorf("%s: encrypted with SOPS for %s, but the GitRepo names no decryption Secret (spec.decryption.secretRef)", f.Path, recipientsOf(file.Metadata))
 	}
-	encrypted := make([]bool, len(tree.Branches))
-	for i, b := range tree.Branches {
-		encrypted[i] = holdsCiphertext(b)
+	encrypted := make([]bool, len(file.Docs))
+	for i, d := range file.Docs {
+		encrypted[i] = holdsCiphertext(d)
 	}
-	tree.Metadata.DataKey = nil
-	dataKey, err := tree.Metadata.GetDataKeyWithKeyServices([]keyservice.KeyServiceClient{ageOnly{keys}}, nil)
+	dataKey, err := file.DataKey(keys.identities...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: no identity of the decryption Secret opens this SOPS file: it is encrypted for %s, the Secret holds identities for %s; add the identity of one of those recipients under a data key ending in %q, or encrypt the file for one of the Secret's recipients (sops updatekeys)",
-			f.Path, strings.Join(recipientsOf(tree.Metadata), ", "), strings.Join(keys.Recipients(), ", "), KeySuffix)
+			f.Path, recipientsOf(file.Metadata), strings.Join(keys.Recipients(), ", "), KeySuffix)
 	}
-	cipher := aes.NewCipher()
-	mac, err := tree.Decrypt(dataKey, cipher)
-	if err != nil {
-		// sops' own message may quote the value: never pass it on.
-		return nil, nil, fmt.Errorf("%s: a value cannot be decrypted: it was changed after the file was encrypted, or written in clear where SOPS expects ciphertext; edit the file with sops (sops edit) or encrypt it again", f.Path)
-	}
-	stored, err := cipher.Decrypt(tree.Metadata.MessageAuthenticationCode, dataKey, tree.Metadata.LastModified.Format(time.RFC3339))
-	if err != nil || stored != mac {
+	switch err := file.Decrypt(dataKey); {
+	case errors.Is(err, sops.ErrMAC):
 		return nil, nil, fmt.Errorf("%s: integrity check failed (the SOPS MAC does not match): a value, key or the sops metadata was changed after the file was encrypted; edit the file with sops (sops edit) or encrypt it again", f.Path)
+	case errors.Is(err, sops.ErrValue):
+		// The message names the value's path, never the value.
+		return nil, nil, fmt.Errorf("%s: %v: it was changed after the file was encrypted, or written in clear where SOPS expects ciphertext; edit the file with sops (sops edit) or encrypt it again", f.Path, err)
+	case err != nil:
+		return nil, nil, fmt.Errorf("%s: not a valid SOPS file: %w", f.Path, err)
 	}
-	for i, b := range tree.Branches {
-		doc, err := st.EmitPlainFile(sops.TreeBranches{b})
+	for i, d := range file.Docs {
+		doc, err := file.Emit(i)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s, document %d: %w", f.Path, i+1, err)
 		}
-		apiVersion, kind := stringAt(b, "apiVersion"), stringAt(b, "kind")
+		apiVersion, kind := stringAt(d, "apiVersion"), stringAt(d, "kind")
 		switch {
 		case apiVersion == "v1" && kind == "Secret":
 			s := &corev1.Secret{}
@@ -215,7 +177,7 @@ func decryptFile(f File, keys *Keys) (plain []File, secrets []Secret, err error)
 			// Decrypted values go only where Secrets go: a ConfigMap or any
 			// other object would put them in the Bundle, readable by whoever
 			// reads Bundles.
-			return nil, nil, fmt.Errorf("%s, document %d: %s %q holds SOPS-encrypted values, but only Secrets (apiVersion v1, kind Secret) may: decrypted values never go into a Bundle; move the values into a Secret, or leave this object unencrypted (encrypted_regex: ^(data|stringData)$)", f.Path, i+1, describe(kind), stringAt(b, "metadata", "name"))
+			return nil, nil, fmt.Errorf("%s, document %d: %s %q holds SOPS-encrypted values, but only Secrets (apiVersion v1, kind Secret) may: decrypted values never go into a Bundle; move the values into a Secret, or leave this object unencrypted (encrypted_regex: ^(data|stringData)$)", f.Path, i+1, describe(kind), stringAt(d, "metadata", "name"))
 		default:
 			plain = append(plain, File{Path: f.Path, Data: doc})
 		}
@@ -232,20 +194,14 @@ func describe(kind string) string {
 
 // stringAt is the string at a path of top-level keys of a document, "" if
 // there is none.
-func stringAt(b sops.TreeBranch, path ...string) string {
+func stringAt(b sops.Branch, path ...string) string {
 	var cur any = b
 	for _, p := range path {
-		br, ok := cur.(sops.TreeBranch)
+		br, ok := cur.(sops.Branch)
 		if !ok {
 			return ""
 		}
-		cur = nil
-		for _, it := range br {
-			if k, ok := it.Key.(string); ok && k == p {
-				cur = it.Value
-				break
-			}
-		}
+		cur = br.Get(p)
 	}
 	s, _ := cur.(string)
 	return s
@@ -254,7 +210,7 @@ func stringAt(b sops.TreeBranch, path ...string) string {
 // holdsCiphertext reports whether a document has a SOPS-encrypted value.
 func holdsCiphertext(v any) bool {
 	switch v := v.(type) {
-	case sops.TreeBranch:
+	case sops.Branch:
 		for _, it := range v {
 			if holdsCiphertext(it.Value) {
 				return true
@@ -266,8 +222,8 @@ func holdsCiphertext(v any) bool {
 				return true
 			}
 		}
-	case string:
-		return strings.HasPrefix(v, "ENC[AES256_GCM,")
+	default:
+		return sops.IsEncrypted(v)
 	}
 	return false
 }
@@ -275,59 +231,9 @@ func holdsCiphertext(v any) bool {
 // recipientsOf names the keys a SOPS file is encrypted for: age
 // recipients, or the type and identifier of any other key (a KMS ARN, a
 // PGP fingerprint): public names, never key material.
-func recipientsOf(md sops.Metadata) []string {
-	var out []string
-	for _, g := range md.KeyGroups {
-		for _, k := range g {
-			if a, ok := k.(*sopsage.MasterKey); ok {
-				out = append(out, a.Recipient)
-				continue
-			}
-			out = append(out, k.TypeToIdentifier()+" "+k.ToString()+" (not supported: only age)")
-		}
+func recipientsOf(md sops.Metadata) string {
+	if r := md.Recipients(); len(r) > 0 {
+		return strings.Join(r, ", ")
 	}
-	if len(out) == 0 {
-		return []string{"no key"}
-	}
-	return out
-}
-
-// ageOnly is the key service the data key is recovered with: age keys with
-// the given identities only. sops' default local service would use the
-// process's cloud credentials for KMS keys, run gpg for PGP keys and read
-// age identities from the environment or files (or run SOPS_AGE_KEY_CMD).
-type ageOnly struct{ keys *Keys }
-
-func (s ageOnly) Decrypt(_ context.Context, req *keyservice.DecryptRequest, _ ...grpc.CallOption) (*keyservice.DecryptResponse, error) {
-	ak := req.GetKey().GetAgeKey()
-	if ak == nil {
-		return nil, errors.New("only age keys are supported")
-	}
-	if s.keys == nil || len(s.keys.identities) == 0 {
-		// Never let the age key source look elsewhere.
-		return nil, errors.New("no age identity")
-	}
-	mk := &sopsage.MasterKey{Recipient: ak.Recipient, EncryptedKey: string(req.GetCiphertext())}
-	sopsage.ParsedIdentities(s.keys.identities).ApplyToMasterKey(mk)
-	plain, err := mk.Decrypt()
-	if err != nil {
-		return nil, errors.New("no identity matches")
-	}
-	return &keyservice.DecryptResponse{Plaintext: plain}, nil
-}
-
-func (ageOnly) Encrypt(context.Context, *keyservice.EncryptRequest, ...grpc.CallOption) (*keyservice.EncryptResponse, error) {
-	return nil, errors.New("the source component never encrypts")
-}
-
-var silence sync.Once
-
-// silenceSOPS discards sops' own loggers: one logs comments it cannot
-// decrypt, which is content of the file. Errors reach the caller instead.
-func silenceSOPS() {
-	silence.Do(func() {
-		for _, l := range logging.Loggers {
-			l.SetOutput(io.Discard)
-		}
-	})
+	return "no key"
 }

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/getsops/sops/v3/keys"
-	"github.com/getsops/sops/v3/kms"
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
@@ -344,9 +342,12 @@ func TestDecrypt_PlainFilesPassUnchanged(t *testing.T) {
 func TestDecrypt_OtherKeyTypesAreRefusedWithoutCallingThem(t *testing.T) {
 	// A committed file names an AWS KMS key: sops' default key service
 	// would call AWS with the source component's own credentials.
-	k := kms.NewMasterKeyFromArn("arn:aws:kms:eu-west-1:111122223333:key/abcd", nil, "")
-	k.EncryptedKey = "Zm9v"
-	enc := sopstest.EncryptWith(t, "s.yaml", kubeconfigFile(), kubeconfigRules, []keys.MasterKey{k}, sopstest.RandomDataKey(t))
+	withAge := encryptFor(t, "s.yaml", kubeconfigFile(), kubeconfigRules, newIdentity(t).Recipient().String())
+	metadata := regexp.MustCompile(`(?s)\n    age:\n.*?\n    lastmodified:`)
+	enc := metadata.ReplaceAll(withAge, []byte("\n    kms:\n        - arn: arn:aws:kms:eu-west-1:111122223333:key/abcd\n          enc: Zm9v\n    lastmodified:"))
+	if bytes.Equal(enc, withAge) {
+		t.Fatal("the age key was not replaced")
+	}
 	_, err := Decrypt([]File{{Path: "s.yaml", Data: enc}}, keysOf(t, newIdentity(t)))
 	if err == nil || !strings.Contains(err.Error(), "arn:aws:kms:eu-west-1:111122223333:key/abcd") || !strings.Contains(err.Error(), "only age") {
 		t.Fatalf("want a refusal naming the KMS key, got %v", err)

@@ -1,14 +1,12 @@
-// Package sopstest encrypts test fixtures as `sops --encrypt` writes them,
-// with sops' own library (dev/sopsfile), for age recipients generated in
-// the test: no private key is ever committed.
+// Package sopstest encrypts test fixtures as `sops --encrypt` writes them
+// (dev/sopsfile), for age recipients generated in the test: no private key
+// is ever committed.
 package sopstest
 
 import (
-	"crypto/rand"
 	"testing"
 
 	"filippo.io/age"
-	"github.com/getsops/sops/v3/keys"
 
 	"github.com/gitops-fleet/fleet/dev/sopsfile"
 )
@@ -44,24 +42,4 @@ func Encrypt(t testing.TB, path string, plain []byte, r Rules, recipients ...str
 		t.Fatal(err)
 	}
 	return out
-}
-
-// EncryptWith is sopsfile.EncryptWith, failing the test on an error.
-func EncryptWith(t testing.TB, path string, plain []byte, r Rules, group []keys.MasterKey, dataKey []byte) []byte {
-	t.Helper()
-	out, err := sopsfile.EncryptWith(path, plain, r, group, dataKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// RandomDataKey is a data key for EncryptWith.
-func RandomDataKey(t testing.TB) []byte {
-	t.Helper()
-	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		t.Fatal(err)
-	}
-	return k
 }
