@@ -75,6 +75,9 @@ type Options struct {
 
 	// Workers is the number of concurrent Cluster reconciles.
 	Workers int
+	// BundleWriters is how many clusters' BundleDeployments one Bundle
+	// reconcile writes at once (zero: bundle.DefaultWriters).
+	BundleWriters int
 
 	// Shard is this replica's share of the work when several controllers
 	// split it; each shard elects its own leader.
@@ -123,6 +126,9 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = config.DefaultSystemNamespace
+	}
+	if opts.BundleWriters < 0 {
+		return nil, fmt.Errorf("--bundle-writers is %d: give a number of clusters written at once, at least 1", opts.BundleWriters)
 	}
 	restCfg := rest.CopyConfig(opts.RestConfig)
 	restCfg.UserAgent = "fleet-controller"
@@ -223,6 +229,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		Recorder:  events,
 		Renderer:  bundleRenderer,
 		APIReader: mgr.GetAPIReader(),
+		Writers:   opts.BundleWriters,
 	}).SetupWithManager(mgr, 0); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/gitops-fleet/fleet/controller"
+	"github.com/gitops-fleet/fleet/controller/bundle"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
 )
@@ -53,6 +54,7 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", 20*time.Second, "leader election renew deadline")
 	f.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", 5*time.Second, "leader election retry period")
 	f.IntVar(&opts.Workers, "workers", 10, "concurrent Cluster reconciles")
+	f.IntVar(&opts.BundleWriters, "bundle-writers", bundle.DefaultWriters, "clusters whose BundleDeployment and content one Bundle reconcile writes at once (a Bundle change on many clusters is bounded by it and by the upstream API server's write rate)")
 	f.IntVar(&opts.Shard.Index, "shard-index", 0, "this replica's shard, in [0, --shard-count)")
 	f.IntVar(&opts.Shard.Count, "shard-count", 1, "number of shards splitting the clusters between controller replicas")
 	f.Float32Var(&opts.QPS, "kube-api-qps", controller.DefaultQPS, "requests per second to the upstream API server (client-side limit)")

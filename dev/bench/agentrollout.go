@@ -37,7 +37,7 @@ func runAgentRollout(ctx context.Context, opts Options, step func(string, ...any
 		n = opts.Clusters
 	}
 	step("agent-rollout: starting an upstream control plane and the controller")
-	h, err := startHarness(ctx, 0, time.Hour, opts.FleetBinary, 1, opts.renderMode())
+	h, err := startHarness(ctx, 0, time.Hour, 1, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -210,8 +210,11 @@ type standInAgents struct {
 }
 
 // standInWorkers is how many BundleDeployments the stand-in agents report
-// at once.
-const standInWorkers = 16
+// at once. Real agents report in parallel, one per cluster, so the
+// stand-ins must not be what bounds a rollout on thousands of clusters:
+// each report is two round trips, and 16 workers were about as many as the
+// controller's own writers.
+const standInWorkers = 64
 
 func (s *standInAgents) run(ctx context.Context, wc client.WithWatch) {
 	sel := s.selector

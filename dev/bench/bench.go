@@ -40,6 +40,9 @@ type Options struct {
 	// chart installs it: a renderer process the controller reaches over
 	// TLS) or RenderInPod (workers that are children of the controller).
 	Render string
+	// ControllerArgs are added to the controller's command line (tuning
+	// flags such as --bundle-writers, to compare settings).
+	ControllerArgs []string
 }
 
 // Where Bundles render (Options.Render).
@@ -142,7 +145,7 @@ func runRegistration(ctx context.Context, opts Options, step func(string, ...any
 	results = append(results, r)
 
 	step("starting an upstream and %d downstream control planes and %d controller shard(s)", downstreams, max(1, opts.Shards))
-	h, err := startHarness(ctx, downstreams, heartbeat, opts.FleetBinary, opts.Shards, opts.renderMode())
+	h, err := startHarness(ctx, downstreams, heartbeat, opts.Shards, opts)
 	if err != nil {
 		return results, err
 	}

@@ -42,7 +42,7 @@ func runFleetScale(ctx context.Context, opts Options, step func(string, ...any))
 		n = opts.Clusters
 	}
 	step("fleet-steady: starting an upstream control plane and the controller")
-	h, err := startHarness(ctx, 0, interval, opts.FleetBinary, opts.Shards, opts.renderMode())
+	h, err := startHarness(ctx, 0, interval, opts.Shards, opts)
 	if err != nil {
 		return nil, err
 	}

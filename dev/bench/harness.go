@@ -40,7 +40,10 @@ type harness struct {
 	renderer    *renderenv.Renderer // nil: in-pod render workers
 }
 
-func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, fleetBin string, shards int, renderMode string) (*harness, error) {
+// startHarness starts the control planes and opts' controller (and
+// renderer) with shards shards.
+func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, shards int, opts Options) (*harness, error) {
+	fleetBin, renderMode := opts.FleetBinary, opts.renderMode()
 	env, err := controlplane.Start(ctx, controlplane.Options{Downstreams: downstreams,
 		// Many agents at once: leave the API server room.
 		APIServerFlags: []string{"max-requests-inflight=2000", "max-mutating-requests-inflight=1000"}})
@@ -96,7 +99,8 @@ func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration,
 		args := []string{"controller", "--kubeconfig", kc, "--namespace", config.DefaultSystemNamespace,
 			"--metrics-address", metrics, "--probe-address", "0", "--leader-elect=false", "--workers", "20",
 			"--pprof-address", pprof, fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", shards)}
-		cmd := exec.Command(fleetBin, append(args, rendererArgs...)...)
+		args = append(append(args, rendererArgs...), opts.ControllerArgs...)
+		cmd := exec.Command(fleetBin, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			h.stop()

@@ -172,7 +172,8 @@ func openGroup(g []AgeKey, ids []age.Identity) []byte {
 }
 
 // Decrypt decrypts every encrypted value in place and checks the MAC.
-// Errors wrap ErrValue (naming the path) or ErrMAC; none holds a value.
+// Errors wrap ErrValue (naming the path) or ErrMAC; none holds a value. On
+// an error the documents are partly decrypted: discard the File.
 func (f *File) Decrypt(key []byte) error {
 	m := &f.Metadata
 	if m.EncryptedCommentRegex != "" || m.UnencryptedCommentRegex != "" {

@@ -86,6 +86,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 	f.StringVar(&jsonFile, "json", "", "write the results as JSON to this file")
 	f.StringSliceVar(&opts.Only, "only", nil, "run only these scenario groups: "+strings.Join(bench.Groups, ", ")+" (default: all)")
 	f.StringVar(&opts.Render, "render", bench.RenderRemote, "where Bundles render: "+bench.RenderRemote+" (a fleet renderer process the controller reaches over TLS, as the chart installs it) or "+bench.RenderInPod+" (workers that are children of the controller, renderer.enabled=false)")
+	f.StringArrayVar(&opts.ControllerArgs, "controller-arg", nil, "add this argument to the controller's command line, e.g. --controller-arg=--bundle-writers=32 (repeatable)")
 	f.IntVar(&opts.Tunnels, "tunnels", 0, "idle tunnels in the tunnels-idle scenario (default 1000, 100 with --quick)")
 	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a registration scenario is more than 3× the value recorded for this mode in this file (dev/bench/baseline.json)")
 	f.StringVar(&recordFile, "record-baseline", "", "record this run's registration p50s for its mode in this file")
