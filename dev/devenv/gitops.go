@@ -15,7 +15,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/gitserver"
-	"github.com/gitops-fleet/fleet/dev/sopsfile"
+	"github.com/gitops-fleet/fleet/gitops/sops"
 )
 
 // GitopsRepo is examples/gitops as a user's repository on a dev git server,
@@ -41,7 +41,7 @@ const GitopsNamespace = "fleet-local"
 // only Secrets' values are encrypted, and the MAC covers only them, so the
 // Cluster beside its kubeconfig stays readable and editable in clear (a
 // redeployAgentGeneration bump is a one-line change in a pull request).
-var SOPSRules = sopsfile.ValuesOfSecretsMACOnly
+var SOPSRules = sops.Rules{EncryptedRegex: "^(data|stringData)$", MACOnlyEncrypted: true}
 
 // Publish commits dir (examples/gitops) into the repository as a user
 // following its README would: each placeholder kubeconfig Secret named in
@@ -68,7 +68,7 @@ func (g *GitopsRepo) Publish(dir string, kubeconfigs map[string][]byte) (string,
 		for _, n := range names {
 			found[n] = true
 		}
-		if files[rel], err = sopsfile.Encrypt(rel, replaced, SOPSRules, g.Recipient); err != nil {
+		if files[rel], err = sops.Encrypt(rel, replaced, SOPSRules, g.Recipient); err != nil {
 			return "", fmt.Errorf("%s: encrypting: %w", rel, err)
 		}
 	}
