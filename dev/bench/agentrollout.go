@@ -212,8 +212,9 @@ type standInAgents struct {
 // standInWorkers is how many BundleDeployments the stand-in agents report
 // at once. Real agents report in parallel, one per cluster, so the
 // stand-ins must not be what bounds a rollout on thousands of clusters:
-// each report is two round trips, and 16 workers were about as many as the
-// controller's own writers.
+// each report is two round trips, as each cluster is for the controller,
+// which writes 32 clusters at once (bundle.DefaultWriters); 16 stand-in
+// workers would have been fewer.
 const standInWorkers = 64
 
 func (s *standInAgents) run(ctx context.Context, wc client.WithWatch) {
