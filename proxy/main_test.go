@@ -315,6 +315,22 @@ func status(t *testing.T, resp *http.Response) (int, string) {
 	return resp.StatusCode, st.Message
 }
 
+// eventuallyRefused retries a request until fleet-proxy itself refuses it
+// with code and a message holding want. The status code alone does not
+// tell: until the upstream API server's RBAC cache holds a new grant, or
+// while it finds fleet-proxy's APIService unavailable, the aggregator
+// answers 403 or 503 of its own.
+func eventuallyRefused(t *testing.T, what string, code int, want string, do func() *http.Response) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, what, func() error {
+		got, msg := status(t, do())
+		if got != code || !strings.Contains(msg, want) {
+			return fmt.Errorf("status %d: %s", got, msg)
+		}
+		return nil
+	})
+}
+
 // eventually retries a request until the want status (RBAC and the 10 s
 // authorization cache settle).
 func eventuallyStatus(t *testing.T, what string, want int, do func() *http.Response) *http.Response {

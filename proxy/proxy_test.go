@@ -192,10 +192,8 @@ func TestProxy_NotConnectedCluster503(t *testing.T) {
 	alice := newUser(t, users, "alice")
 	grant(t, ws, alice.name, "offline")
 	get := func() *http.Response { return alice.do(t, http.MethodGet, clusterPath(ws, "offline", "/api"), nil) }
-	resp := eventuallyStatus(t, "503 for a cluster without a tunnel", http.StatusServiceUnavailable, get)
-	if _, msg := status(t, resp); msg != "cluster "+ws+"/offline is not connected: there is no such Cluster" {
-		t.Errorf("message %q", msg)
-	}
+	eventuallyRefused(t, "503 for a cluster without a tunnel", http.StatusServiceUnavailable,
+		"cluster "+ws+"/offline is not connected: there is no such Cluster", get)
 
 	// The Cluster turns Ready, its agent has not attached yet.
 	c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ws, Name: "offline"}}
@@ -685,12 +683,9 @@ func TestAttach_NotAnAgentRefused(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	resp := eventuallyStatus(t, "attach reaching fleet-proxy", http.StatusForbidden, func() *http.Response {
+	eventuallyRefused(t, "attach refused by fleet-proxy", http.StatusForbidden, "this identity may not hold the tunnel of this cluster", func() *http.Response {
 		return u.do(t, http.MethodGet, "/apis/"+proxy.GroupVersion+"/namespaces/"+ns+"/clusters/c1/attach", nil)
 	})
-	if _, msg := status(t, resp); !strings.Contains(msg, "this identity may not hold the tunnel of this cluster") {
-		t.Errorf("message %q", msg)
-	}
 	if fleetProxy.Tunnels().Server.HasSession(ns + "/c1") {
 		t.Error("a caller that is no agent holds a session")
 	}
