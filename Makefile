@@ -190,8 +190,9 @@ e2e: dev-deps dev-bins helm images ## Run only the e2e suite on real local clust
 	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
 .PHONY: race
-race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (hack/race.sh: where fleet's code has concurrency; not e2e); CI runs it after make test; needs cgo and gcc.
+race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (hack/race.sh: where fleet's code has concurrency; not e2e), then the remotedialer fork's own tests (make test-remotedialer; they are race tests, and a cold make test would compile the race runtime for them alone); CI runs it after make test; needs cgo and gcc.
 	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
+	$(MAKE) --no-print-directory test-remotedialer
 
 .PHONY: fuzz
 FUZZTIME ?= 10s

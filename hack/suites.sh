@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# make test's suites: the unit and envtest suites (hack/unit.sh), the
-# remotedialer fork's own tests, and, side by side with them, the e2e suite
-# on real local clusters. Both halves spend most of their time waiting (for
+# make test's suites: the unit and envtest suites (hack/unit.sh) and, side
+# by side with them, the e2e suite on real local clusters. Both halves spend most of their time waiting (for
 # controllers, API servers, kubelets, pods), so on a 2-core machine each
 # fills the other's waits: together they take little more than the longer
 # one. Every bounded wait in them is written for a loaded machine.
@@ -28,7 +27,6 @@ echo "suites: the e2e suite runs beside the unit and envtest suites (its output 
 rc=0
 hack/unit.sh "$@" || rc=1
 echo "suites: unit and envtest suites done in $((SECONDS - start))s"
-make --no-print-directory test-remotedialer || rc=1
 echo "suites: waiting for the e2e suite"
 wait "$e2e_pid" || rc=1
 echo "suites: e2e suite output:"
