@@ -36,7 +36,9 @@ var (
 	// proxyAddr is fleet-proxy's listener, for requests that bypass the
 	// upstream API server.
 	proxyAddr string
-	backend   *httptest.Server
+	// endpointAddr is fleet-proxy's endpoint (bearer tokens, no aggregator).
+	endpointAddr string
+	backend      *httptest.Server
 	// servingCA verifies fleet-proxy's serving certificate.
 	servingCA []byte
 	logs      *testenv.Logs
@@ -177,11 +179,22 @@ func setup(s *testenv.Suite) error {
 		return err
 	}
 
+	el, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return err
+	}
+	endpointAddr = el.Addr().String()
+
 	if err := up.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyNamespace}}); err != nil {
 		return err
 	}
+	// What the chart makes with proxy.endpoint.url; fleet-proxy adds the CA.
+	if err := proxyenv.RegisterEndpoint(ctx, up.Client, "https://"+endpointAddr); err != nil {
+		return err
+	}
 	if fleetProxy, err = proxy.New(proxy.Options{Config: up.Config, Namespace: proxyNamespace, Replica: "test",
-		Listener: l, Certificate: &cert, ServingCA: certPEM, StreamRecheckInterval: time.Second}); err != nil {
+		Listener: l, Certificate: &cert, ServingCA: certPEM, StreamRecheckInterval: time.Second,
+		EndpointListener: el, PublishEndpointCA: true}); err != nil {
 		return err
 	}
 	keys = fleetProxy.SigningKeys()

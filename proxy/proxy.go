@@ -60,6 +60,20 @@ type Options struct {
 	ServingCA                 []byte
 	SetAPIServiceCABundle     bool
 
+	// The endpoint (endpoint.go: the clusters' proxy without the upstream
+	// API server, bearer tokens only) is served on EndpointListener, else
+	// on EndpointListen; neither: not served. Its certificate is
+	// EndpointCertFile and EndpointKeyFile, with EndpointCAFile the CA
+	// that verifies it; none: the serving certificate and its CA.
+	// PublishEndpointCA writes that CA into ConfigMap
+	// kube-public/fleet-proxy-endpoint, where `fleet kubeconfig` finds it.
+	EndpointListener                                  net.Listener
+	EndpointListen                                    string
+	EndpointCertFile, EndpointKeyFile, EndpointCAFile string
+	PublishEndpointCA                                 bool
+	endpointCert                                      *tls.Certificate
+	endpointCA                                        []byte
+
 	// PodIP is this replica's address: the other ready endpoints of
 	// Service are its peers (empty: no peering, one replica only).
 	PodIP string
@@ -209,8 +223,20 @@ func New(o Options) (*Proxy, error) {
 }
 
 // loadCertificate reads CertFile, KeyFile and CAFile into Certificate and
-// ServingCA.
+// ServingCA, and the endpoint's files.
 func (o *Options) loadCertificate() error {
+	if o.EndpointCertFile != "" || o.EndpointKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.EndpointCertFile, o.EndpointKeyFile)
+		if err != nil {
+			return fmt.Errorf("loading the endpoint's serving certificate: %w", err)
+		}
+		o.endpointCert = &cert
+		if o.EndpointCAFile != "" {
+			if o.endpointCA, err = os.ReadFile(o.EndpointCAFile); err != nil {
+				return fmt.Errorf("reading the endpoint's serving certificate's CA: %w", err)
+			}
+		}
+	}
 	if o.CertFile == "" && o.KeyFile == "" {
 		return nil
 	}
@@ -292,10 +318,19 @@ func (p *Proxy) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	el, endpointCert, err := p.endpointListener(ctx, cert, ca)
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.status.Run(ctx) })
 	g.Go(func() error { p.server.RunDirectRecheck(ctx, o.DirectRecheckInterval); return nil })
 	g.Go(func() error { return p.server.Serve(ctx, tls.NewListener(l, TLSConfig(*cert))) })
+	if el != nil {
+		g.Go(func() error {
+			return p.server.ServeEndpoint(ctx, tls.NewListener(el, EndpointTLSConfig(*endpointCert)))
+		})
+	}
 	if o.MetricsAddress != "0" && o.MetricsAddress != "" && p.gatherer != nil {
 		ms := &http.Server{Addr: o.MetricsAddress, ReadHeaderTimeout: 10 * time.Second,
 			Handler: promhttp.HandlerFor(p.gatherer, promhttp.HandlerOpts{})}
@@ -309,6 +344,35 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	close(p.started)
 	return g.Wait()
+}
+
+// endpointListener opens the endpoint's listener, when there is one, and
+// publishes the CA of its certificate (its own, else the serving one).
+func (p *Proxy) endpointListener(ctx context.Context, servingCert *tls.Certificate, servingCA []byte) (net.Listener, *tls.Certificate, error) {
+	o := p.o
+	if o.EndpointListener == nil && o.EndpointListen == "" {
+		return nil, nil, nil
+	}
+	cert, ca := o.endpointCert, o.endpointCA
+	if cert == nil {
+		cert, ca = servingCert, servingCA
+	}
+	if o.PublishEndpointCA {
+		if len(ca) == 0 {
+			return nil, nil, errors.New("publishing the endpoint's CA needs it: --endpoint-tls-ca-file (or --tls-ca-file when the endpoint uses the serving certificate)")
+		}
+		if err := PublishEndpointCA(ctx, p.cs, ca); err != nil {
+			return nil, nil, err
+		}
+	}
+	l := o.EndpointListener
+	if l == nil {
+		var err error
+		if l, err = net.Listen("tcp", o.EndpointListen); err != nil {
+			return nil, nil, fmt.Errorf("the endpoint's listener: %w", err)
+		}
+	}
+	return l, cert, nil
 }
 
 // Started is closed once Run serves.

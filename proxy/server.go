@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
@@ -132,6 +133,9 @@ type Server struct {
 	authz   authorizer.Authorizer
 	metrics *metrics
 	handler http.Handler
+	// tokenAuthn and endpoint serve fleet-proxy's endpoint (endpoint.go).
+	tokenAuthn authenticator.Request
+	endpoint   http.Handler
 	// transports are the pooled transports to the agents.
 	transports agentTransports
 }
@@ -178,7 +182,12 @@ func newServer(opts serverOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, authn: authn, authz: authz, metrics: m}
+	tokenAuthn, err := newTokenAuth(opts.Client, ttl)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, authn: authn, authz: authz, metrics: m, tokenAuthn: tokenAuthn}
+	s.endpoint = s.endpointHandler()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", ok)
 	mux.HandleFunc("GET /readyz", ok)
@@ -232,8 +241,18 @@ func TLSConfig(cert tls.Certificate) *tls.Config {
 
 // Serve serves on l (a TLS listener made with TLSConfig) until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	return serve(ctx, l, s.handler)
+}
+
+// ServeEndpoint serves fleet-proxy's endpoint on l (a TLS listener made
+// with EndpointTLSConfig) until ctx ends.
+func (s *Server) ServeEndpoint(ctx context.Context, l net.Listener) error {
+	return serve(ctx, l, s.endpoint)
+}
+
+func serve(ctx context.Context, l net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           h,
 		ReadHeaderTimeout: 30 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}

@@ -210,7 +210,7 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte("proxy: {enabled: true}\n")})
+	out, err := renderer.Render(renderer.Input{Chart: ch, ReleaseName: "fleet", Namespace: "cattle-fleet-system", Values: []byte("proxy: {enabled: true, endpoint: {enabled: true, url: \"https://fleet-proxy.example.com\"}}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +258,14 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 			// Whether the replica a Connected=True names still runs.
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		},
+		// fleet-proxy's endpoint (kube-public): every authenticated user
+		// reads where it is; fleet-proxy writes its CA there, nothing else.
+		"Role/fleet-proxy-endpoint-reader": {
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"fleet-proxy-endpoint"}, Verbs: []string{"get"}},
+		},
+		"Role/fleet-proxy-endpoint-writer": {
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"fleet-proxy-endpoint"}, Verbs: []string{"get", "patch"}},
+		},
 	}
 	wantBindings := map[string]string{
 		"ClusterRoleBinding/fleet-proxy-entry":                              "ClusterRole/fleet-proxy-entry -> Group/system:authenticated",
@@ -265,6 +273,8 @@ func TestFleetChart_ProxyRBACIsTheReviewedList(t *testing.T) {
 		"ClusterRoleBinding/fleet-proxy:auth-delegator":                     "ClusterRole/system:auth-delegator -> ServiceAccount/cattle-fleet-system/fleet-proxy",
 		"RoleBinding/fleet-proxy":                                           "Role/fleet-proxy -> ServiceAccount/cattle-fleet-system/fleet-proxy",
 		"RoleBinding/fleet-proxy:extension-apiserver-authentication-reader": "Role/extension-apiserver-authentication-reader -> ServiceAccount/cattle-fleet-system/fleet-proxy",
+		"RoleBinding/fleet-proxy-endpoint-reader":                           "Role/fleet-proxy-endpoint-reader -> Group/system:authenticated",
+		"RoleBinding/fleet-proxy-endpoint-writer":                           "Role/fleet-proxy-endpoint-writer -> ServiceAccount/cattle-fleet-system/fleet-proxy",
 	}
 	gotRules := map[string][]rbacv1.PolicyRule{}
 	gotBindings := map[string]string{}

@@ -262,6 +262,10 @@ func TestFleetChart_RefusesMistakes(t *testing.T) {
 		{[]string{"--set", "resources.limit.memory=1Gi"}, "additional properties 'limit' not allowed"},
 		{[]string{"--set", "probePort=8080"}, "metrics.port and probePort are both 8080"},
 		{[]string{"--set", "proxy.metricsPort=8443"}, "proxy.port and proxy.metricsPort are both 8443"},
+		{[]string{"--set", "proxy.endpoint.enabled=true"}, "proxy.endpoint.enabled needs proxy.endpoint.url"},
+		{[]string{"--set", "proxy.endpoint.enabled=true", "--set", "proxy.endpoint.url=http://fleet-proxy.example.com"}, "at '/proxy/endpoint/url'"},
+		{[]string{"--set", "proxy.endpoint.enabled=true", "--set", "proxy.endpoint.url=https://fleet-proxy.example.com", "--set", "proxy.endpoint.port=8443"},
+			"proxy.endpoint.port 8443 is also proxy.port or proxy.metricsPort"},
 	} {
 		render := renderFleetChart
 		if i%3 == 0 {
@@ -290,6 +294,8 @@ func TestFleetChart_DefaultsAndDocumentedValuesRender(t *testing.T) {
 			"--set", "agent.tlsMode=strict", "--set", "apiServerURL=https://10.0.0.1:6443", "--set-file", "apiServerCA=" + ca,
 			"--set", "capi.namespaces={capi}"},
 		{"--set", "bootstrap.enabled=false", "--set", "renderer.enabled=false", "--set", "proxy.enabled=false", "--set", "metrics.enabled=false"},
+		{"--set", "proxy.endpoint.enabled=true", "--set", "proxy.endpoint.url=https://fleet-proxy.example.com:9443",
+			"--set", "proxy.endpoint.serviceType=LoadBalancer", "--set", "proxy.endpoint.tlsSecretName=fleet-proxy-endpoint-tls"},
 		{"--set", "logLevel=debug", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.interval=1m",
 			"--set", "metrics.serviceMonitor.labels.release=prometheus", "--set", "imagePullSecrets[0].name=regcred",
 			"--set", "bundleRendering.maxSize=100000000", "--set", "bundleRendering.memoryLimit=0.5Gi"},

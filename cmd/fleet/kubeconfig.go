@@ -28,6 +28,13 @@ instead, for a kubeconfig that works elsewhere (it then holds your credentials: 
 The Cluster must exist (an error otherwise). If you may not read it, or may not use its proxy (get on
 fleet.cattle.io clusters/proxy), you are warned on stderr and the kubeconfig is still printed.
 
+When fleet-proxy has an endpoint of its own (the chart's proxy.endpoint; ConfigMap
+kube-public/fleet-proxy-endpoint says where), the context goes there instead, without the upstream API
+server's hop, if your user has a bearer token (a token, a token file, an exec plugin) and does not
+impersonate: the endpoint asks the upstream API server who the token is (TokenReview) and authorizes
+exactly as the upstream path does, so your rights are the same. It sees your upstream token. A second
+context <name>-upstream keeps the upstream path; --no-proxy-endpoint writes only that path.
+
 When the Cluster has a direct endpoint (spec.agentDirectEndpoint), a second context <name>-direct
 reaches it without the upstream: its user is a direct token fleet-proxy issues you for this Cluster
 (--direct-token-ttl, default one hour), carrying the verbs of clusters/proxy you hold, so your rights
@@ -89,6 +96,7 @@ credential: the kubeconfig then holds it.`,
 	f.StringVar(&outputFile, "output-file", "", "write the kubeconfig to this file (mode 0600, replaced whole) instead of standard output")
 	f.DurationVar(&req.DirectTokenTTL, "direct-token-ttl", time.Hour, "lifetime of the direct context's token (a Cluster with spec.agentDirectEndpoint; at most fleet-proxy's --direct-token-max-lifetime, and no longer than your credential)")
 	f.BoolVar(&req.NoDirect, "no-direct", false, "write no direct context, even when the Cluster has a direct endpoint")
+	f.BoolVar(&req.NoProxyEndpoint, "no-proxy-endpoint", false, "reach the Cluster through the upstream API server even when fleet-proxy has an endpoint of its own")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
 }

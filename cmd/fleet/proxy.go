@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/proxy"
 )
@@ -48,6 +49,11 @@ func newProxyCommand() *cobra.Command {
 	f.StringVar(&o.CertFile, "tls-cert-file", "", "serving certificate (default: Secret fleet-proxy-tls, made when missing)")
 	f.StringVar(&o.KeyFile, "tls-private-key-file", "", "serving certificate's key")
 	f.StringVar(&o.CAFile, "tls-ca-file", "", "CA that verifies the serving certificate of --tls-cert-file, for connections to the other replicas")
+	f.StringVar(&o.EndpointListen, "endpoint-listen", "", "address of fleet-proxy's endpoint: the clusters' proxy served without the upstream API server, to bearer tokens the upstream API server accepts (TokenReview), authorized as through it; it sees users' upstream tokens (empty: no endpoint)")
+	f.StringVar(&o.EndpointCertFile, "endpoint-tls-cert-file", "", "the endpoint's serving certificate, for the host users reach it at (default: the serving certificate)")
+	f.StringVar(&o.EndpointKeyFile, "endpoint-tls-private-key-file", "", "the endpoint's serving certificate's key")
+	f.StringVar(&o.EndpointCAFile, "endpoint-tls-ca-file", "", "CA that verifies --endpoint-tls-cert-file, published for clients")
+	f.BoolVar(&o.PublishEndpointCA, "publish-endpoint-ca", true, "with --endpoint-listen, write the CA of the endpoint's certificate into ConfigMap "+proxyv1.EndpointConfigMapNamespace+"/"+proxyv1.EndpointConfigMap+" (the chart makes it with the URL), where `fleet kubeconfig` finds it")
 	f.StringVar(&o.PodIP, "pod-ip", os.Getenv("POD_IP"), "this pod's IP (the downward API's status.podIP): the other ready endpoints of --service are its peers (empty: no peering, one replica only)")
 	f.BoolVar(&o.SetAPIServiceCABundle, "set-apiservice-ca-bundle", true, "with the certificate of Secret fleet-proxy-tls, write its CA into APIService "+proxy.APIServiceName)
 	f.StringVar(&o.MetricsAddress, "metrics-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
@@ -91,6 +92,32 @@ func RegisterReplicas(ctx context.Context, c client.Client, cs kubernetes.Interf
 		}
 	}
 	return waitAvailable(ctx, c, cs)
+}
+
+// RegisterEndpoint makes what the chart makes in kube-public for
+// fleet-proxy's endpoint (proxy.endpoint): ConfigMap fleet-proxy-endpoint
+// with url, which every authenticated user may get (fleet-proxy writes the
+// CA into it; here it runs as an admin).
+func RegisterEndpoint(ctx context.Context, c client.Client, url string) error {
+	ns, name := proxyv1.EndpointConfigMapNamespace, proxyv1.EndpointConfigMap
+	objs := []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{proxyv1.EndpointURLKey: url}},
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-proxy-endpoint-reader"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name}, Verbs: []string{"get"}}},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-proxy-endpoint-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fleet-proxy-endpoint-reader"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "system:authenticated"}},
+		},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // SetReady makes replica r a ready endpoint of Service fleet-proxy, or a

@@ -34,6 +34,9 @@ type Request struct {
 	// (zero: one hour). NoDirect writes no direct context.
 	DirectTokenTTL time.Duration
 	NoDirect       bool
+	// NoProxyEndpoint keeps the context on the upstream API server's path
+	// even when fleet-proxy has an endpoint of its own (UseEndpoint).
+	NoProxyEndpoint bool
 }
 
 // Generate reads the caller's kubeconfig, builds the kubeconfig for the
@@ -56,11 +59,18 @@ func Generate(ctx context.Context, req Request) ([]byte, []string, error) {
 	if err != nil {
 		return nil, nil, upstream.explainCheck(err)
 	}
-	if !req.NoDirect {
-		name := req.ContextName
-		if name == "" {
-			name = req.Cluster.Name
+	name := req.ContextName
+	if name == "" {
+		name = req.Cluster.Name
+	}
+	if !req.NoProxyEndpoint {
+		w, err := UseEndpoint(ctx, cfg, out, req.Cluster, name)
+		if err != nil {
+			return nil, nil, err
 		}
+		warnings = append(warnings, w...)
+	}
+	if !req.NoDirect {
 		w, err := AddDirect(ctx, cfg, out, req.Cluster, name+"-direct", req.DirectTokenTTL)
 		if err != nil {
 			return nil, nil, err
