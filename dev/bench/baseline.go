@@ -33,8 +33,10 @@ type Recorded struct {
 }
 
 // CheckedScenarios are the scenarios whose latency the baseline guards:
-// one registration of each flow.
-var CheckedScenarios = []string{"agent-initiated", "manager-initiated"}
+// one registration of each flow, and a GET through fleet-proxy (the
+// aggregated path and its endpoint) and a watch event through it. A
+// scenario the baseline does not record yet is not checked.
+var CheckedScenarios = []string{"agent-initiated", "manager-initiated", "access-get-proxy", "access-get-proxy-endpoint", "access-watch-proxy"}
 
 func mode(quick bool) string {
 	if quick {
@@ -75,7 +77,7 @@ func (b *Baseline) Check(results []Result, quick bool) error {
 		case i < 0 || results[i].P50Ms == nil:
 			errs = append(errs, fmt.Errorf("%s: not measured in this run, so its latency cannot be checked", name))
 		case *results[i].P50Ms > RegressionFactor*want:
-			errs = append(errs, fmt.Errorf("%s: p50 %.0f ms is more than %.0f× the %.0f ms recorded (%s): something made the handshake slower",
+			errs = append(errs, fmt.Errorf("%s: p50 %.1f ms is more than %.0f× the %.1f ms recorded (%s): something made it slower",
 				name, *results[i].P50Ms, RegressionFactor, want, rec.On))
 		}
 	}

@@ -29,8 +29,8 @@ func TestBaseline_FailsOnlyBeyondThreeTimesTheRecordedP50(t *testing.T) {
 	}{
 		{name: "as recorded", results: []Result{p50("agent-initiated", 100), p50("manager-initiated", 300)}, quick: true},
 		{name: "three times is still fine", results: []Result{p50("agent-initiated", 300), p50("manager-initiated", 900)}, quick: true},
-		{name: "agent-initiated slower", results: []Result{p50("agent-initiated", 301), p50("manager-initiated", 300)}, quick: true, wantErr: "agent-initiated: p50 301 ms is more than 3× the 100 ms"},
-		{name: "manager-initiated slower", results: []Result{p50("agent-initiated", 10), p50("manager-initiated", 1000)}, quick: true, wantErr: "manager-initiated: p50 1000 ms"},
+		{name: "agent-initiated slower", results: []Result{p50("agent-initiated", 301), p50("manager-initiated", 300)}, quick: true, wantErr: "agent-initiated: p50 301.0 ms is more than 3× the 100.0 ms"},
+		{name: "manager-initiated slower", results: []Result{p50("agent-initiated", 10), p50("manager-initiated", 1000)}, quick: true, wantErr: "manager-initiated: p50 1000.0 ms"},
 		{name: "not measured", results: []Result{p50("manager-initiated", 300)}, quick: true, wantErr: "agent-initiated: not measured"},
 		{name: "no p50", results: []Result{{Name: "agent-initiated"}, p50("manager-initiated", 300)}, quick: true, wantErr: "agent-initiated: not measured"},
 		{name: "no figures for full runs", results: []Result{p50("agent-initiated", 1)}, quick: false, wantErr: "records nothing for full runs"},

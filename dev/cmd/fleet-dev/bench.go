@@ -68,7 +68,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 				if err := b.Record(recordFile, results, opts.Quick, recordNote); err != nil {
 					return fmt.Errorf("--record-baseline: %w", err)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "recorded the p50 of %s in %s\n", strings.Join(bench.CheckedScenarios, " and "), recordFile)
+				fmt.Fprintf(cmd.ErrOrStderr(), "recorded the p50 of %s in %s\n", strings.Join(bench.CheckedScenarios, ", "), recordFile)
 			}
 			if baseline != nil {
 				if err := baseline.Check(results, opts.Quick); err != nil {
@@ -88,8 +88,8 @@ tunnels. Prints a table and, with --json, writes the results.`,
 	f.StringVar(&opts.Render, "render", bench.RenderRemote, "where Bundles render: "+bench.RenderRemote+" (a fleet renderer process the controller reaches over TLS, as the chart installs it) or "+bench.RenderInPod+" (workers that are children of the controller, renderer.enabled=false)")
 	f.StringArrayVar(&opts.ControllerArgs, "controller-arg", nil, "add this argument to the controller's command line, e.g. --controller-arg=--bundle-writers=32 (repeatable)")
 	f.IntVar(&opts.Tunnels, "tunnels", 0, "idle tunnels in the tunnels-idle scenario (default 1000, 100 with --quick)")
-	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a registration scenario is more than 3× the value recorded for this mode in this file (dev/bench/baseline.json)")
-	f.StringVar(&recordFile, "record-baseline", "", "record this run's registration p50s for its mode in this file")
+	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a checked scenario (each registration flow, a GET and a watch event through fleet-proxy) is more than 3× the value recorded for this mode in this file (dev/bench/baseline.json)")
+	f.StringVar(&recordFile, "record-baseline", "", "record this run's p50s of the checked scenarios for its mode in this file")
 	f.StringVar(&recordNote, "record-note", "", "with --record-baseline: where the figures were taken (machine, load)")
 	f.StringVar(&opts.ProfileDir, "profile", "", "write CPU profiles of the controller(s), the upstream API server and this process (its stand-in agents), and the controllers' heap, taken during the scale scenario and the fleet scenario's Bundle change, to this directory")
 	return cmd
