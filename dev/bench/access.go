@@ -67,7 +67,7 @@ type accessEnv struct {
 	addr, metricsAddr string
 	// fleet-proxy's endpoint (bearer tokens, no aggregator), on the
 	// serving certificate.
-	endpointAddr string
+	endpointAddr      string
 	kubeconfig        string
 	certFile, keyFile string
 	certPEM           []byte
