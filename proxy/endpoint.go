@@ -16,7 +16,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
 )
@@ -50,9 +49,7 @@ func newTokenAuth(c kubernetes.Interface, ttl time.Duration) (authenticator.Requ
 // bearer token the upstream API server accepts, without impersonation.
 func (s *Server) endpointHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", ok)
-	mux.HandleFunc("GET /readyz", ok)
-	mux.HandleFunc("GET /livez", ok)
+	probes(mux)
 	api := http.NewServeMux()
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy", s.clusterProxy)
 	api.HandleFunc(prefix+"/namespaces/{ws}/clusters/{name}/proxy/{path...}", s.clusterProxy)
@@ -68,26 +65,18 @@ func (s *Server) endpointHandler() http.Handler {
 // API server accepts, and refuses impersonation: on the aggregated path the
 // upstream API server decides it, with its own rights; here nobody would.
 func (s *Server) tokenAuthenticated(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resp, ok, err := s.tokenAuthn.AuthenticateRequest(r)
-		if err != nil || !ok {
-			if err != nil {
-				log.FromContext(r.Context()).V(1).Info("endpoint request refused: not authenticated", "reason", err.Error())
+	return s.authenticatedBy(s.tokenAuthn, "fleet-proxy's endpoint accepts only a bearer token the upstream API server accepts (a ServiceAccount token, or what its OIDC or webhook authenticator accepts); a client certificate works only through the upstream API server: `fleet kubeconfig --no-proxy-endpoint`",
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for k := range r.Header {
+				if strings.HasPrefix(strings.ToLower(k), "impersonate-") {
+					s.metrics.refused("impersonation")
+					writeStatus(w, apierrors.NewForbidden(clustersProxyResource, "", fmt.Errorf(
+						"fleet-proxy's endpoint does not impersonate (%s): go through the upstream API server, which decides who may impersonate whom: `fleet kubeconfig --no-proxy-endpoint`", k)))
+					return
+				}
 			}
-			s.metrics.refused("unauthenticated")
-			writeStatus(w, apierrors.NewUnauthorized("fleet-proxy's endpoint accepts only a bearer token the upstream API server accepts (a ServiceAccount token, or what its OIDC or webhook authenticator accepts); a client certificate works only through the upstream API server: `fleet kubeconfig --no-proxy-endpoint`"))
-			return
-		}
-		for k := range r.Header {
-			if strings.HasPrefix(strings.ToLower(k), "impersonate-") {
-				s.metrics.refused("impersonation")
-				writeStatus(w, apierrors.NewForbidden(clustersProxyResource, "", fmt.Errorf(
-					"fleet-proxy's endpoint does not impersonate (%s): go through the upstream API server, which decides who may impersonate whom: `fleet kubeconfig --no-proxy-endpoint`", k)))
-				return
-			}
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, resp.User)))
-	})
+			next.ServeHTTP(w, r)
+		}))
 }
 
 // EndpointTLSConfig is the endpoint listener's TLS configuration: no client

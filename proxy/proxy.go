@@ -225,32 +225,34 @@ func New(o Options) (*Proxy, error) {
 // loadCertificate reads CertFile, KeyFile and CAFile into Certificate and
 // ServingCA, and the endpoint's files.
 func (o *Options) loadCertificate() error {
-	if o.EndpointCertFile != "" || o.EndpointKeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.EndpointCertFile, o.EndpointKeyFile)
-		if err != nil {
-			return fmt.Errorf("loading the endpoint's serving certificate: %w", err)
-		}
-		o.endpointCert = &cert
-		if o.EndpointCAFile != "" {
-			if o.endpointCA, err = os.ReadFile(o.EndpointCAFile); err != nil {
-				return fmt.Errorf("reading the endpoint's serving certificate's CA: %w", err)
-			}
-		}
+	var err error
+	if o.endpointCert, o.endpointCA, err = loadKeyPair("the endpoint's serving certificate", o.EndpointCertFile, o.EndpointKeyFile, o.EndpointCAFile); err != nil {
+		return err
 	}
 	if o.CertFile == "" && o.KeyFile == "" {
 		return nil
 	}
-	cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-	if err != nil {
-		return fmt.Errorf("loading the serving certificate: %w", err)
+	o.Certificate, o.ServingCA, err = loadKeyPair("the serving certificate", o.CertFile, o.KeyFile, o.CAFile)
+	return err
+}
+
+// loadKeyPair reads a certificate, its key and (when caFile is given) the
+// CA that verifies it; nothing when no file is given.
+func loadKeyPair(what, certFile, keyFile, caFile string) (*tls.Certificate, []byte, error) {
+	if certFile == "" && keyFile == "" {
+		return nil, nil, nil
 	}
-	o.Certificate = &cert
-	if o.CAFile != "" {
-		if o.ServingCA, err = os.ReadFile(o.CAFile); err != nil {
-			return fmt.Errorf("reading the serving certificate's CA: %w", err)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading %s: %w", what, err)
+	}
+	var ca []byte
+	if caFile != "" {
+		if ca, err = os.ReadFile(caFile); err != nil {
+			return nil, nil, fmt.Errorf("reading the CA of %s: %w", what, err)
 		}
 	}
-	return nil
+	return &cert, ca, nil
 }
 
 // Run starts the parts, in this order: the serving certificate (from its

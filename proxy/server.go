@@ -189,9 +189,7 @@ func newServer(opts serverOptions) (*Server, error) {
 	s := &Server{opts: opts, authn: authn, authz: authz, metrics: m, tokenAuthn: tokenAuthn}
 	s.endpoint = s.endpointHandler()
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", ok)
-	mux.HandleFunc("GET /readyz", ok)
-	mux.HandleFunc("GET /livez", ok)
+	probes(mux)
 	if opts.Peer != nil {
 		mux.Handle("GET "+PeerPath, opts.Peer)
 	}
@@ -277,18 +275,31 @@ type userKey struct{}
 // authenticated lets through only requests the requestheader authenticator
 // accepts; everything else gets 401.
 func (s *Server) authenticated(next http.Handler) http.Handler {
+	return s.authenticatedBy(s.authn, "fleet-proxy serves only requests forwarded by the upstream API server (with its front-proxy client certificate); send them to the upstream API server", next)
+}
+
+// authenticatedBy lets through the requests authn accepts, with their user
+// in the context; the others get 401 with refusal.
+func (s *Server) authenticatedBy(authn authenticator.Request, refusal string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resp, ok, err := s.authn.AuthenticateRequest(r)
+		resp, ok, err := authn.AuthenticateRequest(r)
 		if err != nil || !ok {
 			if err != nil {
-				log.FromContext(r.Context()).V(1).Info("request refused: not authenticated", "reason", err.Error())
+				log.FromContext(r.Context()).V(1).Info("request refused: not authenticated", "path", r.URL.Path, "reason", err.Error())
 			}
 			s.metrics.refused("unauthenticated")
-			writeStatus(w, apierrors.NewUnauthorized("fleet-proxy serves only requests forwarded by the upstream API server (with its front-proxy client certificate); send them to the upstream API server"))
+			writeStatus(w, apierrors.NewUnauthorized(refusal))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, resp.User)))
 	})
+}
+
+// probes serves the health endpoints every listener answers.
+func probes(mux *http.ServeMux) {
+	for _, p := range []string{"/healthz", "/readyz", "/livez"} {
+		mux.HandleFunc("GET "+p, ok)
+	}
 }
 
 func userFrom(ctx context.Context) user.Info {
