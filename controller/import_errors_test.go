@@ -117,6 +117,13 @@ func TestImport_BadInputGivesItsConditionAndRecovers(t *testing.T) {
 				t.Errorf("Stalled: got %+v, want stalled=%v", st, tc.stalled)
 			}
 			t.Logf("message: %s", ready.Message)
+			if tc.stalled {
+				// No import identity for a Cluster whose kubeconfig is refused.
+				err := up.Get(t.Context(), client.ObjectKey{Namespace: ws, Name: "import-token-bad"}, &fleet.ClusterRegistrationToken{})
+				if !apierrors.IsNotFound(err) {
+					t.Errorf("an import token was made for a refused kubeconfig (get: %v)", err)
+				}
+			}
 
 			// Fix the input: the right kubeconfig Secret, or undo the
 			// downstream problem.

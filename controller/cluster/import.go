@@ -62,10 +62,13 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 	if memoKey != nil && r.memo.seen(client.ObjectKeyFromObject(cluster), *memoKey) {
 		return nil
 	}
-	in, err := r.readKubeconfig(ctx, cluster, cfg)
-	if err != nil {
-		metrics.RegistrationSteps.WithLabelValues("import", "invalid").Inc()
-		return err
+	in := p.kubeconfig
+	if in == nil {
+		var err error
+		if in, err = r.readKubeconfig(ctx, cluster, cfg); err != nil {
+			metrics.RegistrationSteps.WithLabelValues("import", "invalid").Inc()
+			return err
+		}
 	}
 	bootstrap := &renderer.Bootstrap{
 		APIServerURL:                in.apiServerURL,
@@ -258,16 +261,7 @@ func (r *Reconciler) importToken(ctx context.Context, cluster *fleet.Cluster, cf
 	tok := &fleet.ClusterRegistrationToken{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: name}, tok)
 	if apierrors.IsNotFound(err) {
-		tok = &fleet.ClusterRegistrationToken{
-			ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: name, Labels: map[string]string{
-				fleet.ManagedLabel: "true", fleet.ClusterLabel: cluster.Name,
-			}},
-			Spec: fleet.ClusterRegistrationTokenSpec{TTL: &metav1.Duration{Duration: ttl}, ClientID: cluster.Spec.ClientID},
-		}
-		if err := controllerutil.SetControllerReference(cluster, tok, r.Client.Scheme()); err != nil {
-			return "", err
-		}
-		if err := r.Client.Create(ctx, tok, client.FieldOwner(reconciler.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.createImportToken(ctx, cluster, cfg); err != nil {
 			return "", err
 		}
 		return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "waiting for import token %s to be prepared", name)
@@ -299,6 +293,55 @@ func (r *Reconciler) importToken(ctx context.Context, cluster *fleet.Cluster, cf
 		return "", reconciler.Wait(fleet.WaitingForTokenReason, 0, "the values Secret of import token %s holds no token yet", name)
 	}
 	return bearer, nil
+}
+
+// createImportToken creates import-token-<cluster>, controlled by the
+// Cluster and bound to its clientID (one made meanwhile is no error).
+func (r *Reconciler) createImportToken(ctx context.Context, cluster *fleet.Cluster, cfg *config.Config) error {
+	tok := &fleet.ClusterRegistrationToken{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: names.ImportToken(cluster.Name), Labels: map[string]string{
+			fleet.ManagedLabel: "true", fleet.ClusterLabel: cluster.Name,
+		}},
+		Spec: fleet.ClusterRegistrationTokenSpec{TTL: &metav1.Duration{Duration: cfg.GetImportTokenTTL()}, ClientID: cluster.Spec.ClientID},
+	}
+	if err := controllerutil.SetControllerReference(cluster, tok, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Client.Create(ctx, tok, client.FieldOwner(reconciler.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// startImportToken runs first in a pass of a Cluster whose agent is to be
+// deployed for the first time, or again after a redeployAgentGeneration
+// bump: it creates the import token when there is none, so that the token
+// controller prepares it (import identity, TokenRequest, values Secret)
+// while this pass makes the cluster namespace and the agent Bundle, not
+// after them: the push waits for the token. The kubeconfig Secret is read
+// and checked first (no import identity for a Cluster whose kubeconfig is
+// refused); the import phase uses what was read, and reports what was
+// wrong.
+func (r *Reconciler) startImportToken(ctx context.Context, p *pass) error {
+	in, err := r.readKubeconfig(ctx, p.cluster, p.cfg)
+	if err != nil {
+		return nil
+	}
+	p.kubeconfig = in
+	tok := &fleet.ClusterRegistrationToken{}
+	err = r.Client.Get(ctx, client.ObjectKey{Namespace: p.cluster.Namespace, Name: names.ImportToken(p.cluster.Name)}, tok)
+	if !apierrors.IsNotFound(err) {
+		return nil
+	}
+	return r.createImportToken(ctx, p.cluster, p.cfg)
+}
+
+// deployPending reports whether the agent has never been deployed or its
+// redeployAgentGeneration was bumped since: the deploys that need a new
+// import token, decided from the Cluster alone.
+func deployPending(c *fleet.Cluster) bool {
+	g := c.Status.AgentDeployedGeneration
+	return c.Spec.KubeConfigSecret != "" && (g == nil || *g != c.Spec.RedeployAgentGeneration)
 }
 
 // deploy renders the agent with its bootstrap Secret and applies it to the

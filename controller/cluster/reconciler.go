@@ -86,12 +86,16 @@ type pass struct {
 	// rollout is what the agent is rendered from (set by the agent-bundle
 	// phase when it ran).
 	rollout rollout.Source
+	// kubeconfig is the kubeconfig Secret as read and checked by the
+	// import-token phase, when it ran and the Secret passed.
+	kubeconfig *kubeconfigInput
 }
 
 // phases bring a Cluster to its desired state, in order; the first that
 // fails ends the pass and decides Ready.
 func (r *Reconciler) phases() reconciler.Phases[*pass] {
 	return reconciler.Phases[*pass]{
+		{Name: "import-token", Run: r.startImportToken, Skip: func(p *pass) bool { return !deployPending(p.cluster) }},
 		{Name: "namespace", Run: r.ensureNamespace},
 		{Name: "recovery-identity", Run: r.ensureRecoveryIdentity, Skip: func(p *pass) bool {
 			return p.cluster.Annotations[fleet.AgentIdentityKeyAnnotation] == ""

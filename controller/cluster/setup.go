@@ -61,7 +61,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		For(&fleet.Cluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 			agentStatusChanged()))).
-		Owns(&fleet.ClusterRegistrationToken{}).
+		// The import token: its status (prepared, renewed) and deletion
+		// bring the Cluster back; its creation, this reconciler's own, does
+		// not: a pass right after it, on a cache that does not show the
+		// pass's status write yet, would only fail its status patch and
+		// hold up the pass the prepared token brings.
+		Owns(&fleet.ClusterRegistrationToken{}, builder.WithPredicates(notCreated)).
 		// The recovery identity: its RoleBinding (controlled by the
 		// Cluster) and its ServiceAccount (labelled with it), made again
 		// when deleted or changed. Their creation (this reconciler's own)

@@ -26,7 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -86,13 +88,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&fleet.ClusterRegistrationToken{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Owns(&corev1.Secret{}, builder.OnlyMetadata).
+		// What a token is made of comes back when it is changed or deleted;
+		// its creation (this reconciler's own, in the pass that writes the
+		// token's status) brings nothing: a pass on a cache that does not
+		// show that status yet would only fail its status patch.
+		Owns(&corev1.ServiceAccount{}, builder.WithPredicates(notCreated)).
+		Owns(&rbacv1.Role{}, builder.WithPredicates(notCreated)).
+		Owns(&rbacv1.RoleBinding{}, builder.WithPredicates(notCreated)).
+		Owns(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(notCreated)).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allTokens))).
 		Complete(r)
 }
+
+// notCreated passes every event of an object but its creation.
+var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 
 // allTokens maps a configuration change to every token, so their values are
 // rendered again.
