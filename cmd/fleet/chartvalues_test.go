@@ -281,7 +281,7 @@ func TestFleetChart_RefusesMistakes(t *testing.T) {
 // TestFleetChart_DefaultsAndDocumentedValuesRender: the schema refuses
 // nothing users are told to write: the defaults, the install of `fleet-dev`
 // and the e2e suite, and every "# charts/fleet values" block of
-// docs/operations.md; the controller accepts what each renders.
+// docs/operations.md and docs/cluster-access.md; the controller accepts what each renders.
 func TestFleetChart_DefaultsAndDocumentedValuesRender(t *testing.T) {
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
@@ -300,13 +300,20 @@ func TestFleetChart_DefaultsAndDocumentedValuesRender(t *testing.T) {
 			"--set", "metrics.serviceMonitor.labels.release=prometheus", "--set", "imagePullSecrets[0].name=regcred",
 			"--set", "bundleRendering.maxSize=100000000", "--set", "bundleRendering.memoryLimit=0.5Gi"},
 	}
-	doc, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```yaml\n# charts/fleet values\n(.*?)```").FindAllSubmatch(doc, -1)
-	if len(blocks) < 2 {
-		t.Fatalf("docs/operations.md has %d \"# charts/fleet values\" blocks, want the two of agent labels and staged rollouts", len(blocks))
+	var blocks [][][]byte
+	for doc, want := range map[string]string{
+		"../../docs/operations.md":     "the two of agent labels and staged rollouts",
+		"../../docs/cluster-access.md": "the one of fleet-proxy's endpoint",
+	} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := regexp.MustCompile("(?s)```yaml\n# charts/fleet values\n(.*?)```").FindAllSubmatch(b, -1)
+		if len(found) == 0 {
+			t.Fatalf("%s has no \"# charts/fleet values\" block, want %s", doc, want)
+		}
+		blocks = append(blocks, found...)
 	}
 	for i, b := range blocks {
 		f := filepath.Join(t.TempDir(), "values.yaml")
