@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 
 	proxyv1 "github.com/gitops-fleet/fleet/api/proxy/v1alpha1"
@@ -74,6 +75,16 @@ func (s *Server) tokenAuthenticated(next http.Handler) http.Handler {
 						"fleet-proxy's endpoint does not impersonate (%s): go through the upstream API server, which decides who may impersonate whom: `fleet kubeconfig --no-proxy-endpoint`", k)))
 					return
 				}
+			}
+			// The same identity as through the upstream API server: its
+			// aggregator forwards a UID only when it is configured to
+			// (requestheader-uid-headers); without it, so does the
+			// endpoint, or a user's downstream identity would differ by
+			// path (and the agent would rewrite the user's impersonator on
+			// every switch between them).
+			if u := userFrom(r.Context()); u.GetUID() != "" && len(s.authn.headers.UIDHeaders()) == 0 {
+				r = r.WithContext(context.WithValue(r.Context(), userKey{}, &user.DefaultInfo{
+					Name: u.GetName(), Groups: u.GetGroups(), Extra: u.GetExtra()}))
 			}
 			next.ServeHTTP(w, r)
 		}))

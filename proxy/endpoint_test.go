@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,14 @@ func TestEndpoint_ServesTheUpstreamsUsersWithTheirRights(t *testing.T) {
 	checkClean(t, e.Header)
 	if id := assertedUser(t, e, ws+"/c1"); id.User != alice.name {
 		t.Errorf("assertion names %q, want %q", id.User, alice.name)
+	}
+
+	// The same downstream identity as through the upstream API server.
+	upstream := readEcho(t, eventuallyStatus(t, "alice reaching c1 through the upstream", http.StatusOK, func() *http.Response {
+		return alice.do(t, http.MethodGet, clusterPath(ws, "c1", "/api"), nil)
+	}))
+	if a, b := assertedUser(t, e, ws+"/c1"), assertedUser(t, upstream, ws+"/c1"); !reflect.DeepEqual(a, b) {
+		t.Errorf("the endpoint asserts %+v, the upstream path %+v", a, b)
 	}
 
 	eventuallyRefused(t, "bob without the right", http.StatusForbidden, "cannot get fleet.cattle.io clusters/proxy", func() *http.Response {

@@ -543,11 +543,6 @@ func (ae *accessEnv) proxyOverhead(ctx context.Context, p *probe, n, watchN int)
 		if err != nil {
 			return nil, err
 		}
-		ped, err := get(ctx, proxyEndpoint, p.proxyEndpointURL, p.userToken)
-		if err != nil {
-			return nil, err
-		}
-		pes = append(pes, ped)
 		ed, err := get(ctx, endpoint, p.endpointURL, p.endpointToken)
 		if err != nil {
 			return nil, err
@@ -562,6 +557,18 @@ func (ae *accessEnv) proxyOverhead(ctx context.Context, p *probe, n, watchN int)
 			return nil, err
 		}
 		ds, ps, hs = append(ds, d), append(ps, pd), append(hs, hd)
+	}
+	// fleet-proxy's endpoint in a loop of its own, alternating with the
+	// direct GET as the loop above does.
+	for range n {
+		if _, err := get(ctx, direct, p.directURL, p.directToken); err != nil {
+			return nil, err
+		}
+		ped, err := get(ctx, proxyEndpoint, p.proxyEndpointURL, p.userToken)
+		if err != nil {
+			return nil, err
+		}
+		pes = append(pes, ped)
 	}
 	hop := Result{}
 	hop.latencies(hs)
