@@ -410,23 +410,15 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 	// so deleting the Cluster never deletes it. A namespace just made holds
 	// no old credential to remove.
 	opts := ssa.DefaultApplyOptions()
-	key, made := client.ObjectKeyFromObject(cluster), aheadRecord{uid: cluster.UID, namespace: values.Internal.SystemNamespace}
 	err = rc.Client.Get(ctx, client.ObjectKey{Name: values.Internal.SystemNamespace}, &corev1.Namespace{})
 	switch {
 	case apierrors.IsNotFound(err):
 		if _, err := rc.Applier.Apply(ctx, agentNamespaceObject(values.Internal.SystemNamespace), opts); err != nil {
 			return host, err
 		}
-		if ahead {
-			r.ahead.remember(key, made)
-		}
 	case err != nil:
 		return host, err
 	case ahead:
-	case r.ahead.seen(key, made):
-		// Made by the push ahead of the token, just now: no agent ran
-		// there, so no old credential.
-		r.ahead.forget(key)
 	default:
 		cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: registration.AgentCredentialSecretName}}
 		if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {

@@ -118,14 +118,3 @@ type deployRecord struct {
 func deployRecordOf(cluster *fleet.Cluster, valuesHash, serverHash string) deployRecord {
 	return deployRecord{uid: cluster.UID, redeployGen: cluster.Spec.RedeployAgentGeneration, valuesHash: valuesHash, serverHash: serverHash}
 }
-
-// aheadMemo remembers, per Cluster, the downstream namespace a push ahead
-// of the import token created (aheadRecord), so the push with the token
-// knows it holds no old credential to remove. Safe to lose: a lost entry
-// costs one delete of a credential that is not there.
-type aheadMemo = memo[aheadRecord]
-
-type aheadRecord struct {
-	uid       types.UID
-	namespace string
-}

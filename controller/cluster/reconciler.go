@@ -72,8 +72,6 @@ type Reconciler struct {
 	memo importMemo
 	// deploys keeps the last deploy per Cluster until its status says so.
 	deploys deployMemo
-	// ahead keeps the namespaces pushes ahead of the import token made.
-	ahead aheadMemo
 }
 
 // pass is what one reconcile of a Cluster works on and finds.
