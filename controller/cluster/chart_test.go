@@ -66,13 +66,6 @@ type process struct {
 
 func startProcess(t *testing.T, ar *renderer.AgentRenderer) *process {
 	t.Helper()
-	return startProcessWith(t, ar, true)
-}
-
-// startProcessWith is startProcess, with the token reconciler or without
-// it (no import token is ever prepared).
-func startProcessWith(t *testing.T, ar *renderer.AgentRenderer, tokens bool) *process {
-	t.Helper()
 	mgr, err := ctrl.NewManager(env.Upstream.Config, testenv.ManagerOptions(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -94,11 +87,9 @@ func startProcessWith(t *testing.T, ar *renderer.AgentRenderer, tokens bool) *pr
 		cancel()
 		t.Fatal(err)
 	}
-	if tokens {
-		if err := (&token.Reconciler{Client: mgr.GetClient(), Config: store, Clientset: env.Upstream.Clientset, Recorder: events}).SetupWithManager(mgr); err != nil {
-			cancel()
-			t.Fatal(err)
-		}
+	if err := (&token.Reconciler{Client: mgr.GetClient(), Config: store, Clientset: env.Upstream.Clientset, Recorder: events}).SetupWithManager(mgr); err != nil {
+		cancel()
+		t.Fatal(err)
 	}
 	p.run = testenv.Go(ctx, "controller process", mgr.Start)
 	t.Cleanup(func() { p.stop(t) })
@@ -151,51 +142,6 @@ func upgradedRenderer(t *testing.T) *renderer.AgentRenderer {
 		t.Fatal(err)
 	}
 	return r
-}
-
-// TestImport_PushesAheadWhatNeedsNoToken: while its import token is being
-// prepared, a first deploy pushes the agent's namespace, ServiceAccount,
-// RBAC and ConfigMap, but neither its bootstrap Secret nor its Deployment (an agent
-// started without the Secret would stall); once the token is prepared the
-// rest follows.
-func TestImport_PushesAheadWhatNeedsNoToken(t *testing.T) {
-	ds := env.Downstreams[0]
-	c := managerCluster(t, ds)
-	noTokens := startProcessWith(t, embeddedRenderer(t), false)
-	ns := c.Spec.AgentNamespace
-	testenv.Eventually(t, 60*time.Second, "the agent's namespace, ServiceAccount and ConfigMap pushed ahead", func() error {
-		if err := ds.Client.Get(t.Context(), client.ObjectKey{Name: ns}, &corev1.Namespace{}); err != nil {
-			return err
-		}
-		if err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "fleet-agent"}, &corev1.ServiceAccount{}); err != nil {
-			return err
-		}
-		return ds.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "fleet-agent"}, &corev1.ConfigMap{})
-	})
-	testenv.Eventually(t, 30*time.Second, "Ready saying the import token is being prepared", func() error {
-		ready := meta.FindStatusCondition(getCluster(t, c).Status.Conditions, fleet.ReadyCondition)
-		if ready == nil || ready.Reason != fleet.WaitingForTokenReason {
-			return fmt.Errorf("Ready: %+v", ready)
-		}
-		return nil
-	})
-	if err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: registration.BootstrapSecretName}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the bootstrap Secret was pushed without a token (get: %v)", err)
-	}
-	if err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "fleet-agent"}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the agent's Deployment was pushed before its bootstrap Secret (get: %v)", err)
-	}
-	noTokens.stop(t)
-
-	startProcess(t, embeddedRenderer(t))
-	waitImported(t, c)
-	if err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: registration.BootstrapSecretName}, &corev1.Secret{}); err != nil {
-		t.Errorf("the bootstrap Secret after the token: %v", err)
-	}
-	if err := ds.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "fleet-agent"}, &appsv1.Deployment{}); err != nil {
-		t.Errorf("the agent's Deployment after the token: %v", err)
-	}
-	forget(t, c)
 }
 
 // TestChart_RestartWithTheSameChartRedeploysNothing: repeated reconciles and

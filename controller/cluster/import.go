@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -130,14 +129,7 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 		metrics.RegistrationSteps.WithLabelValues("token", "waiting").Inc()
 		var w *reconciler.Waiting
 		if !errors.As(err, &w) {
-			return reconciler.Retry(fleet.WaitingForTokenReason, fmt.Errorf("preparing import token %s: %w", names.ImportToken(cluster.Name), err))
-		}
-		if why == deployFirst {
-			// While the token controller prepares the token, push what
-			// does not need it; a downstream problem shows now.
-			if host, err := r.deploy(ctx, cluster, values, "", in.kubeconfig); err != nil {
-				return r.deployFailed(cluster, host, err)
-			}
+			err = reconciler.Retry(fleet.WaitingForTokenReason, fmt.Errorf("preparing import token %s: %w", names.ImportToken(cluster.Name), err))
 		}
 		return err
 	}
@@ -145,7 +137,16 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 	start := time.Now()
 	host, err := r.deploy(ctx, cluster, values, token, in.kubeconfig)
 	if err != nil {
-		return r.deployFailed(cluster, host, err)
+		reason, msg := remote.Classify(host, err)
+		metrics.RegistrationSteps.WithLabelValues("import", "error").Inc()
+		reconciler.Eventf(r.Recorder, cluster, nil, corev1.EventTypeWarning, reason, "DeployAgent", "%s", msg)
+		var inErr *remote.InputError
+		if errors.As(err, &inErr) {
+			return reconciler.Stall(reason, "%s", msg)
+		}
+		// The classified message, not err: a conflict or an AlreadyExists
+		// downstream is no race with another writer upstream.
+		return reconciler.Retry(reason, errors.New(msg))
 	}
 	metrics.AgentDeployDuration.Observe(time.Since(start).Seconds())
 	metrics.AgentDeploys.WithLabelValues(why).Inc()
@@ -161,22 +162,6 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 		"agent %s to %s at generation %d in namespace %s", verb, host, cluster.Spec.RedeployAgentGeneration, values.Internal.SystemNamespace)
 	ctrl.LoggerFrom(ctx).Info("agent deployed", "reason", why, "server", host, "generation", cluster.Spec.RedeployAgentGeneration)
 	return nil
-}
-
-// deployFailed records a failed push to host (a Warning event) and says
-// what the Cluster's conditions say: Stalled for an input the user must fix,
-// otherwise a retry.
-func (r *Reconciler) deployFailed(cluster *fleet.Cluster, host string, err error) error {
-	reason, msg := remote.Classify(host, err)
-	metrics.RegistrationSteps.WithLabelValues("import", "error").Inc()
-	reconciler.Eventf(r.Recorder, cluster, nil, corev1.EventTypeWarning, reason, "DeployAgent", "%s", msg)
-	var inErr *remote.InputError
-	if errors.As(err, &inErr) {
-		return reconciler.Stall(reason, "%s", msg)
-	}
-	// The classified message, not err: a conflict or an AlreadyExists
-	// downstream is no race with another writer upstream.
-	return reconciler.Retry(reason, errors.New(msg))
 }
 
 // deployedPerAPIServer reports whether the live Cluster says the agent is
@@ -364,13 +349,6 @@ func deployPending(c *fleet.Cluster) bool {
 // old request credential first, so the agent registers again with the fresh
 // bootstrap Secret. It does not wait for the agent's pods: the agent's
 // registration and heartbeat report those.
-//
-// Without a token (a first deploy whose import token is being prepared) it
-// pushes ahead what does not need one: the namespace, the agent's
-// ServiceAccount, RBAC and the rest, but not the bootstrap Secret nor the
-// Deployment (an agent started without its bootstrap Secret would stall),
-// and removes no credential. The push with the token then finds them
-// applied, and its own critical path is the Secret and the Deployment.
 func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values *renderer.AgentValues, token string, kubeconfig []byte) (string, error) {
 	host := "the downstream cluster"
 	out, err := r.Renderer.Render(values)
@@ -381,12 +359,8 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 	if err != nil {
 		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
 	}
-	ahead := token == ""
-	if ahead {
-		objs = slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool {
-			return o.GetKind() == "Deployment" || (o.GetKind() == "Secret" && o.GetName() == registration.BootstrapSecretName)
-		})
-	} else if objs, err = renderer.InjectBootstrapToken(objs, token); err != nil {
+	objs, err = renderer.InjectBootstrapToken(objs, token)
+	if err != nil {
 		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
 	}
 	rc, err := r.Remotes.Get(client.ObjectKeyFromObject(cluster), kubeconfig, r.Config.Get().InsecureKubeconfig)
@@ -418,7 +392,6 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 		}
 	case err != nil:
 		return host, err
-	case ahead:
 	default:
 		cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: registration.AgentCredentialSecretName}}
 		if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
