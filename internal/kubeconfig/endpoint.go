@@ -22,7 +22,8 @@ import (
 // auth provider), without impersonation. The upstream path stays in out as
 // context <name>-upstream. Nothing is changed, and nothing said, when the
 // upstream publishes no endpoint; what else keeps the upstream path is a
-// warning.
+// warning. A ConfigMap the caller may not read is no endpoint: the chart
+// grants every authenticated user that read when it makes one.
 func UseEndpoint(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config, ref ClusterRef, name string) ([]string, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -31,7 +32,9 @@ func UseEndpoint(ctx context.Context, cfg *rest.Config, out *clientcmdapi.Config
 	where := proxyv1.EndpointConfigMapNamespace + "/" + proxyv1.EndpointConfigMap
 	cm, err := cs.CoreV1().ConfigMaps(proxyv1.EndpointConfigMapNamespace).Get(ctx, proxyv1.EndpointConfigMap, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+		// No endpoint: the chart makes the ConfigMap, and lets every
+		// authenticated user read it, only when it has one.
 		return nil, nil
 	case err != nil:
 		return []string{fmt.Sprintf("cannot read where fleet-proxy's endpoint is (ConfigMap %s): %v; context %s goes through the upstream API server", where, err, name)}, nil
