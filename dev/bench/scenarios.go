@@ -398,9 +398,20 @@ func (h *harness) scale(ctx context.Context, n int, as *agents, profileDir strin
 // is one in the clear not picked up).
 func (h *harness) leftovers(ctx context.Context, ws string, clusters int) (int, error) {
 	up := h.env.Upstream.Client
-	regs := &fleet.ClusterRegistrationList{}
-	if err := up.List(ctx, regs, client.InNamespace(ws)); err != nil {
-		return 0, err
+	// Counted by metadata, 500 at a time: a list of 10,000 whole
+	// registrations (with their sealed answers) from an API server still
+	// busy with them timed out and ended a 10,000-cluster run.
+	regs := 0
+	page := &metav1.PartialObjectMetadataList{}
+	page.SetGroupVersionKind(fleet.GroupVersion.WithKind("ClusterRegistrationList"))
+	for {
+		if err := up.List(ctx, page, client.InNamespace(ws), client.Limit(500), client.Continue(page.GetContinue())); err != nil {
+			return 0, fmt.Errorf("listing ClusterRegistrations: %w", err)
+		}
+		regs += len(page.Items)
+		if page.GetContinue() == "" {
+			break
+		}
 	}
 	secrets := &corev1.SecretList{}
 	if err := up.List(ctx, secrets, client.InNamespace(config.DefaultSystemRegistrationNS)); err != nil {
@@ -412,7 +423,7 @@ func (h *harness) leftovers(ctx context.Context, ws string, clusters int) (int, 
 			creds++
 		}
 	}
-	return max(0, len(regs.Items)-clusters) + creds, nil
+	return max(0, regs-clusters) + creds, nil
 }
 
 // steadyState measures, with the scale scenario's clusters registered and
