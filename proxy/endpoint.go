@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -39,9 +38,8 @@ func newTokenAuth(c kubernetes.Interface, ttl time.Duration) (authenticator.Requ
 	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
 		TokenAccessReviewClient:  c.AuthenticationV1(),
 		TokenAccessReviewTimeout: 10 * time.Second,
-		// The API server's default, as for the authorizer (server.go).
-		WebhookRetryBackoff: &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5},
-		CacheTTL:            ttl,
+		WebhookRetryBackoff:      webhookRetryBackoff(),
+		CacheTTL:                 ttl,
 	}.New()
 	return authn, err
 }

@@ -126,6 +126,13 @@ type serverOptions struct {
 	StreamRecheckInterval time.Duration
 }
 
+// webhookRetryBackoff is the API server's default for its authentication
+// and authorization webhooks (options.DefaultAuthWebhookRetryBackoff, not
+// imported: that package links the storage backends).
+func webhookRetryBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
+}
+
 // Server is fleet-proxy's HTTPS handler.
 type Server struct {
 	opts    serverOptions
@@ -171,9 +178,7 @@ func newServer(opts serverOptions) (*Server, error) {
 		SubjectAccessReviewClient: opts.Client.AuthorizationV1(),
 		AllowCacheTTL:             ttl,
 		DenyCacheTTL:              ttl,
-		// The API server's default (options.DefaultAuthWebhookRetryBackoff,
-		// not imported: that package links the storage backends).
-		WebhookRetryBackoff: &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5},
+		WebhookRetryBackoff:       webhookRetryBackoff(),
 	}.New()
 	if err != nil {
 		return nil, err

@@ -124,6 +124,12 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 	}
 	cluster.Status.AgentConfigChanged = why == deploySettings || why == deployServer
 
+	if p.importTokenMade {
+		// The import-token phase made it in this pass: the cache cannot
+		// show it yet, and the token controller has yet to prepare it.
+		metrics.RegistrationSteps.WithLabelValues("token", "waiting").Inc()
+		return reconciler.Wait(fleet.WaitingForTokenReason, 0, "waiting for import token %s to be prepared", names.ImportToken(cluster.Name))
+	}
 	token, err := r.importToken(ctx, cluster, cfg, p.now)
 	if err != nil {
 		metrics.RegistrationSteps.WithLabelValues("token", "waiting").Inc()
@@ -333,7 +339,11 @@ func (r *Reconciler) startImportToken(ctx context.Context, p *pass) error {
 	if !apierrors.IsNotFound(err) {
 		return nil
 	}
-	return r.createImportToken(ctx, p.cluster, p.cfg)
+	if err := r.createImportToken(ctx, p.cluster, p.cfg); err != nil {
+		return err
+	}
+	p.importTokenMade = true
+	return nil
 }
 
 // deployPending reports whether the agent has never been deployed or its

@@ -89,6 +89,8 @@ type pass struct {
 	// kubeconfig is the kubeconfig Secret as read and checked by the
 	// import-token phase, when it ran and the Secret passed.
 	kubeconfig *kubeconfigInput
+	// importTokenMade is set when that phase created the import token.
+	importTokenMade bool
 }
 
 // phases bring a Cluster to its desired state, in order; the first that
