@@ -69,8 +69,11 @@ dev-deps: ## Install containerd, runc, CNI plugins and iptables from Debian when
 .PHONY: images
 images: build ## Build IMAGE_REPO:VERSION and the dev clusters' pause image (static binaries, no registry) into bin/images/images.tar, and the fleet image alone into bin/images/fleet.tar.
 	mkdir -p $(BIN)/images
-	CGO_ENABLED=0 go build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/images/fleet ./cmd/fleet
-	CGO_ENABLED=0 go build -ldflags '-s -w' -o $(BIN)/images/pause ./dev/cmd/pause
+	# -buildvcs=false: LDFLAGS stamp the commit; Go's own stamp would also
+	# record whether the work tree has untracked files, and the same source
+	# would make two images.
+	CGO_ENABLED=0 go build -buildvcs=false -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/images/fleet ./cmd/fleet
+	CGO_ENABLED=0 go build -buildvcs=false -ldflags '-s -w' -o $(BIN)/images/pause ./dev/cmd/pause
 	$(BIN)/fleet-dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause \
 		--repo $(IMAGE_REPO) --tag $(VERSION) --out $(BIN)/images/images.tar --fleet-out $(BIN)/images/fleet.tar
 
@@ -85,7 +88,7 @@ push-images: ## Push the multi-arch image REGISTRY/fleet:VERSION for PLATFORMS (
 			if [ -z "$$arch" ] || [ -n "$$variant" ]; then echo "PLATFORMS: $$p must be os/arch (linux/amd64,linux/arm64)" >&2; exit 2; fi; \
 			out=$(BIN)/release/$$os-$$arch/fleet; \
 			echo "building $$out"; \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -ldflags '-s -w $(LDFLAGS)' -o $$out ./cmd/fleet; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -buildvcs=false -ldflags '-s -w $(LDFLAGS)' -o $$out ./cmd/fleet; \
 			args+=(--binary "$$p=$$out"); \
 		done; \
 		set -x; go run ./hack/push-images --image $(REGISTRY)/fleet:$(VERSION) "$${args[@]}" $(if $(INSECURE),--insecure); \

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -163,12 +164,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	o := observation{now: p.now, offlineAfter: cfg.OfflineAfter(), bundles: p.bundles, imported: p.imported, rollout: p.rollout, err: err}
 	out := computeConditions(cluster, o)
 	if err := patcher.Patch(ctx, cluster); err != nil {
+		if apierrors.IsConflict(err) {
+			// Another writer (the agent's heartbeat, fleet-proxy's
+			// Connected) wrote the status meanwhile. Its event may have
+			// come before this pass read the cache, and this controller's
+			// backoff starts at a second (for clusters that are down); the
+			// conflict is over once the cache shows that write: soon.
+			ctrl.LoggerFrom(ctx).V(1).Info("status written by another writer meanwhile; retrying", "error", err.Error())
+			return ctrl.Result{RequeueAfter: ConflictRetry}, nil
+		}
 		return ctrl.Result{}, errors.Join(out.Err, err)
 	}
 	r.report(ctx, cluster, readyBefore, out)
 	r.reportDirectEndpoint(cluster, directBefore)
 	return out.Result(heartbeatSchedule(cluster, o))
 }
+
+// ConflictRetry is how soon a pass whose status write conflicted with
+// another writer's runs again.
+const ConflictRetry = 50 * time.Millisecond
 
 // report logs a pass that raced, and records the event a wait asks for
 // once, when Ready changes to it.
@@ -205,11 +219,15 @@ const FirstCheckInGrace = 20 * time.Second
 
 // firstCheckInGrace returns how much longer the first status write of
 // cluster waits for its agent's first check-in (zero: write now). Only a
-// Cluster that has no status at all, no kubeconfig Secret (the agent
-// registers itself) and is younger than FirstCheckInGrace waits.
+// Cluster that has no status of this reconciler's or its agent's, no
+// kubeconfig Secret (the agent registers itself) and is younger than
+// FirstCheckInGrace waits. fleet-proxy's Connected does not end the wait:
+// the agent opens its tunnel as soon as it is granted, often just before
+// its first check-in.
 func firstCheckInGrace(cluster *fleet.Cluster, now time.Time) time.Duration {
 	if cluster.Spec.KubeConfigSecret != "" || !cluster.Status.Agent.LastSeen.IsZero() ||
-		len(cluster.Status.Conditions) > 0 || cluster.Status.Namespace != "" {
+		slices.ContainsFunc(cluster.Status.Conditions, func(c metav1.Condition) bool { return c.Type != fleet.ConnectedCondition }) ||
+		cluster.Status.Namespace != "" {
 		return 0
 	}
 	return max(0, cluster.CreationTimestamp.Add(FirstCheckInGrace).Sub(now))

@@ -309,6 +309,9 @@ func TestFirstCheckInGrace(t *testing.T) {
 		{"conditions already written", newCluster(0, func(c *fleet.Cluster) {
 			c.Status.Conditions = []metav1.Condition{{Type: fleet.ReadyCondition, Status: metav1.ConditionFalse}}
 		}), 0},
+		{"only fleet-proxy's Connected (the tunnel opened before the check-in): waits", newCluster(5*time.Second, func(c *fleet.Cluster) {
+			c.Status.Conditions = []metav1.Condition{{Type: fleet.ConnectedCondition, Status: metav1.ConditionTrue}}
+		}), FirstCheckInGrace - 5*time.Second},
 	} {
 		if got := firstCheckInGrace(tc.c, now); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)

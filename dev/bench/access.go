@@ -25,6 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,7 +60,10 @@ const (
 )
 
 type accessEnv struct {
-	env      *controlplane.Env
+	env *controlplane.Env
+	// ownsEnv: stop stops env too (the access group's own control planes,
+	// not the registration group's it borrowed).
+	ownsEnv  bool
 	dir      string
 	fleetBin string
 	// fleet-proxy's listener (a non-loopback host: the aggregator reaches
@@ -84,7 +88,13 @@ func startAccessEnv(ctx context.Context, fleetBin string) (*accessEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	ae := &accessEnv{env: env, fleetBin: fleetBin}
+	return newAccessEnv(ctx, env, fleetBin, true)
+}
+
+// newAccessEnv registers and starts fleet-proxy on env's upstream; owns
+// says whether stop stops env too.
+func newAccessEnv(ctx context.Context, env *controlplane.Env, fleetBin string, owns bool) (*accessEnv, error) {
+	ae := &accessEnv{env: env, ownsEnv: owns, fleetBin: fleetBin}
 	if err := ae.init(ctx); err != nil {
 		ae.stop()
 		return nil, err
@@ -99,7 +109,7 @@ func (ae *accessEnv) init(ctx context.Context) error {
 	}
 	up := ae.env.Upstream
 	for _, ns := range []string{accessNamespace, accessWorkspace, userNamespace} {
-		if err := up.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := up.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -226,7 +236,7 @@ func (ae *accessEnv) waitServed(ctx context.Context) error {
 
 func (ae *accessEnv) stop() {
 	ae.stopProxy()
-	if ae.env != nil {
+	if ae.env != nil && ae.ownsEnv {
 		_ = ae.env.Stop()
 	}
 	if ae.dir != "" {

@@ -163,6 +163,12 @@ func runRegistration(ctx context.Context, opts Options, step func(string, ...any
 	}
 	results = append(results, r)
 
+	step("ready-to-connected: %d agent-initiated registrations with cluster access, fleet-proxy started for them", latencyN)
+	if r, err = h.readyToConnected(ctx, latencyN, opts.FleetBinary); err != nil {
+		return results, fmt.Errorf("ready-to-connected: %w (controller log: %s)", err, h.ctrlLog)
+	}
+	results = append(results, r)
+
 	as := &agents{}
 	defer as.stopAll()
 	step("scale: %d agent-initiated registrations at once", opts.Clusters)

@@ -94,8 +94,13 @@ func (as *agents) start(ds *controlplane.ControlPlane, ns string, heartbeat time
 }
 
 func (as *agents) startWith(ds *controlplane.ControlPlane, ns string, heartbeat time.Duration, deployer bool) (*agent.Agent, error) {
-	a, err := agent.New(agent.Options{Local: ds.Config, Namespace: ns, PodName: ns, CheckinInterval: heartbeat,
+	return as.run(agent.Options{Local: ds.Config, Namespace: ns, PodName: ns, CheckinInterval: heartbeat,
 		RegistrationTimeout: 5 * time.Minute, DisableDeployer: !deployer, ResyncInterval: time.Minute})
+}
+
+// run starts an agent with opts.
+func (as *agents) run(opts agent.Options) (*agent.Agent, error) {
+	a, err := agent.New(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -124,14 +129,16 @@ func (as *agents) stopAll() {
 // clusterWatch records, per Cluster of a namespace, when it was first seen
 // Ready and when its agent first checked in.
 type clusterWatch struct {
-	mu      sync.Mutex
-	ready   map[string]time.Time
-	checkin map[string]time.Time
-	changed chan struct{}
+	mu        sync.Mutex
+	ready     map[string]time.Time
+	checkin   map[string]time.Time
+	connected map[string]time.Time // Connected=True first seen
+	changed   chan struct{}
 }
 
 func watchClusters(ctx context.Context, up client.WithWatch, ns string) *clusterWatch {
-	cw := &clusterWatch{ready: map[string]time.Time{}, checkin: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	cw := &clusterWatch{ready: map[string]time.Time{}, checkin: map[string]time.Time{}, connected: map[string]time.Time{},
+		changed: make(chan struct{}, 1)}
 	go func() {
 		for ctx.Err() == nil {
 			list := &fleet.ClusterList{}
@@ -166,6 +173,9 @@ func (cw *clusterWatch) observe(c *fleet.Cluster) {
 	if _, seen := cw.checkin[c.Name]; !seen && !c.Status.Agent.LastSeen.IsZero() {
 		cw.checkin[c.Name] = now
 	}
+	if _, seen := cw.connected[c.Name]; !seen && meta.IsStatusConditionTrue(c.Status.Conditions, fleet.ConnectedCondition) {
+		cw.connected[c.Name] = now
+	}
 	cw.mu.Unlock()
 	select {
 	case cw.changed <- struct{}{}:
@@ -173,16 +183,23 @@ func (cw *clusterWatch) observe(c *fleet.Cluster) {
 	}
 }
 
-// wait blocks until pick(cluster) has a time for every name, and returns them.
+// wait blocks until every name has been seen Ready (ready) or checked in
+// (!ready), and returns when.
 func (cw *clusterWatch) wait(ctx context.Context, ready bool, names []string, timeout time.Duration) (map[string]time.Time, error) {
+	pick := func(cw *clusterWatch) map[string]time.Time { return cw.checkin }
+	if ready {
+		pick = func(cw *clusterWatch) map[string]time.Time { return cw.ready }
+	}
+	return cw.waitFor(ctx, pick, names, timeout)
+}
+
+// waitFor blocks until pick(cw) has a time for every name, and returns them.
+func (cw *clusterWatch) waitFor(ctx context.Context, pick func(*clusterWatch) map[string]time.Time, names []string, timeout time.Duration) (map[string]time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		cw.mu.Lock()
-		m := cw.checkin
-		if ready {
-			m = cw.ready
-		}
+		m := pick(cw)
 		out := map[string]time.Time{}
 		for _, n := range names {
 			if t, ok := m[n]; ok {

@@ -290,6 +290,11 @@ func conditionTrue(conds []metav1.Condition, what string) error {
 // Poll calls check until it succeeds or timeout passes; the error names
 // the last reason.
 func Poll(ctx context.Context, timeout time.Duration, check func() error) error {
+	return PollEvery(ctx, 250*time.Millisecond, timeout, check)
+}
+
+// PollEvery is Poll checking every interval.
+func PollEvery(ctx context.Context, interval, timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
@@ -302,7 +307,7 @@ func Poll(ctx context.Context, timeout time.Duration, check func() error) error 
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

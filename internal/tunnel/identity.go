@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
 
@@ -29,9 +30,14 @@ const serviceAccountPrefix = "system:serviceaccount:"
 // system:serviceaccount:<cluster namespace>:request-<registration>, whose
 // ServiceAccount was made for that registration (its labels), whose
 // registration is granted and not being deleted and was granted as the
-// Cluster (status.clusterName, the same clientID),
-// and whose Cluster's status.namespace is that cluster namespace. uid, when
-// the authenticator gives one, must be the ServiceAccount's.
+// Cluster (status.clusterName, the same clientID), in that Cluster's
+// namespace: names.ClusterNamespace of it, which its status.namespace
+// records. A Cluster the grant just made has no status.namespace yet (the
+// Cluster reconciler writes it next, while the agent already attaches);
+// the grant made the namespace by the same rule, checked it is the
+// Cluster's (names.NamespaceIsFor), and only then made the request
+// ServiceAccount in it. uid, when the authenticator gives one, must be the
+// ServiceAccount's.
 //
 // Everything is read from upstream objects (reader: a cache or the API
 // server); nothing the caller sends but its authenticated name chooses the
@@ -74,7 +80,8 @@ func ClusterForIdentity(ctx context.Context, reader client.Reader, username, uid
 	if !belongsTo(reg, cluster) {
 		return "", fmt.Errorf("%w: ClusterRegistration %s/%s does not belong to Cluster %s", ErrNotAnAgent, regNS, regName, clusterName)
 	}
-	if cluster.Status.Namespace != ns || !cluster.DeletionTimestamp.IsZero() {
+	if ns != names.ClusterNamespace(regNS, clusterName) || (cluster.Status.Namespace != "" && cluster.Status.Namespace != ns) ||
+		!cluster.DeletionTimestamp.IsZero() {
 		return "", fmt.Errorf("%w: Cluster %s/%s is not the cluster of namespace %s", ErrNotAnAgent, regNS, clusterName, ns)
 	}
 	return regNS + "/" + clusterName, nil

@@ -109,6 +109,36 @@ func TestIdentityMapping(t *testing.T) {
 		}
 	})
 
+	// A Cluster the grant just made: no status.namespace yet (the Cluster
+	// reconciler writes it after the grant). Its agent maps at once; a
+	// status.namespace naming another namespace refuses it.
+	saC := agentObjects(t, c, ws, "cluster-c", "reg-c", true)
+	setStatusNamespace := func(ns string) {
+		t.Helper()
+		cl := &fleet.Cluster{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ws, Name: "cluster-c"}, cl))
+		cl.Status.Namespace = ns
+		must(t, c.Status().Update(ctx, cl))
+	}
+	setStatusNamespace("")
+	t.Run("an agent whose Cluster has no status.namespace yet maps to it", func(t *testing.T) {
+		if key, err := tunnel.AuthorizeAttach(ctx, c, saUser(saC), string(saC.UID), ws, "cluster-c"); err != nil || key != ws+"/cluster-c" {
+			t.Fatalf("key %q, %v", key, err)
+		}
+		// Not from another namespace, even with an empty status.namespace.
+		moved := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: elsewhere, Name: saC.Name, Labels: saC.Labels, Annotations: saC.Annotations}}
+		must(t, c.Create(ctx, moved))
+		if key, err := tunnel.AuthorizeAttach(ctx, c, saUser(moved), "", ws, "cluster-c"); !errors.Is(err, tunnel.ErrNotAnAgent) {
+			t.Fatalf("a copy of its request ServiceAccount in %s: key %q, error %v; want a refusal", elsewhere, key, err)
+		}
+	})
+	setStatusNamespace(elsewhere)
+	t.Run("refused: an agent whose Cluster's status.namespace names another namespace", func(t *testing.T) {
+		if key, err := tunnel.AuthorizeAttach(ctx, c, saUser(saC), string(saC.UID), ws, "cluster-c"); !errors.Is(err, tunnel.ErrNotAnAgent) {
+			t.Fatalf("key %q, error %v; want a refusal", key, err)
+		}
+	})
+
 	refused := []struct {
 		what, user, uid, cluster string
 	}{

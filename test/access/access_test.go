@@ -611,3 +611,25 @@ func TestConnectedOfAGoneReplicaIsEnded(t *testing.T) {
 		t.Errorf("a running replica's Connected=True was changed: %+v", live)
 	}
 }
+
+// TestAttach_BeforeTheClusterRecordsItsNamespace: the grant makes the
+// Cluster, its namespace and the agent's identity; the Cluster reconciler
+// writes status.namespace after it, while the agent, told of the grant,
+// already attaches. fleet-proxy holds that tunnel (it does not refuse it
+// until a status write it would not be told of), so the Cluster is
+// reachable when its agent first reports it Ready.
+func TestAttach_BeforeTheClusterRecordsItsNamespace(t *testing.T) {
+	ctx := t.Context()
+	const cluster = "cluster-fresh"
+	tok := agentIdentity(t, cluster, "reg-fresh", cluster)
+	cl := &fleet.Cluster{}
+	must(t, env.Upstream.Client.Get(ctx, client.ObjectKey{Namespace: workspace, Name: cluster}, cl))
+	cl.Status.Namespace = ""
+	must(t, env.Upstream.Client.Status().Update(ctx, cl))
+	testenv.Eventually(t, 30*time.Second, "the new Cluster's agent attached", func() error {
+		if code, body := attach(t, cluster, tok); code != http.StatusSwitchingProtocols {
+			return fmt.Errorf("status %d: %s", code, body)
+		}
+		return nil
+	})
+}
