@@ -25,6 +25,10 @@ type Options struct {
 	// ProfileDir, when set, receives CPU and heap profiles of the
 	// controllers taken during the scale scenario.
 	ProfileDir string
+	// AuditDir, when set, receives the audit logs (every request's
+	// metadata and timestamps) of the registration group's upstream and
+	// downstream API servers.
+	AuditDir string
 	// Only selects the groups to run: "registration" (render,
 	// registration, scale, steady state, rollout), "rollout" (a staged
 	// agent rollout), "fleet" (a large fleet's steady state and a Bundle

@@ -44,9 +44,19 @@ type harness struct {
 // renderer) with shards shards.
 func startHarness(ctx context.Context, downstreams int, heartbeat time.Duration, shards int, opts Options) (*harness, error) {
 	fleetBin, renderMode := opts.FleetBinary, opts.renderMode()
-	env, err := controlplane.Start(ctx, controlplane.Options{Downstreams: downstreams,
-		// Many agents at once: leave the API server room.
-		APIServerFlags: []string{"max-requests-inflight=2000", "max-mutating-requests-inflight=1000"}})
+	// Many agents at once: leave the API server room.
+	upFlags := []string{"max-requests-inflight=2000", "max-mutating-requests-inflight=1000"}
+	var downFlags []string
+	if opts.AuditDir != "" {
+		policy, err := writeAuditPolicy(opts.AuditDir)
+		if err != nil {
+			return nil, err
+		}
+		upFlags = append(upFlags, "audit-policy-file="+policy, "audit-log-path="+filepath.Join(opts.AuditDir, "upstream.log"))
+		// Appended after the upstream's: the last of a flag wins.
+		downFlags = []string{"audit-log-path=" + filepath.Join(opts.AuditDir, "downstream.log")}
+	}
+	env, err := controlplane.Start(ctx, controlplane.Options{Downstreams: downstreams, APIServerFlags: upFlags, DownstreamAPIServerFlags: downFlags})
 	if err != nil {
 		return nil, err
 	}
@@ -404,4 +414,16 @@ func (h *harness) profile(ctx context.Context, dir, name string, d time.Duration
 			_ = os.WriteFile(filepath.Join(dir, name+"-upstream-apiserver-cpu.pprof"), raw, 0o644)
 		}
 	}()
+}
+
+// writeAuditPolicy writes an audit policy that records every request's
+// metadata (who, what, when, how long; no bodies: no Secret's content) at
+// its end, and returns its path.
+func writeAuditPolicy(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "audit-policy.yaml")
+	policy := "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [\"RequestReceived\"]\nrules:\n- level: Metadata\n"
+	return path, os.WriteFile(path, []byte(policy), 0o644)
 }

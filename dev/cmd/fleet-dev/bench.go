@@ -91,6 +91,7 @@ tunnels. Prints a table and, with --json, writes the results.`,
 	f.StringVar(&baselineFile, "baseline", "", "fail when the p50 of a checked scenario (each registration flow, a GET and a watch event through fleet-proxy) is more than 3× the value recorded for this mode in this file (dev/bench/baseline.json)")
 	f.StringVar(&recordFile, "record-baseline", "", "record this run's p50s of the checked scenarios for its mode in this file")
 	f.StringVar(&recordNote, "record-note", "", "with --record-baseline: where the figures were taken (machine, load)")
+	f.StringVar(&opts.AuditDir, "audit-dir", "", "write the audit logs of the registration group's API servers (every request, metadata only) to DIR/upstream.log and DIR/downstream.log: the request timeline of one registration, e.g. where the manager-initiated push spends its time")
 	f.StringVar(&opts.ProfileDir, "profile", "", "write CPU profiles of the controller(s), the upstream API server and this process (its stand-in agents), and the controllers' heap, taken during the scale scenario and the fleet scenario's Bundle change, to this directory")
 	return cmd
 }
