@@ -727,23 +727,54 @@ func openWatch(ctx context.Context, c *http.Client, url, token string) (<-chan w
 	return ch, nil
 }
 
-// proxyConcurrency runs clients concurrent GET loops through fleet-proxy
-// and the one tunnel for window, each client on its own connection.
-func (ae *accessEnv) proxyConcurrency(ctx context.Context, p *probe, clients int, window time.Duration) (Result, error) {
+// proxyConcurrency runs clients concurrent GET loops for window, each
+// client on its own connection: directly to the downstream API server (the
+// baseline), through the upstream API server and fleet-proxy over the one
+// tunnel, and through fleet-proxy's endpoint over the same tunnel.
+func (ae *accessEnv) proxyConcurrency(ctx context.Context, p *probe, clients int, window time.Duration) ([]Result, error) {
+	direct, err := ae.concurrentGets(ctx, "access-concurrency-direct", p.downCA, p.directURL, p.directToken, clients, window)
+	if err != nil {
+		return nil, err
+	}
+	direct.Notes = fmt.Sprintf("%d clients, each on its own connection, GET loops directly to the downstream API server for %s; ", clients, window) + direct.Notes
+	results := []Result{direct}
+	for _, path := range []struct{ name, ca, url, how string }{
+		{"access-concurrency", string(p.upCA), p.proxyURL, "through the upstream API server and fleet-proxy"},
+		{"access-concurrency-endpoint", string(p.proxyEndpointCA), p.proxyEndpointURL, "through fleet-proxy's endpoint"},
+	} {
+		r, err := ae.concurrentGets(ctx, path.name, []byte(path.ca), path.url, p.userToken, clients, window)
+		if err != nil {
+			return results, err
+		}
+		ratio := 0.0
+		if direct.ThroughputPerS != nil && *direct.ThroughputPerS > 0 {
+			ratio = *r.ThroughputPerS / *direct.ThroughputPerS
+		}
+		r.Goal = "throughput >= half of direct"
+		r.Notes = fmt.Sprintf("%d clients, each on its own connection, GET loops %s over ONE tunnel for %s: %.2f of the direct throughput; ",
+			clients, path.how, window, ratio) + r.Notes
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// concurrentGets runs clients GET loops on url for window and returns
+// their latencies, throughput and fleet-proxy's CPU meanwhile.
+func (ae *accessEnv) concurrentGets(ctx context.Context, name string, ca []byte, url, token string, clients int, window time.Duration) (Result, error) {
 	cs := make([]*http.Client, clients)
 	for i := range cs {
-		cs[i] = httpClient(p.upCA)
+		cs[i] = httpClient(ca)
 	}
 	// Every client's connection is up before the window starts.
 	var wg sync.WaitGroup
 	warm := make([]error, clients)
 	for i, c := range cs {
 		wg.Add(1)
-		go func() { defer wg.Done(); _, warm[i] = get(ctx, c, p.proxyURL, p.userToken) }()
+		go func() { defer wg.Done(); _, warm[i] = get(ctx, c, url, token) }()
 	}
 	wg.Wait()
 	if err := errors.Join(warm...); err != nil {
-		return Result{}, fmt.Errorf("warming up the clients: %w", err)
+		return Result{}, fmt.Errorf("%s: warming up the clients: %w", name, err)
 	}
 	_, cpu0 := ae.proxyUsage()
 	var errs atomic.Int64
@@ -756,7 +787,7 @@ func (ae *accessEnv) proxyConcurrency(ctx context.Context, p *probe, clients int
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) {
-				d, err := get(ctx, c, p.proxyURL, p.userToken)
+				d, err := get(ctx, c, url, token)
 				if err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
@@ -769,16 +800,18 @@ func (ae *accessEnv) proxyConcurrency(ctx context.Context, p *probe, clients int
 	wg.Wait()
 	wall := time.Since(start)
 	rss, cpu1 := ae.proxyUsage()
+	for _, c := range cs {
+		c.CloseIdleConnections()
+	}
 	var all []time.Duration
 	for _, s := range samples {
 		all = append(all, s...)
 	}
-	r := Result{Name: "access-concurrency", Count: len(all), WallS: f(wall.Seconds()),
+	r := Result{Name: name, Count: len(all), WallS: f(wall.Seconds()),
 		ThroughputPerS: f(float64(len(all)) / wall.Seconds()),
 		ProxyRSSMB:     f(rss), ProxyCPUPct: f((cpu1 - cpu0) / wall.Seconds() * 100)}
 	r.latencies(all)
-	r.Notes = fmt.Sprintf("%d clients, each on its own connection, GET loops through the upstream API server and fleet-proxy over ONE tunnel for %s; %d errors",
-		clients, window, errs.Load())
+	r.Notes = fmt.Sprintf("%d errors", errs.Load())
 	if e := firstErr.Load(); e != nil {
 		r.Notes += fmt.Sprintf(" (first: %s)", e)
 	}
@@ -936,16 +969,17 @@ func runAccess(ctx context.Context, opts Options, step func(string, ...any)) ([]
 		return results, fmt.Errorf("proxy-overhead: %w (fleet-proxy log: %s)", err, ae.proxyLog)
 	}
 
-	step("proxy-concurrency: %d clients through one tunnel for %s", sz.clients, sz.window)
-	r, err := ae.proxyConcurrency(ctx, p, sz.clients, sz.window)
+	step("proxy-concurrency: %d clients directly, then through one tunnel (both paths), %s each", sz.clients, sz.window)
+	rs, err = ae.proxyConcurrency(ctx, p, sz.clients, sz.window)
+	results = append(results, rs...)
 	if err != nil {
 		return results, fmt.Errorf("proxy-concurrency: %w (fleet-proxy log: %s)", err, ae.proxyLog)
 	}
-	results = append(results, r)
 	p.stopAgent()
 
 	step("tunnels-idle: %d idle tunnels to a fresh fleet-proxy, %s at rest", sz.idleTunnels, sz.rest)
-	if r, err = ae.tunnelsIdle(ctx, sz.idleTunnels, sz.rest, step); err != nil {
+	r, err := ae.tunnelsIdle(ctx, sz.idleTunnels, sz.rest, step)
+	if err != nil {
 		return results, fmt.Errorf("tunnels-idle: %w (fleet-proxy log: %s)", err, ae.proxyLog)
 	}
 	return append(results, r), nil
