@@ -87,7 +87,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.objects = reconciler.NewObjects(r.Client, mgr.GetAPIReader())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&fleet.ClusterRegistrationToken{}).
+		// A status write (this reconciler's own, or a grant's reservation
+		// under maxClusters) brings nothing: such a pass found every
+		// object as it was, at the cost of a dry run of each. Its spec
+		// (generation) and metadata bring a pass.
+		For(&fleet.ClusterRegistrationToken{}, builder.WithPredicates(predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		// What a token is made of comes back when it is changed or deleted;
 		// its creation (this reconciler's own, in the pass that writes the
 		// token's status) brings nothing: a pass on a cache that does not
