@@ -38,16 +38,10 @@ func (h *harness) readyToConnected(ctx context.Context, n int, fleetBin string) 
 	if err := ae.waitServed(ctx); err != nil {
 		return r, err
 	}
-	ws := "bench-reachable"
-	v, err := h.newWorkspace(ctx, ws)
+	v, cw, err := h.watchedWorkspace(ctx, "bench-reachable")
 	if err != nil {
 		return r, err
 	}
-	wc, err := newWatchClient(h)
-	if err != nil {
-		return r, err
-	}
-	cw := watchClusters(ctx, wc, ws)
 	connected := func(cw *clusterWatch) map[string]time.Time { return cw.connected }
 	as := &agents{}
 	defer as.stopAll()

@@ -223,20 +223,28 @@ func newWatchClient(h *harness) (client.WithWatch, error) {
 	return client.NewWithWatch(h.env.Upstream.Config, client.Options{Scheme: scheme.Scheme})
 }
 
+// watchedWorkspace makes workspace ws with a registration token
+// (newWorkspace) and watches its Clusters; it returns the token's values.
+func (h *harness) watchedWorkspace(ctx context.Context, ws string) (*renderer.AgentValues, *clusterWatch, error) {
+	v, err := h.newWorkspace(ctx, ws)
+	if err != nil {
+		return nil, nil, err
+	}
+	wc, err := newWatchClient(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, watchClusters(ctx, wc, ws), nil
+}
+
 // agentInitiated: agent started with bootstrap values → fleet-agent
 // credential written and the Cluster Ready upstream, one at a time.
 func (h *harness) agentInitiated(ctx context.Context, n int, out io.Writer) (Result, error) {
 	r := Result{Name: "agent-initiated", Count: n, Goal: "p50 <= 500 ms"}
-	ws := "bench-agent-initiated"
-	v, err := h.newWorkspace(ctx, ws)
+	v, cw, err := h.watchedWorkspace(ctx, "bench-agent-initiated")
 	if err != nil {
 		return r, err
 	}
-	wc, err := newWatchClient(h)
-	if err != nil {
-		return r, err
-	}
-	cw := watchClusters(ctx, wc, ws)
 	as := &agents{}
 	defer as.stopAll()
 	var samples []time.Duration
@@ -339,15 +347,10 @@ func waitForSecret(ctx context.Context, ds *controlplane.ControlPlane, ns, name 
 func (h *harness) scale(ctx context.Context, n int, as *agents, profileDir string) (Result, []string, error) {
 	r := Result{Name: "scale", Count: n, Goal: "all Ready <= 60 s, controller RSS <= 300 MB, <= 14 writes/registration before Ready, 0 leftovers"}
 	ws := "bench-scale"
-	v, err := h.newWorkspace(ctx, ws)
+	v, cw, err := h.watchedWorkspace(ctx, ws)
 	if err != nil {
 		return r, nil, err
 	}
-	wc, err := newWatchClient(h)
-	if err != nil {
-		return r, nil, err
-	}
-	cw := watchClusters(ctx, wc, ws)
 	// Prepare every agent's namespace first: the measurement starts when all
 	// agents start.
 	var clusterNames []string
@@ -528,15 +531,10 @@ func (h *harness) bundleRollout(ctx context.Context, sizes []int) ([]Result, err
 		total = max(total, n)
 	}
 	ws := "bench-rollout"
-	v, err := h.newWorkspace(ctx, ws)
+	v, cw, err := h.watchedWorkspace(ctx, ws)
 	if err != nil {
 		return nil, err
 	}
-	wc, err := newWatchClient(h)
-	if err != nil {
-		return nil, err
-	}
-	cw := watchClusters(ctx, wc, ws)
 	as := &agents{}
 	defer as.stopAll()
 	var clusterNames []string
