@@ -75,7 +75,10 @@ func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.R
 		if ctx.Err() != nil {
 			return ctrl.Result{}, nil // shutting down
 		}
-		return ctrl.Result{}, errors.Join(err, perr)
+		// A conflict (the deployer's own last status write not in its
+		// cache yet) is retried at once, not after the backoff of a
+		// second.
+		return reconciler.StatusPatchFailed(ctx, perr, err)
 	}
 	if f := obs.Failed; f != nil && !equality.Semantic.DeepEqual(bd.Status.Conditions, before.Conditions) {
 		ctrl.LoggerFrom(ctx).Info("bundle not applied", "reason", f.Reason, "message", f.Message)

@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	statusRules.Set(b, out, time.Now())
 	if err := patcher.Patch(ctx, b); err != nil {
-		return ctrl.Result{}, errors.Join(out.Err, err)
+		return reconciler.StatusPatchFailed(ctx, err, out.Err)
 	}
 	if s := out.Stalled(); s != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("bundle is stalled", "reason", s.Reason)

@@ -164,25 +164,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	o := observation{now: p.now, offlineAfter: cfg.OfflineAfter(), bundles: p.bundles, imported: p.imported, rollout: p.rollout, err: err}
 	out := computeConditions(cluster, o)
 	if err := patcher.Patch(ctx, cluster); err != nil {
-		if apierrors.IsConflict(err) {
-			// Another writer (the agent's heartbeat, fleet-proxy's
-			// Connected) wrote the status meanwhile. Its event may have
-			// come before this pass read the cache, and this controller's
-			// backoff starts at a second (for clusters that are down); the
-			// conflict is over once the cache shows that write: soon.
-			ctrl.LoggerFrom(ctx).V(1).Info("status written by another writer meanwhile; retrying", "error", err.Error())
-			return ctrl.Result{RequeueAfter: ConflictRetry}, nil
-		}
-		return ctrl.Result{}, errors.Join(out.Err, err)
+		// Another writer (the agent's heartbeat, fleet-proxy's Connected)
+		// may have written the status meanwhile: retried at once, not
+		// after this controller's backoff of a second.
+		return reconciler.StatusPatchFailed(ctx, err, out.Err)
 	}
 	r.report(ctx, cluster, readyBefore, out)
 	r.reportDirectEndpoint(cluster, directBefore)
 	return out.Result(heartbeatSchedule(cluster, o))
 }
-
-// ConflictRetry is how soon a pass whose status write conflicted with
-// another writer's runs again.
-const ConflictRetry = 50 * time.Millisecond
 
 // report logs a pass that raced, and records the event a wait asks for
 // once, when Ready changes to it.

@@ -258,3 +258,20 @@ func TestPhases_RunInOrderSkipAndStopAtTheFirstError(t *testing.T) {
 		t.Errorf("ran %v, err %v; want a, then the Waiting of x", s.ran, err)
 	}
 }
+
+// TestStatusPatchFailed: a status write that conflicted runs the pass again
+// in moments, whatever the controller's failure backoff; any other failure
+// of the write is an error (with the pass's own), for the backoff.
+func TestStatusPatchFailed(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "fleet.cattle.io", Resource: "clusters"}, "c", errors.New("the object has been modified"))
+	res, err := reconciler.StatusPatchFailed(context.Background(), conflict, errors.New("the pass failed too"))
+	if err != nil || res.RequeueAfter != reconciler.StatusConflictRetry || res.RequeueAfter > 100*time.Millisecond {
+		t.Errorf("a conflict: %+v, %v; want a retry after %s and no error", res, err, reconciler.StatusConflictRetry)
+	}
+	down := errors.New("connection refused")
+	pass := errors.New("applying: refused")
+	res, err = reconciler.StatusPatchFailed(context.Background(), down, pass)
+	if res != (ctrl.Result{}) || !errors.Is(err, down) || !errors.Is(err, pass) {
+		t.Errorf("another failure: %+v, %v; want both errors for the backoff", res, err)
+	}
+}

@@ -18,11 +18,13 @@
 package reconciler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // FieldManager owns every write a controller makes itself (status,
@@ -41,7 +43,24 @@ const (
 	// object it needs is taken by someone else and nothing watched tells
 	// the controller when that changes.
 	ConflictRetry = 30 * time.Second
+	// StatusConflictRetry is how soon a pass whose status write conflicted
+	// runs again: the other write (another writer's, or the pass's own
+	// last one the cache did not show yet) is in the cache within moments,
+	// while a controller's failure backoff may start at a second.
+	StatusConflictRetry = 50 * time.Millisecond
 )
+
+// StatusPatchFailed is the result of a pass whose status patch failed with
+// err (outErr: how the pass itself ended). A conflict is retried after
+// StatusConflictRetry, without the failure backoff (the pass is done again
+// on the newer object); any other failure is returned, for the backoff.
+func StatusPatchFailed(ctx context.Context, err, outErr error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		ctrl.LoggerFrom(ctx).V(1).Info("status written meanwhile; the pass runs again", "error", err.Error())
+		return ctrl.Result{RequeueAfter: StatusConflictRetry}, nil
+	}
+	return ctrl.Result{}, errors.Join(outErr, err)
+}
 
 // Stalled means the user must act: the pass cannot succeed until the object
 // (or something the controller watches) changes. It is not retried on its
