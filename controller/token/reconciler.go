@@ -402,7 +402,10 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{ValuesKey: values},
 	}
-	var opts []reconciler.EnsureOption
+	// Only into the Secret the bearer token is bound to: one deleted (and
+	// made again by someone, or by the garbage collector's race with a
+	// pass) since this pass read it would carry a revoked token.
+	opts := []reconciler.EnsureOption{reconciler.ExpectUID(secret.UID)}
 	if p.secretMade {
 		opts = append(opts, reconciler.Changed()) // made empty by this pass
 	}
