@@ -7,6 +7,9 @@ export CGO_ENABLED ?= 0
 BIN := $(CURDIR)/bin
 comma := ,
 CONTROLPLANE_BINS := kube-apiserver kube-controller-manager etcd
+# What make test builds from hack/tools: the envtest suites' control plane,
+# kubectl (a suite checks `kubectl get` columns) and helm3 (render parity).
+TEST_TOOLS := $(CONTROLPLANE_BINS) kubectl helm3
 NODE_BINS := kube-scheduler kubelet
 DEV_PACKAGES := containerd runc containernetworking-plugins iptables iproute2
 GO_TEST_FLAGS ?= -count=1 -timeout 25m
@@ -183,14 +186,15 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 	echo "=== make $@: $(1) took $$(( $$(date +%s) - t ))s"
 
 .PHONY: test
-test: ## Run the unit and envtest suites (hack/unit.sh; the race detector: make race) and, beside them, the e2e suite on real clusters (hack/suites.sh); builds and installs what they need (kubectl too: the e2e suite drives it). Prints each phase's time.
-	@$(call timed,dev-deps,$(MAKE) --no-print-directory dev-deps)
-	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the Kubernetes binaries and helm3 beside helm and images),hack/test-prepare.sh)
-	@$(call timed,suites (hack/suites.sh: unit and envtest suites beside the e2e suite),FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/suites.sh $(GO_TEST_FLAGS))
+test: ## Run the unit and envtest suites (hack/unit.sh: real kube-apiserver, etcd and kube-controller-manager; the race detector: make race; real clusters: make e2e); builds what they need (the control plane, kubectl, both helm CLIs). Prints each phase's time.
+	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the control plane and kubectl and helm3 beside helm),TEST_TOOLS="$(TEST_TOOLS)" hack/test-prepare.sh)
+	@$(call timed,suites (hack/unit.sh: the unit and envtest suites),FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/unit.sh $(GO_TEST_FLAGS))
 
 .PHONY: e2e
-e2e: dev-deps dev-bins helm images ## Run only the e2e suite on real local clusters.
-	FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/
+e2e: ## Run the e2e suite on real local clusters (kubelet, containerd and the product's image; root); builds and installs what it needs. CI runs it beside make race.
+	@$(call timed,dev-deps,$(MAKE) --no-print-directory dev-deps)
+	@$(call timed,binaries (node binaries, kubectl, helm and the images),$(MAKE) --no-print-directory dev-bins $(BIN)/helm images)
+	@$(call timed,e2e suite,source hack/testflags.sh && FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/)
 
 .PHONY: race
 race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (hack/race.sh: where fleet's code has concurrency; not e2e), then the remotedialer fork's own tests (make test-remotedialer; they are race tests, and a cold make test would compile the race runtime for them alone); CI runs it after make test; needs cgo and gcc.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test's unit and envtest suites: every test package but test/e2e (real
-# clusters: hack/suites.sh runs it beside this), each once, without the race
-# detector (make race runs it; CI runs both), then the slowest packages.
+# clusters: make e2e), each once, without the race detector (make race runs
+# it; CI runs both), then the slowest packages.
 #
 # CGO_ENABLED=0, as make build and go vet use, so the suites reuse the
 # product's compiled packages from the build cache: on a fresh machine the
@@ -13,8 +13,8 @@
 #
 # Usage: hack/unit.sh [go test flags]; FLEET_BIN_DIR names the control-plane
 # binaries, as for make test. UNIT_COMPILE_ONLY=1 only compiles the packages
-# the run and the e2e suite test (hack/test-prepare.sh does it beside the
-# builds of the binaries).
+# the run tests (hack/test-prepare.sh does it before the builds of the
+# binaries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
@@ -24,7 +24,7 @@ source hack/testflags.sh
 if [[ ${UNIT_COMPILE_ONLY:-} == 1 ]]; then
 	# Compile (no link, no run) into the build cache. Errors are left to the
 	# run itself to report, where they name the test package.
-	go list -export -deps -test "${envtest[@]}" "${unit[@]}" ./test/e2e >/dev/null 2>&1 || true
+	go list -export -deps -test "${envtest[@]}" "${unit[@]}" >/dev/null 2>&1 || true
 	exit 0
 fi
 

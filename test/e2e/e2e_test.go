@@ -1,7 +1,7 @@
 // Package e2e runs the product on real local clusters (dev/devcluster):
 // the controller installed with helm in the upstream, agents as real pods in
 // downstream clusters, registered both ways, with real rollouts. `make e2e`
-// runs it alone; `make test` includes it.
+// runs it (CI runs make e2e beside make race; make test does not include it).
 package e2e
 
 import (
@@ -49,7 +49,7 @@ var (
 
 func TestMain(m *testing.M) {
 	if os.Getenv("FLEET_E2E") == "" {
-		fmt.Println("e2e: skipped; set FLEET_E2E=1 (make e2e / make test do) to run on real local clusters")
+		fmt.Println("e2e: skipped; set FLEET_E2E=1 (make e2e does) to run on real local clusters")
 		os.Exit(0)
 	}
 	os.Exit(run(m))
