@@ -271,12 +271,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	repo.Status = status.Compute(repo, obs, now)
 	if err := patcher.Patch(ctx, repo); err != nil {
-		if apierrors.IsConflict(err) {
-			// The cache did not show our last status write yet: computed
-			// again in a moment (the sync itself is remembered).
-			return ctrl.Result{RequeueAfter: reconciler.CacheLagRetry}, nil
-		}
-		return ctrl.Result{}, err
+		// A conflict (the cache did not show our last status write yet)
+		// computes the status again in a moment; the sync itself is
+		// remembered.
+		return reconciler.StatusPatchFailed(ctx, err, nil)
 	}
 	out := reconciler.Failure(syncErr)
 	if syncErr == nil {
