@@ -87,12 +87,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.objects = reconciler.NewObjects(r.Client, mgr.GetAPIReader())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		// A status write (this reconciler's own, or a grant's reservation
-		// under maxClusters) brings nothing: such a pass found every
-		// object as it was, at the cost of a dry run of each. Its spec
-		// (generation) and metadata bring a pass.
-		For(&fleet.ClusterRegistrationToken{}, builder.WithPredicates(predicate.Or[client.Object](
-			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		For(&fleet.ClusterRegistrationToken{}, builder.WithPredicates(tokenChanged)).
 		// What a token is made of comes back when it is changed or deleted;
 		// its creation (this reconciler's own, in the pass that writes the
 		// token's status) brings nothing: a pass on a cache that does not
@@ -104,6 +99,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allTokens))).
 		Complete(r)
 }
+
+// tokenChanged passes a token's changes of spec (generation) and metadata.
+// A status write (this reconciler's own, or a grant's reservation under
+// maxClusters) brings nothing: such a pass found every object as it was, at
+// the cost of a dry run of each.
+var tokenChanged = predicate.Or[client.Object](
+	predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{})
 
 // notCreated passes every event of an object but its creation.
 var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
