@@ -186,9 +186,18 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 	echo "=== make $@: $(1) took $$(( $$(date +%s) - t ))s"
 
 .PHONY: test
-test: ## Run the unit and envtest suites (hack/unit.sh: real kube-apiserver, etcd and kube-controller-manager; the race detector: make race; real clusters: make e2e); builds what they need (the control plane, kubectl, both helm CLIs). Prints each phase's time.
-	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the control plane and kubectl and helm3 beside helm),TEST_TOOLS="$(TEST_TOOLS)" hack/test-prepare.sh)
+# RACE=1 (CI): every test once, with the race detector where hack/race.sh
+# says and without it elsewhere, side by side, then the remotedialer fork's
+# own race tests; needs cgo and gcc.
+RACE ?=
+test: ## Run the unit and envtest suites (hack/unit.sh: real kube-apiserver, etcd and kube-controller-manager; real clusters: make e2e); builds what they need (the control plane, kubectl, both helm CLIs). Prints each phase's time. RACE=1 (CI): each test once, with the race detector where hack/race.sh says.
+	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the control plane and kubectl and helm3 beside helm),TEST_RACE="$(RACE)" TEST_TOOLS="$(TEST_TOOLS)" hack/test-prepare.sh)
+ifeq ($(RACE),1)
+	@$(call timed,suites (hack/race.sh: the race-tested suites with the race detector$(comma) the others beside them without it),RACE_PLAIN=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS))
+	@$(call timed,the remotedialer fork's own race tests,$(MAKE) --no-print-directory test-remotedialer)
+else
 	@$(call timed,suites (hack/unit.sh: the unit and envtest suites),FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/unit.sh $(GO_TEST_FLAGS))
+endif
 
 .PHONY: e2e
 e2e: ## Run the e2e suite on real local clusters (kubelet, containerd and the product's image; root); builds and installs what it needs. CI runs it beside make race.
@@ -196,8 +205,14 @@ e2e: ## Run the e2e suite on real local clusters (kubelet, containerd and the pr
 	@$(call timed,binaries (node binaries, kubectl, helm and the images),$(MAKE) --no-print-directory dev-bins $(BIN)/helm images)
 	@$(call timed,e2e suite,source hack/testflags.sh && FLEET_E2E=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH go test $(GO_TEST_FLAGS) -v ./test/e2e/)
 
+.PHONY: ci-bins
+# One go build of hack/tools for all of them (they share most packages).
+ci-bins: dev-deps ## What make e2e and make test build, built first (CI does, before running both side by side): the control plane, the nodes' binaries, kubectl, both helm CLIs, the product and its images.
+	hack/build-tools.sh $(CONTROLPLANE_BINS) $(NODE_BINS) kubectl helm3
+	$(MAKE) --no-print-directory $(BIN)/helm images
+
 .PHONY: race
-race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (hack/race.sh: where fleet's code has concurrency; not e2e), then the remotedialer fork's own tests (make test-remotedialer; they are race tests, and a cold make test would compile the race runtime for them alone); CI runs it after make test; needs cgo and gcc.
+race: controlplane-bins helm ## Run the unit and envtest suites with the race detector (hack/race.sh: where fleet's code has concurrency; not e2e), then the remotedialer fork's own tests (make test-remotedialer; they are race tests, and a cold make test would compile the race runtime for them alone); needs cgo and gcc. CI runs make test RACE=1, which also runs the rest without it.
 	CGO_ENABLED=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS)
 	$(MAKE) --no-print-directory test-remotedialer
 

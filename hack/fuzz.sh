@@ -4,7 +4,8 @@
 # read from the source: `go test -list` would link every test binary (and
 # start an envtest package's control planes in its TestMain) just to list
 # them. Each target runs on its own, as -fuzz needs. The first failure stops
-# the run with its exit code.
+# the run with its exit code; a failing input is written to the package's
+# testdata/fuzz, as go test writes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source hack/testflags.sh
@@ -18,12 +19,26 @@ if [ -z "$targets" ]; then
 	echo "no fuzz targets"
 	exit 0
 fi
-count=0
+# One instrumented test binary per package (go test -c -fuzz), run once per
+# target from the package's directory (seed corpora in testdata/fuzz), with
+# the corpus cache go test itself uses: a package's targets then cost one
+# link, not one each.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cache=$(go env GOCACHE)/fuzz
+count=0 built=
 while read -r pkg target; do
+	bin=$work/$(tr / _ <<<"$pkg").test
+	if [[ $built != "$pkg" ]]; then
+		go test -c -fuzz=. -o "$bin" "$pkg"
+		built=$pkg
+	fi
+	dir=$(go list -f '{{.Dir}}' "$pkg")
 	echo "fuzz: $target in $pkg for $fuzztime"
 	for attempt in 1 2; do
 		rc=0
-		out=$(go test -run '^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" "$pkg" 2>&1) || rc=$?
+		out=$(cd "$dir" && "$bin" -test.run='^$' -test.fuzz="^${target}\$" -test.fuzztime="$fuzztime" \
+			-test.fuzzcachedir="$cache/$pkg" -test.paniconexit0 -test.timeout=10m 2>&1) || rc=$?
 		echo "$out"
 		[ "$rc" = 0 ] && break
 		# Go's fuzzing engine sometimes ends a run with "context deadline

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make race: the unit and envtest suites with the race detector (make test
-# runs every suite without it; CI runs both). Packages are classified by
+# runs every suite without it; CI runs make test RACE=1: this script with
+# RACE_PLAIN=1, below). Packages are classified by
 # hack/packages.sh; RACE_P at a time (default 3), the envtest suites slowest
 # first, then the unit packages. An envtest suite spends most of its time
 # waiting for its controllers and API servers, so the unit packages' CPU
@@ -20,8 +21,14 @@
 # limits skip themselves under the race detector (its shadow memory counts
 # against RLIMIT_AS); make test runs them.
 #
+# RACE_PLAIN=1 (make test RACE=1, which CI runs) also runs, beside the race
+# run and without the race detector, everything the race run leaves out: the
+# norace suites, the raceskip tests and the racelimits tests. Every test then
+# runs once, each where it proves most, and no suite runs twice.
+#
 # Usage: hack/race.sh [go test flags]; FLEET_BIN_DIR names the control-plane
-# binaries, as for make test. RACE_LIST=1 prints which package runs how.
+# binaries, as for make test. RACE_LIST=1 prints which package runs how;
+# RACE_COMPILE_ONLY=1 only compiles (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,10 +71,21 @@ raceskip=(
 	# The same for a Bundle's large input (BundleContents objects).
 	TestBundle_LargeInputTravelsAsVerifiedContents
 )
-for t in "${raceskip[@]}"; do
-	grep -rqs --include='*_test.go' "^func $t(t \*testing.T)" . || { echo "hack/race.sh: $t is named in raceskip but no test has that name" >&2; exit 2; }
+# Tests with cases that skip themselves under the race detector (their
+# package's raceDetector constant): memory limits enforced with RLIMIT_AS,
+# which the race detector's shadow memory counts against. A test that reads
+# raceDetector and is not named here fails this script, so none is left out
+# of make test RACE=1's plain run.
+racelimits=(
+	TestPool_RunawayTemplatesAreStoppedWithAClearError
+	TestPool_RunawayValuesTemplatesStopAtTheWorkersLimits
+	TestRenderer_HostileBundlesFailWithTheBundlesReasonWithinTheControllersLimits
+)
+for t in "${raceskip[@]}" "${racelimits[@]}"; do
+	grep -rqs --include='*_test.go' "^func $t(t \*testing.T)" . || { echo "hack/race.sh: $t is named in raceskip or racelimits but no test has that name" >&2; exit 2; }
 done
 skip="^($(IFS='|'; echo "${raceskip[*]}"))\$"
+plainrun="^($(IFS='|'; echo "${raceskip[*]}|${racelimits[*]}"))\$"
 
 for p in "${norace[@]}"; do
 	listed "./$p" "${envtest[@]}" || { echo "hack/race.sh: $p is named in norace but is not an envtest suite" >&2; exit 2; }
@@ -76,20 +94,68 @@ race=() skipped=()
 for p in "${envtest[@]}"; do
 	if listed "${p#./}" "${norace[@]}"; then skipped+=("$p"); else race+=("$p"); fi
 done
+# The race-tested packages whose tests read raceDetector, and those tests.
+readers=()
+while read -r file fn; do
+	pkg=./$(dirname "${file#./}")
+	listed "$pkg" "${skipped[@]}" && continue
+	listed "$fn" "${racelimits[@]}" || { echo "hack/race.sh: $fn ($file) reads raceDetector but is not named in racelimits: make test RACE=1 would run its skipped cases nowhere" >&2; exit 2; }
+	listed "$pkg" "${readers[@]}" || readers+=("$pkg")
+done < <(grep -rl --include='*_test.go' raceDetector . | while read -r f; do
+	awk -v f="$f" '/^func /{fn=$2; sub(/\(.*/, "", fn)} /raceDetector/ && !/^(const|\/\/)/ {print f, fn}' "$f"
+done | sort -u)
+# The packages that hold the raceskip tests.
+while read -r file; do
+	pkg=./$(dirname "${file#./}")
+	listed "$pkg" "${readers[@]}" || readers+=("$pkg")
+done < <(for t in "${raceskip[@]}"; do grep -rl --include='*_test.go' "^func $t(t \*testing.T)" .; done | sort -u)
 
 if [[ ${RACE_LIST:-} == 1 ]]; then # print the plan only
-	printf 'unit, race: %s\nenvtest, race: %s\nenvtest, skipped (make test runs them): %s\ntests skipped: %s\n' \
-		"${unit[*]}" "${race[*]}" "${skipped[*]}" "$skip"
+	printf 'unit, race: %s\nenvtest, race: %s\nenvtest, without it (make test; make test RACE=1 beside the race run): %s\ntests skipped or with cases skipped under it: %s in %s\n' \
+		"${unit[*]}" "${race[*]}" "${skipped[*]}" "$plainrun" "${readers[*]}"
 	exit 0
 fi
 
-export CGO_ENABLED=1 # -race needs cgo
-mkdir -p bin && log=$(mktemp bin/.race-log.XXXXXX) # in bin/, as hack/unit.sh says why
-trap 'rm -f "$log"' EXIT
+if [[ ${RACE_COMPILE_ONLY:-} == 1 ]]; then
+	# Compile (no link, no run) into the build cache, as hack/unit.sh does:
+	# RACE_PLAIN=1's packages without the race detector, or the race-tested
+	# ones with it (RACE_COMPILE_ONLY_RACE=1). hack/test-prepare.sh runs the
+	# first before the build of the control plane, which compiles many of the
+	# same packages, and the second beside it: they share none.
+	if [[ ${RACE_COMPILE_ONLY_RACE:-} == 1 ]]; then
+		CGO_ENABLED=1 go list -race -export -deps -test "${race[@]}" "${unit[@]}" >/dev/null 2>&1 || true
+	else
+		CGO_ENABLED=0 go list -export -deps -test "${skipped[@]}" "${readers[@]}" >/dev/null 2>&1 || true
+	fi
+	exit 0
+fi
+
+mkdir -p bin && log=$(mktemp bin/.race-log.XXXXXX) plainlog=$(mktemp bin/.race-plain-log.XXXXXX) # in bin/, as hack/unit.sh says why
+trap 'rm -f "$log" "$plainlog"' EXIT
 start=$SECONDS
-rc=0
+rc=0 plain_pid=
+if [[ ${RACE_PLAIN:-} == 1 ]]; then
+	# Mostly envtest suites waiting for their control planes: beside the
+	# race run, they fill its waits. Their output follows the race run's.
+	echo "race: beside the race run, without it: ${#skipped[@]} envtest suites, and $plainrun in ${readers[*]}, ${PLAIN_P:-2} at a time"
+	(
+		export CGO_ENABLED=0 # as make test: the product's compiled packages
+		prc=0
+		go test -p "${PLAIN_P:-2}" "$@" "${skipped[@]}" >"$plainlog" 2>&1 || prc=1
+		go test -p "${PLAIN_P:-2}" -run "$plainrun" "$@" "${readers[@]}" >>"$plainlog" 2>&1 || prc=1
+		exit $prc
+	) &
+	plain_pid=$!
+fi
+export CGO_ENABLED=1 # -race needs cgo
 echo "race: ${#race[@]} envtest suites and ${#unit[@]} unit packages with the race detector, ${RACE_P:-3} at a time"
 go test -race -p "${RACE_P:-3}" -skip "$skip" "$@" "${race[@]}" "${unit[@]}" 2>&1 | tee "$log" || rc=1
+if [[ -n $plain_pid ]]; then
+	wait "$plain_pid" || rc=1
+	echo "race: the run without the race detector:"
+	cat "$plainlog"
+	cat "$plainlog" >>"$log"
+fi
 echo "race: slowest packages (s)"
 # The last awk reads all its input: head would close the pipe early, and
 # under pipefail sort's SIGPIPE would fail the run after every test passed.

@@ -11,12 +11,27 @@
 # time both compile it (the cache has no lock), so the suites' compile runs
 # alone first (both cores: go runs two compiles at once); after it the two
 # builds have almost nothing left in common and run side by side.
+#
+# TEST_RACE=1 (make test RACE=1): the packages hack/race.sh runs without the
+# race detector are compiled first, alone, and the race-tested ones (with
+# it: nothing in common with the other builds) beside the two builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(pwd -P)/bin # make's $(BIN)
 start=$SECONDS
-UNIT_COMPILE_ONLY=1 hack/unit.sh
-echo "test-prepare: suites' compile done in $((SECONDS - start))s"
+race_pid=
+if [[ ${TEST_RACE:-} == 1 ]]; then
+	RACE_PLAIN=1 RACE_COMPILE_ONLY=1 hack/race.sh
+	echo "test-prepare: the compile of the suites run without the race detector done in $((SECONDS - start))s"
+	(
+		RACE_COMPILE_ONLY=1 RACE_COMPILE_ONLY_RACE=1 hack/race.sh
+		echo "test-prepare: the compile of the race-tested suites done in $((SECONDS - start))s"
+	) &
+	race_pid=$!
+else
+	UNIT_COMPILE_ONLY=1 hack/unit.sh
+	echo "test-prepare: suites' compile done in $((SECONDS - start))s"
+fi
 
 t=$SECONDS
 # shellcheck disable=SC2086 # a list of names
@@ -29,5 +44,6 @@ rc=0
 make --no-print-directory "$bin/helm" || rc=1
 echo "test-prepare: helm done in $((SECONDS - t))s"
 wait "$tools_pid" || rc=1
+[[ -z $race_pid ]] || wait "$race_pid" || rc=1
 echo "test-prepare: done in $((SECONDS - start))s"
 exit $rc

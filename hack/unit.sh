@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test's unit and envtest suites: every test package but test/e2e (real
 # clusters: make e2e), each once, without the race detector (make race runs
-# it; CI runs both), then the slowest packages.
+# it; CI runs make test RACE=1, hack/race.sh with RACE_PLAIN=1, instead of
+# this script), then the slowest packages.
 #
 # CGO_ENABLED=0, as make build and go vet use, so the suites reuse the
 # product's compiled packages from the build cache: on a fresh machine the

@@ -1,7 +1,7 @@
 // Package e2e runs the product on real local clusters (dev/devcluster):
 // the controller installed with helm in the upstream, agents as real pods in
 // downstream clusters, registered both ways, with real rollouts. `make e2e`
-// runs it (CI runs make e2e beside make race; make test does not include it).
+// runs it (CI runs make e2e beside make test RACE=1; make test does not include it).
 package e2e
 
 import (
