@@ -22,7 +22,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/testenv"
 	"github.com/gitops-fleet/fleet/internal/names"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
@@ -75,7 +75,7 @@ func sampleMemory() *memorySampler {
 
 func (s *memorySampler) finish() { close(s.stop); s.done.Wait() }
 
-func mib(n uint64) string { return renderer.FormatBytes(int64(n)) }
+func mib(n uint64) string { return bundlefiles.FormatBytes(int64(n)) }
 
 // metricSum sums the series of a counter or gauge in the controller's
 // metrics registry whose labels include want.

@@ -27,6 +27,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 const webChart = `apiVersion: v2
@@ -295,7 +296,7 @@ func TestBundle_InvalidTargetIsStalled(t *testing.T) {
 		}
 		return nil
 	})
-	_ = renderer.TokenPlaceholder
+	_ = agentvalues.TokenPlaceholder
 }
 
 // readTestdata reads one object of internal/targeting/testdata/mixed-target,

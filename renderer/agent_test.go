@@ -3,7 +3,6 @@ package renderer_test
 import (
 	"bytes"
 	"encoding/base64"
-	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -28,6 +26,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -68,10 +67,10 @@ func newRenderer(t testing.TB) *renderer.AgentRenderer {
 }
 
 // renderFile renders a test Cluster the way `fleet render agent` does.
-func renderFile(t *testing.T, r *renderer.AgentRenderer, path string) (*renderer.AgentValues, *renderer.Output) {
+func renderFile(t *testing.T, r *renderer.AgentRenderer, path string) (*agentvalues.Values, *renderer.Output) {
 	t.Helper()
 	c := loadCluster(t, path)
-	v, err := renderer.OfflineAgentValues(c, loadConfig(t), c.Spec.KubeConfigSecret != "")
+	v, err := agentvalues.Offline(c, loadConfig(t), c.Spec.KubeConfigSecret != "")
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -154,8 +153,8 @@ func TestAgentRender_Golden(t *testing.T) {
 
 func TestAgentRender_Customisations(t *testing.T) {
 	r := newRenderer(t)
-	cases := map[string]func(t *testing.T, v *renderer.AgentValues, out *renderer.Output){
-		"01-minimal-manager.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+	cases := map[string]func(t *testing.T, v *agentvalues.Values, out *renderer.Output){
+		"01-minimal-manager.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			d := deployment(t, out)
 			if d.Namespace != "cattle-fleet-system" {
 				t.Errorf("namespace %q", d.Namespace)
@@ -197,7 +196,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 			if len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "global-pull-secret" {
 				t.Errorf("pull secrets %v, want the controller's", spec.ImagePullSecrets)
 			}
-			if v.ClientID != renderer.ClientIDPlaceholder {
+			if v.ClientID != agentvalues.ClientIDPlaceholder {
 				t.Errorf("clientID %q, want the placeholder", v.ClientID)
 			}
 			if find(t, objects(t, out), "ServiceAccount", "fleet-agent") == nil {
@@ -241,7 +240,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 			for key, want := range map[string]string{
 				"apiServerURL": "https://upstream.example.com:6443", "tokenName": "import-token-minimal",
 				"clusterNamespace": "fleet-default", "systemRegistrationNamespace": "cattle-fleet-clusters-system",
-				"token": renderer.TokenPlaceholder,
+				"token": agentvalues.TokenPlaceholder,
 			} {
 				got, _, _ := unstructured.NestedString(s.Object, "data", key)
 				if dec, _ := base64.StdEncoding.DecodeString(got); string(dec) != want {
@@ -249,7 +248,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 				}
 			}
 		},
-		"02-env-vars.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"02-env-vars.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			d := deployment(t, out)
 			env := d.Spec.Template.Spec.Containers[0].Env
 			n := len(env)
@@ -257,7 +256,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 				t.Errorf("user env vars must come last, in order: %v", env[n-3:])
 			}
 		},
-		"03-tolerations.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"03-tolerations.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			tol := deployment(t, out).Spec.Template.Spec.Tolerations
 			var keys []string
 			for _, x := range tol {
@@ -271,26 +270,26 @@ func TestAgentRender_Customisations(t *testing.T) {
 				t.Error("tolerationSeconds lost")
 			}
 		},
-		"04-affinity.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"04-affinity.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			a := deployment(t, out).Spec.Template.Spec.Affinity
 			if a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil || a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution != nil {
 				t.Errorf("affinity must replace the default: %+v", a.NodeAffinity)
 			}
 		},
-		"05-resources.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"05-resources.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			for _, c := range deployment(t, out).Spec.Template.Spec.Containers {
 				if c.Resources.Requests.Cpu().String() != "100m" || c.Resources.Limits.Memory().String() != "512Mi" {
 					t.Errorf("container %s resources %v", c.Name, c.Resources)
 				}
 			}
 		},
-		"06-host-network.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"06-host-network.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			d := deployment(t, out)
 			if !d.Spec.Template.Spec.HostNetwork || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || d.Spec.Template.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 				t.Errorf("hostNetwork %v strategy %q dns %q", d.Spec.Template.Spec.HostNetwork, d.Spec.Strategy.Type, d.Spec.Template.Spec.DNSPolicy)
 			}
 		},
-		"07-private-repo.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"07-private-repo.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			spec := deployment(t, out).Spec.Template.Spec
 			if img := spec.Containers[0].Image; img != "mirror.internal.example.com:5000/gitops-fleet/fleet:1.2.3" {
 				t.Errorf("image %q: privateRepoURL must replace the system registry", img)
@@ -299,7 +298,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 				t.Errorf("pull secrets %v: the Cluster's must replace the controller's", spec.ImagePullSecrets)
 			}
 		},
-		"08-scheduling.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"08-scheduling.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			pc := find(t, objects(t, out), "PriorityClass", "fleet-agent-priority-class")
 			pdb := find(t, objects(t, out), "PodDisruptionBudget", "fleet-agent-pod-disruption-budget")
 			if pc == nil || pdb == nil {
@@ -318,7 +317,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 				t.Error("pod does not use the priority class")
 			}
 		},
-		"09-agent-namespace.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"09-agent-namespace.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			for _, o := range objects(t, out) {
 				if ns := o.GetNamespace(); ns != "" && ns != "team-a-fleet-agent" {
 					t.Errorf("%s %s in namespace %q", o.GetKind(), o.GetName(), ns)
@@ -331,7 +330,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 				t.Errorf("clusterNamespace %q", v.ClusterNamespace)
 			}
 		},
-		"10-agent-initiated.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"10-agent-initiated.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			if find(t, objects(t, out), "Secret", "fleet-agent-bootstrap") != nil {
 				t.Error("the agent's own Bundle must not carry a bootstrap Secret")
 			}
@@ -339,7 +338,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 				t.Error("generation not in the pod template")
 			}
 		},
-		"11-large-generation.yaml": func(t *testing.T, v *renderer.AgentValues, out *renderer.Output) {
+		"11-large-generation.yaml": func(t *testing.T, v *agentvalues.Values, out *renderer.Output) {
 			if g := envOf(deployment(t, out))["GENERATION"].Value; g != "1234567890123" {
 				t.Errorf("GENERATION %q, want the exact integer", g)
 			}
@@ -357,11 +356,11 @@ func TestAgentRender_AdoptionChangesOnlyTheBootstrapSecret(t *testing.T) {
 	r := newRenderer(t)
 	c := loadCluster(t, "testdata/clusters/05-resources.yaml")
 	cfg := loadConfig(t)
-	first, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	first, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	managed, err := renderer.AgentValuesForCluster(c, cfg, nil)
+	managed, err := agentvalues.ForCluster(c, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +390,7 @@ func TestAgentRender_TokenOnlyInTheAppliedCopy(t *testing.T) {
 	r := newRenderer(t)
 	c := loadCluster(t, "testdata/clusters/02-env-vars.yaml")
 	const secretToken = "eyJhbGciOiJSUzI1NiJ9.secret-token-value"
-	v, err := renderer.AgentValuesForCluster(c, loadConfig(t), renderer.OfflineBootstrap(c))
+	v, err := agentvalues.ForCluster(c, loadConfig(t), agentvalues.OfflineBootstrap(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +429,7 @@ func TestAgentRender_TokenOnlyInTheAppliedCopy(t *testing.T) {
 func TestAgentRender_DeterministicAndSafeConcurrently(t *testing.T) {
 	r := newRenderer(t)
 	c := loadCluster(t, "testdata/clusters/08-scheduling.yaml")
-	v, err := renderer.OfflineAgentValues(c, loadConfig(t), true)
+	v, err := agentvalues.Offline(c, loadConfig(t), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,65 +453,6 @@ func TestAgentRender_DeterministicAndSafeConcurrently(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-}
-
-func TestAgentValues_BadInputNamesTheField(t *testing.T) {
-	base := loadCluster(t, "testdata/clusters/01-minimal-manager.yaml")
-	cases := []struct {
-		name   string
-		mutate func(c *fleet.Cluster, cfg *config.Config)
-		want   string
-	}{
-		{"env var with =", func(c *fleet.Cluster, _ *config.Config) {
-			c.Spec.AgentEnvVars = []corev1.EnvVar{{Name: "A=B", Value: "x"}}
-		}, `spec.agentEnvVars[0].name "A=B" is not a valid environment variable name`},
-		{"empty env var name", func(c *fleet.Cluster, _ *config.Config) {
-			c.Spec.AgentEnvVars = []corev1.EnvVar{{Name: "OK"}, {Name: ""}}
-		}, `spec.agentEnvVars[1].name "" is empty`},
-		{"pdb with both bounds", func(c *fleet.Cluster, _ *config.Config) {
-			c.Spec.AgentSchedulingCustomization = &fleet.AgentSchedulingCustomization{PodDisruptionBudget: &fleet.PodDisruptionBudgetSpec{MinAvailable: "1", MaxUnavailable: "1"}}
-		}, "set either minAvailable or maxUnavailable, not both"},
-		{"no api server url", func(_ *fleet.Cluster, cfg *config.Config) { cfg.APIServerURL = "" },
-			"set apiServerURL in the fleet-controller config, or key apiServerURL in the kubeconfig Secret"},
-		{"image without tag", func(_ *fleet.Cluster, cfg *config.Config) { cfg.AgentImage = "registry:5000/fleet" },
-			`agentImage "registry:5000/fleet" must be repository:tag`},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := base.DeepCopy()
-			cfg := loadConfig(t)
-			tc.mutate(c, cfg)
-			_, err := renderer.OfflineAgentValues(c, cfg, true)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got error %v, want one containing %q", err, tc.want)
-			}
-		})
-	}
-}
-
-// What the import turns into a condition reason is told by the error's
-// type, not its text, even among other problems.
-func TestAgentValues_UpstreamURLProblemsAreTyped(t *testing.T) {
-	c := loadCluster(t, "testdata/clusters/02-env-vars.yaml")
-	c.Spec.AgentEnvVars = append(c.Spec.AgentEnvVars, corev1.EnvVar{Name: "apiServerURL=x"})
-	cfg := loadConfig(t)
-	cfg.APIServerURL = ""
-	_, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
-	if !errors.Is(err, renderer.ErrNoAPIServerURL) {
-		t.Errorf("no URL: %v, want ErrNoAPIServerURL", err)
-	}
-	cfg.APIServerURL = "http://upstream.example.com"
-	_, err = renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
-	var insecure *config.InsecureAPIServerURLError
-	if !errors.As(err, &insecure) || errors.Is(err, renderer.ErrNoAPIServerURL) || insecure.URL != cfg.APIServerURL {
-		t.Errorf("plain http URL: %v, want an InsecureAPIServerURLError", err)
-	}
-	// An env var named after the key is a problem of its own, not a URL one.
-	cfg.APIServerURL = "https://upstream.example.com"
-	_, err = renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
-	if err == nil || errors.Is(err, renderer.ErrNoAPIServerURL) || errors.As(err, &insecure) {
-		t.Errorf("bad env var only: %v", err)
-	}
 }
 
 func TestAgentChart_RejectsBadValuesWithClearMessages(t *testing.T) {
@@ -554,12 +494,12 @@ func TestAgentValues_PlainHTTPUpstreamNeedsTheOptIn(t *testing.T) {
 	c := loadCluster(t, "../examples/gitops/clusters/more/prod-eu.yaml")
 	cfg := loadConfig(t)
 	cfg.APIServerURL = "http://upstream.example.com"
-	_, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	_, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
 	if err == nil || !strings.Contains(err.Error(), "allowInsecureAPIServerURL") {
 		t.Fatalf("an http upstream without the opt-in: %v", err)
 	}
 	cfg.AllowInsecureAPIServerURL = true
-	v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+	v, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
 	if err != nil || !v.InsecureAPIServerURL {
 		t.Fatalf("with the opt-in: %v (insecureAPIServerURL %v)", err, v != nil && v.InsecureAPIServerURL)
 	}
@@ -574,7 +514,7 @@ func BenchmarkRenderAgent(b *testing.B) {
 	cfg := loadConfig(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+		v, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -592,7 +532,7 @@ func BenchmarkRenderAgentObjects(b *testing.B) {
 	cfg := loadConfig(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+		v, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -606,43 +546,6 @@ func BenchmarkRenderAgentObjects(b *testing.B) {
 	}
 }
 
-func TestShortDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		time.Minute: "1m", 90 * time.Second: "1m30s", time.Hour: "1h", 2*time.Hour + 30*time.Minute: "2h30m",
-		time.Hour + time.Second: "1h0m1s", 15 * time.Second: "15s", 1500 * time.Millisecond: "1.5s",
-	} {
-		if got := renderer.ShortDuration(d); got != want {
-			t.Errorf("renderer.ShortDuration(%s) = %q, want %q", d, got, want)
-		}
-		if back, err := time.ParseDuration(want); err != nil || back != d {
-			t.Errorf("%q does not parse back to %s", want, d)
-		}
-	}
-}
-
-// The hash of the values decides whether the controller pushes a
-// manager-initiated agent again (status.agentValuesHash): a change of the
-// values' JSON encoding (a field renamed, reordered, given omitempty) would
-// push every agent once more at the next controller upgrade, with a fresh
-// bootstrap and a new registration. These are the hashes of the values as
-// released; a change here must be deliberate.
-func TestAgentValues_HashIsStable(t *testing.T) {
-	for file, want := range map[string]string{
-		"01-minimal-manager.yaml": "ba194c7b6331b251a9f3bce918f7c54a4b2b5c3e16b3f84dd182e3ee44af81d5",
-		"08-scheduling.yaml":      "e1fcbc5f9a4e298ec50150b51fd332aba36dd9923de781fdd272ce402be51ba5",
-		"10-agent-initiated.yaml": "774b1330777e22947e9856a4cb62b08f483db362c2436ac3175d1c17635fafec",
-	} {
-		c := loadCluster(t, "testdata/clusters/"+file)
-		v, err := renderer.OfflineAgentValues(c, loadConfig(t), c.Spec.KubeConfigSecret != "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := v.Hash(); got != want {
-			t.Errorf("%s: values hash %s, want %s: every agent would be pushed again", file, got, want)
-		}
-	}
-}
-
 // The agent chart writes the downstream side of the handshake contract
 // (internal/registration): the bootstrap Secret the agent registers with and
 // the ConfigMap of its settings, under the names and keys the agent reads,
@@ -650,7 +553,7 @@ func TestAgentValues_HashIsStable(t *testing.T) {
 func TestAgentChart_WritesTheHandshakeContract(t *testing.T) {
 	tok := &fleet.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "edge"}, Spec: fleet.ClusterRegistrationTokenSpec{ClientID: "edge-1"}}
 	cfg := loadConfig(t)
-	v, err := renderer.AgentValuesForToken(tok, cfg, "eyJhbGciOi.bearer.token")
+	v, err := agentvalues.ForToken(tok, cfg, "eyJhbGciOi.bearer.token")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -693,7 +596,7 @@ func TestAgentChart_WritesTheHandshakeContract(t *testing.T) {
 	if err := strictyaml.Unmarshal([]byte(doc), got); err != nil {
 		t.Fatalf("ConfigMap key %s %q does not decode strictly into registration.AgentConfig: %v", registration.AgentConfigKey, doc, err)
 	}
-	wantCfg := &registration.AgentConfig{Labels: map[string]string{}, ClientID: "edge-1", AgentTLSMode: cfg.GetAgentTLSMode(), CheckinInterval: renderer.ShortDuration(cfg.GetAgentCheckinInterval())}
+	wantCfg := &registration.AgentConfig{Labels: map[string]string{}, ClientID: "edge-1", AgentTLSMode: cfg.GetAgentTLSMode(), CheckinInterval: agentvalues.ShortDuration(cfg.GetAgentCheckinInterval())}
 	if diff := cmp.Diff(wantCfg, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("agent config (-want +got):\n%s", diff)
 	}

@@ -8,6 +8,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 // An agent chart kept as an archive (with an agent revision) renders what
@@ -38,7 +39,7 @@ func TestAgentRendererArchive_RendersAsTheEmbeddedChart(t *testing.T) {
 	}
 	c := &fleet.Cluster{Spec: fleet.ClusterSpec{ClientID: "abc"}}
 	c.Namespace, c.Name = "fleet-default", "one"
-	v, err := AgentValuesForCluster(c, &config.Config{}, nil)
+	v, err := agentvalues.ForCluster(c, &config.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

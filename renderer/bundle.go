@@ -2,11 +2,8 @@ package renderer
 
 import (
 	"bytes"
-	"compress/gzip"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"sort"
 	"strings"
@@ -19,111 +16,9 @@ import (
 	"github.com/gitops-fleet/fleet/internal/bundleoptions"
 	"github.com/gitops-fleet/fleet/internal/chartpath"
 	"github.com/gitops-fleet/fleet/internal/targeting"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
+	"github.com/gitops-fleet/fleet/renderer/kustomize"
 )
-
-// BundleFiles decodes a Bundle's resources into files by path, within the
-// default size limits. Paths must be relative and stay inside the Bundle.
-func BundleFiles(resources []fleet.BundleResource) (map[string][]byte, error) {
-	return BundleFilesWithin(resources, DefaultSizeLimits())
-}
-
-// BundleFilesWithin decodes a Bundle's resources into files by path, within
-// limits. A gzipped resource is decompressed only up to the limit left, so a
-// gzip bomb costs at most the limit in memory, not its decompressed size.
-func BundleFilesWithin(resources []fleet.BundleResource, limits SizeLimits) (map[string][]byte, error) {
-	files := make(map[string][]byte, len(resources))
-	var total int64
-	for i, r := range resources {
-		name := path.Clean(r.Name)
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") || name == "." {
-			return nil, fmt.Errorf("resources[%d].name %q must be a relative path inside the Bundle", i, r.Name)
-		}
-		if _, dup := files[name]; dup {
-			return nil, fmt.Errorf("resources[%d].name %q appears twice", i, r.Name)
-		}
-		limit, setting := limits.Resource, limitPerResource
-		if left := limits.Total - total; left < limit {
-			limit, setting = max(left, 0), limitTotal
-		}
-		data, err := decodeContent(r, limit)
-		if errors.Is(err, errTooLarge) {
-			return nil, &TooLargeError{Resource: fmt.Sprintf("resources[%d] (%s)", i, r.Name), Limit: limitOf(limits, setting), Setting: setting}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("resources[%d] (%s): %w", i, r.Name, err)
-		}
-		total += int64(len(data))
-		files[name] = data
-	}
-	return files, nil
-}
-
-// errTooLarge: the content decodes to more than the limit it was given.
-var errTooLarge = errors.New("too large")
-
-// decodeContent decodes one resource, failing with errTooLarge beyond limit
-// bytes. Plain and base64 content is no larger than the Bundle object
-// itself; only gzip can grow, and it is read through the limit.
-func decodeContent(r fleet.BundleResource, limit int64) ([]byte, error) {
-	var data []byte
-	switch r.Encoding {
-	case "":
-		data = []byte(r.Content)
-	case "base64":
-		raw, err := base64.StdEncoding.DecodeString(r.Content)
-		if err != nil {
-			return nil, fmt.Errorf("content is not base64: %w", err)
-		}
-		data = raw
-	case "base64+gz":
-		raw, err := base64.StdEncoding.DecodeString(r.Content)
-		if err != nil {
-			return nil, fmt.Errorf("content is not base64: %w", err)
-		}
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("content is not gzip: %w", err)
-		}
-		defer zr.Close()
-		return readAtMost(zr, limit)
-	default:
-		return nil, fmt.Errorf("unknown encoding %q (want empty, base64 or base64+gz)", r.Encoding)
-	}
-	if int64(len(data)) > limit {
-		return nil, errTooLarge
-	}
-	return data, nil
-}
-
-// readAtMost reads r to its end, failing with errTooLarge as soon as it
-// holds more than limit bytes. The buffer grows by doubling, and straight
-// to limit+1 bytes once doubling would reach the limit: all buffers
-// together come to about twice the limit.
-func readAtMost(r io.Reader, limit int64) ([]byte, error) {
-	buf := make([]byte, 0, min(limit+1, 32<<10))
-	for {
-		if len(buf) == cap(buf) {
-			size := int64(cap(buf)) * 2
-			if size >= limit {
-				size = limit + 1
-			}
-			grown := make([]byte, len(buf), size)
-			copy(grown, buf)
-			buf = grown
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if int64(len(buf)) > limit {
-			return nil, errTooLarge
-		}
-		if errors.Is(err, io.EOF) {
-			return buf, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("content is not valid gzip: %w", err)
-		}
-	}
-}
 
 // MergeOptions lays a target's options over the Bundle's: set fields win,
 // Helm values are merged key by key.
@@ -211,7 +106,7 @@ func RenderBundleWith(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fle
 	if err := bundleoptions.Check(&bundle.Spec); err != nil {
 		return nil, err
 	}
-	files, err := BundleFiles(bundle.Spec.Resources)
+	files, err := bundlefiles.Decode(bundle.Spec.Resources)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +128,16 @@ func RenderBundleWith(bundle *fleet.Bundle, cluster *fleet.Cluster, groups []fle
 		return nil, fmt.Errorf("bundle %s: %w", bundle.Name, err)
 	}
 	return RenderFiles(bundle.Name, files, opts)
+}
+
+// ReasonOf returns the Bundle condition reason an error from rendering
+// reports as: the error's own reason if it has one, else RenderFailed.
+func ReasonOf(err error) string {
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return fleet.RenderFailedReason
 }
 
 // NotDeployedError: the Bundle deploys nothing to the cluster.
@@ -332,7 +237,7 @@ func RenderFiles(name string, files map[string][]byte, opts fleet.BundleDeployme
 		}
 		// The whole Bundle is the kustomization's filesystem: its bases
 		// (../base) are files of the Bundle too.
-		out, err := BuildKustomization(files, dir, manifests)
+		out, err := kustomize.Build(files, dir, manifests)
 		if err != nil {
 			return nil, err
 		}

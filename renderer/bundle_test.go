@@ -238,3 +238,18 @@ func TestRenderBundle_KustomizeDirReachesItsBaseInTheBundle(t *testing.T) {
 		t.Errorf("the error shows the renderer's in-memory paths: %v", err)
 	}
 }
+
+func TestRenderBundle_RemoteOverlayResourceNamesTheBundleFile(t *testing.T) {
+	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Spec: fleet.BundleSpec{
+		BundleDeploymentOptions: fleet.BundleDeploymentOptions{Kustomize: &fleet.KustomizeOptions{Dir: "overlay"}},
+		Resources: []fleet.BundleResource{
+			{Name: "overlay/cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"},
+			{Name: "overlay/kustomization.yaml", Content: "resources:\n- cm.yaml\n- base\n- https://example.com/deploy.yaml\n"},
+		},
+	}}
+	_, err := renderer.RenderBundle(b, nil, nil)
+	want := `kustomize overlay: overlay/kustomization.yaml resources[2] "https://example.com/deploy.yaml" is a remote resource; Bundles may only use their own files`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+}

@@ -3,8 +3,9 @@
 // order and the multi-document YAML that `helm template` prints. It never
 // talks to a cluster, and the same input always gives the same bytes.
 //
-// The agent values builder (AgentValues) lives here too: the controller, the
-// CLI and the tests all build charts/fleet-agent values through it.
+// The agent chart is rendered here too (AgentRenderer), from the values of
+// renderer/agentvalues: the controller, the CLI and the tests all build
+// charts/fleet-agent values through that package.
 package renderer
 
 import (

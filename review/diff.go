@@ -16,9 +16,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/remote/restconfig"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 // Change is what happens to one object.
@@ -176,7 +177,7 @@ func Diff(base, head *Tree) (*Report, error) {
 // side is one Cluster rendered on one side.
 type side struct {
 	cluster   *fleet.Cluster
-	values    *renderer.AgentValues
+	values    *agentvalues.Values
 	hash      string
 	manifests string
 	template  any // the agent Deployment's pod template
@@ -193,7 +194,7 @@ func render(agent *renderer.AgentRenderer, t *Tree, key string, withBootstrap bo
 		return nil, nil
 	}
 	s := &side{cluster: c, targets: map[string]string{}}
-	v, err := renderer.OfflineAgentValues(c, t.Config, withBootstrap)
+	v, err := agentvalues.Offline(c, t.Config, withBootstrap)
 	if err != nil {
 		return nil, fmt.Errorf("%s: Cluster %s: %w", t.Source, key, err)
 	}
@@ -272,7 +273,7 @@ func serverOf(t *Tree, c *fleet.Cluster) string {
 	if v, ok := s.StringData["value"]; ok {
 		kc = []byte(v)
 	}
-	h, err := remote.ServerHash(kc, t.Config.InsecureKubeconfig)
+	h, err := restconfig.ServerHash(kc, t.Config.InsecureKubeconfig)
 	if err != nil {
 		return ""
 	}
@@ -379,7 +380,7 @@ func diffCluster(agent *renderer.AgentRenderer, base, head *Tree, key string) (*
 
 // valueChanges names the agent values that differ (never their content
 // for the token).
-func valueChanges(b, h *renderer.AgentValues) []string {
+func valueChanges(b, h *agentvalues.Values) []string {
 	var bm, hm map[string]any
 	bj, _ := json.Marshal(b)
 	hj, _ := json.Marshal(h)
@@ -449,7 +450,7 @@ func diffToken(base, head *Tree, key string) (*TokenReport, error) {
 		if !ok {
 			return "", nil
 		}
-		v, err := renderer.AgentValuesForToken(tok, t.Config, renderer.TokenPlaceholder)
+		v, err := agentvalues.ForToken(tok, t.Config, agentvalues.TokenPlaceholder)
 		if err != nil {
 			return "", fmt.Errorf("%s: ClusterRegistrationToken %s: %w", t.Source, key, err)
 		}

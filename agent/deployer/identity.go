@@ -2,9 +2,7 @@ package deployer
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"sync"
 
@@ -158,46 +156,4 @@ func (d *Deployer) refused(who string, reasons []string, outcome string) *reconc
 	}
 	return reconciler.Wait(fleet.ForbiddenReason, d.resync(), "%s%s; %s: give %s get, create, patch and delete on what the bundle holds, or take those objects out of the bundle",
 		strings.Join(reasons, "; "), more, outcome, who)
-}
-
-// rbacDenial matches the message of the API server's authorizer refusal:
-// `User "u" cannot patch resource "deployments" in API group "apps" in
-// the namespace "web"` (or "at the cluster scope").
-var rbacDenial = regexp.MustCompile(`cannot (\S+) resource "([^"]*)" in API group "([^"]*)" (?:in the namespace "([^"]*)"|at the cluster scope)`)
-
-// describeRefusal turns a 403 into a sentence for the person who can fix
-// it: "serviceaccount cattle-fleet-system/app may not patch
-// deployments.apps in namespace web (Deployment web/server)". A refusal
-// that is not the authorizer's (an admission webhook's) keeps the server's
-// message. obj may be empty when the caller does not know the object.
-func describeRefusal(who, obj string, err error) string {
-	var status apierrors.APIStatus
-	msg := err.Error()
-	if errors.As(err, &status) {
-		st := status.Status()
-		msg = st.Message
-		if obj == "" && st.Details != nil && st.Details.Name != "" {
-			obj = st.Details.Name
-		}
-	}
-	suffix := ""
-	if obj != "" {
-		suffix = " (" + obj + ")"
-	}
-	m := rbacDenial.FindStringSubmatch(msg)
-	if m == nil {
-		if obj == "" {
-			return "refused: " + msg
-		}
-		return obj + " refused: " + msg
-	}
-	verb, resource, group, ns := m[1], m[2], m[3], m[4]
-	if group != "" {
-		resource += "." + group
-	}
-	where := "at cluster scope"
-	if ns != "" {
-		where = "in namespace " + ns
-	}
-	return fmt.Sprintf("%s may not %s %s %s%s", who, verb, resource, where, suffix)
 }

@@ -1,15 +1,11 @@
 package deployer
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
 	"testing"
 	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 )
@@ -81,51 +77,6 @@ func TestIsAgentBundle_ByItsLabelForThisCluster(t *testing.T) {
 	}
 }
 
-func TestDescribeRefusal_NamesWhoWhatAndWhere(t *testing.T) {
-	const who = "serviceaccount cattle-fleet-system/app"
-	user := `User "system:serviceaccount:cattle-fleet-system:app"`
-	cases := []struct {
-		name string
-		obj  string
-		err  error
-		want string
-	}{
-		{
-			name: "namespaced, RBAC",
-			obj:  "Deployment web/server",
-			err: apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "server",
-				errors.New(user+` cannot patch resource "deployments" in API group "apps" in the namespace "web"`)),
-			want: who + " may not patch deployments.apps in namespace web (Deployment web/server)",
-		},
-		{
-			name: "cluster scope, core group, wrapped, object from the details",
-			err: fmt.Errorf("ClusterRole/x apply failed: %w", apierrors.NewForbidden(schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, "x",
-				errors.New(user+` cannot create resource "clusterroles" in API group "rbac.authorization.k8s.io" at the cluster scope`))),
-			want: who + " may not create clusterroles.rbac.authorization.k8s.io at cluster scope (x)",
-		},
-		{
-			name: "core group",
-			obj:  "Secret web/db",
-			err: apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "db",
-				errors.New(user+` cannot delete resource "secrets" in API group "" in the namespace "web"`)),
-			want: who + " may not delete secrets in namespace web (Secret web/db)",
-		},
-		{
-			name: "admission webhook: the server's words",
-			obj:  "Pod web/p",
-			err:  apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("admission webhook denied: no privileged pods")),
-			want: `Pod web/p refused: pods "p" is forbidden: admission webhook denied: no privileged pods`,
-		},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := describeRefusal(who, c.obj, c.err); got != c.want {
-				t.Errorf("got  %q\nwant %q", got, c.want)
-			}
-		})
-	}
-}
-
 func TestRefused_ListsAtMostFiveAndSaysWhatToDo(t *testing.T) {
 	var reasons []string
 	for i := range 7 {
@@ -145,22 +96,4 @@ func TestRefused_ListsAtMostFiveAndSaysWhatToDo(t *testing.T) {
 	if strings.Contains(msg, "r5") {
 		t.Errorf("message %q lists more than five", msg)
 	}
-}
-
-// The API server's refusal message is parsed; whatever it holds, the
-// description names who was refused and never panics.
-func FuzzDescribeRefusal(f *testing.F) {
-	f.Add(`User "u" cannot patch resource "deployments" in API group "apps" in the namespace "web"`, "Deployment web/x")
-	f.Add(`User "u" cannot get resource "" in API group "" at the cluster scope`, "")
-	f.Add(`cannot  resource "" in API group "`, "x")
-	f.Fuzz(func(t *testing.T, msg, obj string) {
-		err := apierrors.NewForbidden(schema.GroupResource{Resource: "things"}, "n", errors.New(msg))
-		got := describeRefusal("serviceaccount ns/sa", obj, err)
-		if got == "" {
-			t.Fatal("empty description")
-		}
-		if rbacDenial.MatchString(msg) && !strings.HasPrefix(got, "serviceaccount ns/sa may not ") {
-			t.Errorf("an authorizer refusal not described as one: %q", got)
-		}
-	})
 }

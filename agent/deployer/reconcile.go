@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/gitops-fleet/fleet/agent/deployer/refusal"
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/comparepatch"
@@ -364,7 +365,7 @@ func (d *Deployer) apply(ctx context.Context, bd *fleet.BundleDeployment, id *id
 		// so a later prune finds them.
 		if id.impersonated() && apierrors.IsForbidden(err) {
 			who := id.name(d.opts.AgentNamespace)
-			err = d.refused(who, []string{describeRefusal(who, "", err)}, "the deployment was applied only in part")
+			err = d.refused(who, []string{refusal.Describe(who, "", err)}, "the deployment was applied only in part")
 		}
 		if perr := d.inv.put(ctx, d.newInventory(bd, id, union(refs, prev))); perr != nil {
 			err = errors.Join(err, perr)
@@ -435,7 +436,7 @@ func (d *Deployer) dryRunAll(ctx context.Context, id *identity, objs []*unstruct
 		switch {
 		case err == nil || meta.IsNoMatchError(err):
 		case id.impersonated() && apierrors.IsForbidden(err):
-			refused = append(refused, describeRefusal(who, refOf(o).String(), err))
+			refused = append(refused, refusal.Describe(who, refOf(o).String(), err))
 		default:
 			errs = append(errs, err)
 		}
@@ -471,7 +472,7 @@ func (d *Deployer) prune(ctx context.Context, id *identity, refs []objRef, name,
 			}
 		case meta.IsNoMatchError(err):
 		case id.impersonated() && apierrors.IsForbidden(err):
-			refused = append(refused, describeRefusal(who, refOf(o).String(), err))
+			refused = append(refused, refusal.Describe(who, refOf(o).String(), err))
 		default:
 			errs = append(errs, err)
 		}

@@ -42,6 +42,8 @@ import (
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
@@ -199,7 +201,7 @@ func controllerRender(t *testing.T, b *fleet.Bundle, c *fleet.Cluster, groups []
 	if tg == nil || tg.DoNotDeploy {
 		return nil
 	}
-	files, err := renderer.BundleFiles(b.Spec.Resources)
+	files, err := bundlefiles.Decode(b.Spec.Resources)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,8 +367,8 @@ func TestGitopsExample_ClustersRenderWithFleetRenderAgent(t *testing.T) {
 			if deploy == nil {
 				t.Fatalf("no fleet-agent Deployment in:\n%s", manifests)
 			}
-			if deploy.GetNamespace() != renderer.AgentNamespace(cluster) {
-				t.Errorf("agent namespace %q, want %q", deploy.GetNamespace(), renderer.AgentNamespace(cluster))
+			if deploy.GetNamespace() != agentvalues.AgentNamespace(cluster) {
+				t.Errorf("agent namespace %q, want %q", deploy.GetNamespace(), agentvalues.AgentNamespace(cluster))
 			}
 			if bootstrap != (cluster.Spec.KubeConfigSecret != "") {
 				t.Errorf("bootstrap Secret rendered: %v; want it exactly for manager-initiated clusters", bootstrap)
@@ -390,7 +392,7 @@ func TestGitopsExample_ClustersRenderWithFleetRenderAgent(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, h := range clis {
-				cmd := h.Command(t, "template", "fleet-agent", "../../charts/fleet-agent", "-n", renderer.AgentNamespace(cluster), "-f", vf)
+				cmd := h.Command(t, "template", "fleet-agent", "../../charts/fleet-agent", "-n", agentvalues.AgentNamespace(cluster), "-f", vf)
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
 				helmOut, err := cmd.Output()
@@ -511,11 +513,11 @@ func TestGitopsExample_AppliedToARealUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	written, err := renderer.ParseAgentValues(tokenValues)
+	written, err := agentvalues.Parse(tokenValues)
 	if err != nil {
 		t.Fatal(err)
 	}
-	written.Token = renderer.TokenPlaceholder
+	written.Token = agentvalues.TokenPlaceholder
 	if want, _ := written.YAML(); !bytes.Equal(offline, want) {
 		t.Errorf("fleet render agent --token prints another values file than the controller writes:\n--- fleet render agent\n%s\n--- values Secret (token replaced)\n%s", offline, want)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/suggest"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 	"github.com/gitops-fleet/fleet/review"
 )
 
@@ -69,7 +70,7 @@ bearer token as a placeholder, or the agent it installs.`,
 				}
 			}
 			var (
-				values *renderer.AgentValues
+				values *agentvalues.Values
 				input  string
 			)
 			if tokenFile != "" {
@@ -84,7 +85,7 @@ bearer token as a placeholder, or the agent it installs.`,
 				if cfg.APIServerURL == "" {
 					return fmt.Errorf("%s: no upstream API server URL for the agent: %s", input, noAPIServerURL(configFile))
 				}
-				values, err = renderer.AgentValuesForToken(tok, cfg, renderer.TokenPlaceholder)
+				values, err = agentvalues.ForToken(tok, cfg, agentvalues.TokenPlaceholder)
 				if err != nil {
 					return fmt.Errorf("%s: %w", input, err)
 				}
@@ -104,8 +105,8 @@ bearer token as a placeholder, or the agent it installs.`,
 				default:
 					return fmt.Errorf("--bootstrap must be auto, true or false, not %q", bootstrap)
 				}
-				values, err = renderer.OfflineAgentValues(cluster, cfg, withBootstrap)
-				if errors.Is(err, renderer.ErrNoAPIServerURL) && configFile == "" {
+				values, err = agentvalues.Offline(cluster, cfg, withBootstrap)
+				if errors.Is(err, agentvalues.ErrNoAPIServerURL) && configFile == "" {
 					return fmt.Errorf("%s: no upstream API server URL for the agent: %s", input, noAPIServerURL(configFile))
 				}
 				if err != nil {

@@ -12,6 +12,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/targeting"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
@@ -237,7 +238,7 @@ func TestRenderBundle_MixedTargetShowsWhatTheControllerDeploys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := renderer.BundleFiles(b.Spec.Resources)
+	files, err := bundlefiles.Decode(b.Spec.Resources)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/remote/restconfig"
 	"github.com/gitops-fleet/fleet/internal/config"
 )
 
@@ -42,7 +42,7 @@ func TestSecret_RoundTripsItsTokenAndPassesTheKubeconfigPolicy(t *testing.T) {
 	if string(s.Data["apiServerURL"]) != "https://10.43.0.1:443" || string(s.Data["apiServerCA"]) != "ca" || s.Type != corev1.SecretTypeOpaque {
 		t.Errorf("secret %v", s.Data)
 	}
-	cfg, err := remote.RESTConfig(s.Data["value"], config.InsecureKubeconfig{})
+	cfg, err := restconfig.RESTConfig(s.Data["value"], config.InsecureKubeconfig{})
 	if err != nil {
 		t.Fatalf("the default kubeconfig policy refuses the local cluster's kubeconfig: %v", err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 const (
@@ -76,7 +76,7 @@ func (r *Reconciler) reconcileAgentBundle(ctx context.Context, p *pass) error {
 	if src.Renderer != nil {
 		rdr, renderCfg = src.Renderer, src.Config
 	}
-	values, err := renderer.AgentValuesForCluster(target, renderCfg, nil)
+	values, err := agentvalues.ForCluster(target, renderCfg, nil)
 	if err != nil {
 		return reconciler.Stall(fleet.RenderFailedReason, "cannot build the agent: %v", err)
 	}

@@ -26,12 +26,14 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/metrics"
 	"github.com/gitops-fleet/fleet/controller/remote"
+	"github.com/gitops-fleet/fleet/controller/remote/restconfig"
 	"github.com/gitops-fleet/fleet/controller/token"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 // Keys of a kubeconfig Secret.
@@ -70,20 +72,20 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 			return err
 		}
 	}
-	bootstrap := &renderer.Bootstrap{
+	bootstrap := &agentvalues.Bootstrap{
 		APIServerURL:                in.apiServerURL,
 		APIServerCA:                 in.apiServerCA,
 		TokenName:                   names.ImportToken(cluster.Name),
 		ClusterNamespace:            cluster.Namespace,
 		SystemRegistrationNamespace: config.DefaultSystemRegistrationNS,
-		Token:                       renderer.TokenPlaceholder,
+		Token:                       agentvalues.TokenPlaceholder,
 	}
-	values, err := renderer.AgentValuesForCluster(cluster, cfg, bootstrap)
+	values, err := agentvalues.ForCluster(cluster, cfg, bootstrap)
 	if err != nil {
 		reason := fleet.RenderFailedReason
 		var insecure *config.InsecureAPIServerURLError
 		switch {
-		case errors.Is(err, renderer.ErrNoAPIServerURL):
+		case errors.Is(err, agentvalues.ErrNoAPIServerURL):
 			reason = fleet.MissingAPIServerURLReason
 		case errors.As(err, &insecure):
 			reason = fleet.APIServerURLInsecureReason
@@ -235,12 +237,12 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, cluster *fleet.Cluster,
 		return nil, reconciler.Stall(fleet.KubeConfigKeyMissingReason,
 			"kubeconfig Secret %s has no key %q (nor %q): put the downstream kubeconfig under key %q", key, KubeconfigKey, KubeconfigKeyYAML, KubeconfigKey)
 	}
-	serverHash, err := remote.ServerHash(kc, cfg.InsecureKubeconfig)
+	serverHash, err := restconfig.ServerHash(kc, cfg.InsecureKubeconfig)
 	if err != nil {
 		reason := fleet.KubeConfigInvalidReason
-		var inErr *remote.InputError
-		if errors.As(err, &inErr) {
-			reason = inErr.Reason
+		var kcErr *restconfig.Error
+		if errors.As(err, &kcErr) {
+			reason = kcErr.Reason
 		}
 		return nil, reconciler.Stall(reason, "kubeconfig Secret %s, key %q: %v", key, kcKey, err)
 	}
@@ -359,7 +361,7 @@ func deployPending(c *fleet.Cluster) bool {
 // old request credential first, so the agent registers again with the fresh
 // bootstrap Secret. It does not wait for the agent's pods: the agent's
 // registration and heartbeat report those.
-func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values *renderer.AgentValues, token string, kubeconfig []byte) (string, error) {
+func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values *agentvalues.Values, token string, kubeconfig []byte) (string, error) {
 	host := "the downstream cluster"
 	out, err := r.Renderer.Render(values)
 	if err != nil {
@@ -473,9 +475,9 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	}
 	// Render with a bootstrap so the object list includes its Secret; the
 	// URL only has to be non-empty.
-	b := renderer.OfflineBootstrap(cluster)
+	b := agentvalues.OfflineBootstrap(cluster)
 	b.APIServerURL = "https://unused.invalid"
-	values, err := renderer.AgentValuesForCluster(cluster, cfg, b)
+	values, err := agentvalues.ForCluster(cluster, cfg, b)
 	if err != nil {
 		return err
 	}
@@ -491,7 +493,7 @@ func (r *Reconciler) removeAgentDownstream(ctx context.Context, cluster *fleet.C
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, remote.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, restconfig.RequestTimeout)
 	defer cancel()
 	nsName := values.Internal.SystemNamespace
 	del := []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: registration.AgentCredentialSecretName}}}
@@ -556,7 +558,7 @@ func agentNamespaceObject(name string) *unstructured.Unstructured {
 }
 
 // recordDeployed writes what the agent was given into the status.
-func recordDeployed(cluster *fleet.Cluster, v *renderer.AgentValues, valuesHash, serverHash string) {
+func recordDeployed(cluster *fleet.Cluster, v *agentvalues.Values, valuesHash, serverHash string) {
 	st := &cluster.Status
 	st.AgentDeployedGeneration = ptr.To(cluster.Spec.RedeployAgentGeneration)
 	st.AgentConfigChanged = false

@@ -280,7 +280,7 @@ func (r *Reconciler) createCluster(ctx context.Context, reg *fleet.ClusterRegist
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: reg.Namespace,
 			Name:      name,
-			Labels:    clusterLabels(reg, name, cfg),
+			Labels:    registration.NewClusterLabels(reg.Spec.ClusterLabels, name, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels),
 			// The Cluster reconciler's finalizer, set now: one write less.
 			Finalizers: []string{fleet.ClusterFinalizer},
 		},

@@ -237,16 +237,6 @@ func pendingApproval(reg *fleet.ClusterRegistration, token *fleet.ClusterRegistr
 		token.Namespace, token.Name, reg.Spec.ClientID, labels, reg.Namespace, reg.Name, fleet.ApprovedAnnotation).WithEvent(corev1.EventTypeNormal)
 }
 
-// clusterLabels are the labels of a Cluster made for a registration: the
-// agent's labels the configuration lets through (registration.ClusterLabels:
-// never reserved or invalid ones, only keys of agentLabelKeys when set, none
-// with ignoreClusterRegistrationLabels), plus the cluster label.
-func clusterLabels(reg *fleet.ClusterRegistration, cluster string, cfg *config.Config) map[string]string {
-	labels, _ := registration.ClusterLabels(reg.Spec.ClusterLabels, cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
-	labels[fleet.ClusterLabel] = cluster
-	return labels
-}
-
 // labelsNote says which of the agent's labels the registration's Cluster
 // did not get: those refused when it was made for this registration (made
 // after the registration, under the name made for the clientID), or all of

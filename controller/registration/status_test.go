@@ -3,7 +3,6 @@ package registration
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -89,72 +88,6 @@ func TestCheckRegistration_RefusesNamesThatCannotBeLabels(t *testing.T) {
 	if ref == nil || ref.Reason != InvalidNameReason {
 		t.Fatalf("got %+v", ref)
 	}
-}
-
-func TestClusterLabels(t *testing.T) {
-	r := reg("request-abc", "cid")
-	r.Spec.ClusterLabels = map[string]string{
-		"env":                              "prod",
-		"example.com/team":                 "a",
-		fleet.CreatedByAgentPodLabel:       "fleet-agent-0",
-		"fleet.cattle.io/cluster":          "spoofed",
-		"fleet.cattle.io/shard-id":         "s1",
-		"management.cattle.io/cluster-id":  "c-123",
-		"bad key with spaces":              "x",
-		"ok":                               "bad value with spaces",
-		"long":                             strings.Repeat("v", 64),
-		"fleet.cattle.io.example.com/fine": "yes",
-	}
-	want := map[string]string{
-		"env":                              "prod",
-		"example.com/team":                 "a",
-		fleet.CreatedByAgentPodLabel:       "fleet-agent-0",
-		fleet.ClusterLabel:                 "cluster-x",
-		"fleet.cattle.io.example.com/fine": "yes",
-	}
-	if got := clusterLabels(r, "cluster-x", &config.Config{}); !maps.Equal(got, want) {
-		t.Errorf("got %v\nwant %v", got, want)
-	}
-	if got := clusterLabels(r, "cluster-x", &config.Config{IgnoreClusterRegistrationLabels: true}); !maps.Equal(got, map[string]string{fleet.ClusterLabel: "cluster-x"}) {
-		t.Errorf("ignoring agent labels: got %v", got)
-	}
-	restricted := &config.Config{AgentLabelKeys: []string{"env", "fleet.cattle.io/*"}}
-	want = map[string]string{"env": "prod", fleet.CreatedByAgentPodLabel: "fleet-agent-0", fleet.ClusterLabel: "cluster-x"}
-	if got := clusterLabels(r, "cluster-x", restricted); !maps.Equal(got, want) {
-		t.Errorf("agentLabelKeys %v: got %v\nwant %v (reserved keys stay out even when listed)", restricted.AgentLabelKeys, got, want)
-	}
-}
-
-// FuzzClusterLabels: whatever an agent asks for and whatever agentLabelKeys
-// says, the Cluster's own label is never overridden and no other reserved
-// or not allowed key gets through. (internal/registration fuzzes the filter
-// itself; this binary skips its control plane when fuzzing.)
-func FuzzClusterLabels(f *testing.F) {
-	f.Add("env", "prod", "")
-	f.Add("fleet.cattle.io/cluster", "x", "fleet.cattle.io/*")
-	f.Add("management.cattle.io/a", "b", "management.cattle.io/a")
-	f.Add("a/b/c", "", "a*")
-	f.Add("example.com/team", "a", "example.com/*")
-	f.Fuzz(func(t *testing.T, k, v, pattern string) {
-		r := reg("request-abc", "cid")
-		r.Spec.ClusterLabels = map[string]string{k: v}
-		cfg := &config.Config{AgentLabelKeys: []string{pattern}}
-		if pattern == "" || cfg.Validate() != nil {
-			cfg.AgentLabelKeys = nil
-		}
-		got := clusterLabels(r, "cluster-x", cfg)
-		if got[fleet.ClusterLabel] != "cluster-x" {
-			t.Fatalf("cluster label overridden: %v", got)
-		}
-		for key := range got {
-			if key == fleet.ClusterLabel || key == fleet.CreatedByAgentPodLabel {
-				continue
-			}
-			if registration.ReservedLabel(key) || !cfg.AgentLabelKeyAllowed(key) {
-				t.Fatalf("label %q kept with agentLabelKeys %v: %v", key, cfg.AgentLabelKeys, got)
-			}
-		}
-	})
 }
 
 func requested(r *fleet.ClusterRegistration, ms int) *fleet.ClusterRegistration {

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
-	"time"
 
 	"github.com/fluxcd/pkg/ssa"
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
@@ -25,13 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/controller/remote/restconfig"
 	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/connerr"
 )
-
-// RequestTimeout bounds every request to a downstream cluster.
-const RequestTimeout = 15 * time.Second
 
 // Client is a connection to one downstream cluster.
 type Client struct {
@@ -62,7 +59,8 @@ func NewCache(scheme *runtime.Scheme) *Cache {
 
 // Get returns the client for a Cluster's kubeconfig, checked against the
 // policy in force (a client is rebuilt, and checked again, when either
-// changes).
+// changes). A kubeconfig restconfig refuses is an *InputError with its
+// reason.
 func (c *Cache) Get(cluster types.NamespacedName, kubeconfig []byte, allow config.InsecureKubeconfig) (*Client, error) {
 	h := sha256.New()
 	h.Write(kubeconfig)
@@ -77,8 +75,12 @@ func (c *Cache) Get(cluster types.NamespacedName, kubeconfig []byte, allow confi
 		e.client.close()
 		delete(c.entries, cluster)
 	}
-	cfg, err := RESTConfig(kubeconfig, allow)
+	cfg, err := restconfig.RESTConfig(kubeconfig, allow)
 	if err != nil {
+		var kcErr *restconfig.Error
+		if errors.As(err, &kcErr) {
+			return nil, &InputError{Reason: kcErr.Reason, Err: kcErr.Err}
+		}
 		return nil, err
 	}
 	cl, err := newClient(cfg, c.Scheme)
@@ -97,22 +99,6 @@ func (c *Cache) Forget(cluster types.NamespacedName) {
 		e.client.close()
 		delete(c.entries, cluster)
 	}
-}
-
-// ServerHash identifies the cluster a kubeconfig points at (server URL and
-// CA), but not its credentials: rotating credentials does not change it. A
-// kubeconfig the policy refuses is an error.
-func ServerHash(kubeconfig []byte, allow config.InsecureKubeconfig) (string, error) {
-	cfg, err := RESTConfig(kubeconfig, allow)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	h.Write([]byte(cfg.Host))
-	h.Write([]byte{0})
-	h.Write(cfg.CAData)
-	h.Write([]byte(cfg.CAFile))
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 func newClient(cfg *rest.Config, scheme *runtime.Scheme) (*Client, error) {

@@ -12,6 +12,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 // RevisionAnnotation on an agent Bundle names the revision it was rendered
@@ -29,7 +30,7 @@ const WaitingForWaveReason = "WaitingForRolloutWave"
 func Revision(r *renderer.AgentRenderer, cfg *config.Config) (string, error) {
 	ref := &fleet.Cluster{}
 	ref.Namespace, ref.Name = "fleet-default", "revision"
-	v, err := renderer.AgentValuesForCluster(ref, cfg, nil)
+	v, err := agentvalues.ForCluster(ref, cfg, nil)
 	if err != nil {
 		return "", fmt.Errorf("computing the agent revision: %w", err)
 	}

@@ -26,7 +26,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/dev/testenv"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 // seenBearers collects every bearer token the tests read, for
@@ -55,12 +55,12 @@ func createToken(t *testing.T, ns, name, ttl, clientID string) *fleet.ClusterReg
 
 // waitReady waits until the token is Ready and its values Secret holds a
 // bearer token; it returns both.
-func waitReady(t *testing.T, ns, name string) (*fleet.ClusterRegistrationToken, *corev1.Secret, *renderer.AgentValues) {
+func waitReady(t *testing.T, ns, name string) (*fleet.ClusterRegistrationToken, *corev1.Secret, *agentvalues.Values) {
 	t.Helper()
 	c := env.Upstream.Client
 	tok := &fleet.ClusterRegistrationToken{}
 	secret := &corev1.Secret{}
-	var vals *renderer.AgentValues
+	var vals *agentvalues.Values
 	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("ClusterRegistrationToken %s/%s Ready with a values Secret", ns, name), func() (bool, error) {
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, tok); err != nil {
 			return false, err
@@ -71,7 +71,7 @@ func waitReady(t *testing.T, ns, name string) (*fleet.ClusterRegistrationToken, 
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: tok.Status.SecretName}, secret); err != nil {
 			return false, err
 		}
-		v, err := renderer.ParseAgentValues(secret.Data[ValuesKey])
+		v, err := agentvalues.Parse(secret.Data[ValuesKey])
 		if err != nil {
 			return false, err
 		}
@@ -162,12 +162,12 @@ func TestToken_CreatesImportIdentityAndValuesSecret(t *testing.T) {
 		}
 	}
 	// It is the one agent values type, built for this token: nothing else.
-	fromToken, err := renderer.AgentValuesForToken(tok, initialConfig(), vals.Token)
+	fromToken, err := agentvalues.ForToken(tok, initialConfig(), vals.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(fromToken, vals); diff != "" {
-		t.Errorf("values Secret differs from renderer.AgentValuesForToken (-want +got):\n%s", diff)
+		t.Errorf("values Secret differs from agentvalues.ForToken (-want +got):\n%s", diff)
 	}
 	if vals.Token == "" || vals.APIServerURL != want["apiServerURL"] || vals.ClusterNamespace != ns {
 		t.Errorf("values = %+v", vals)
@@ -287,7 +287,7 @@ func TestToken_ExpiryDeletesTokenAndEverythingItMade(t *testing.T) {
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "short"}, s); err != nil {
 			return false, err
 		}
-		v, err := renderer.ParseAgentValues(s.Data[ValuesKey])
+		v, err := agentvalues.Parse(s.Data[ValuesKey])
 		if err != nil || tok.Status.Expires == nil {
 			return false, err
 		}
@@ -477,13 +477,13 @@ func TestToken_ConfigChangeRewritesValuesKeepingToken(t *testing.T) {
 	store.Set(cfg)
 	t.Cleanup(func() { store.Set(initialConfig()) })
 
-	var now *renderer.AgentValues
+	var now *agentvalues.Values
 	s := &corev1.Secret{}
 	testenv.Eventually(t, 10*time.Second, "the values to carry the new apiServerURL and CA", func() (bool, error) {
 		if err := env.Upstream.Client.Get(t.Context(), client.ObjectKeyFromObject(secret), s); err != nil {
 			return false, err
 		}
-		v, err := renderer.ParseAgentValues(s.Data[ValuesKey])
+		v, err := agentvalues.Parse(s.Data[ValuesKey])
 		if err != nil {
 			return false, err
 		}
@@ -508,13 +508,13 @@ func TestToken_DeletedValuesSecretIsRemadeWithNewToken(t *testing.T) {
 	if err := c.Delete(t.Context(), secret); err != nil {
 		t.Fatal(err)
 	}
-	var remade *renderer.AgentValues
+	var remade *agentvalues.Values
 	testenv.Eventually(t, 10*time.Second, "a new values Secret", func() (bool, error) {
 		s := &corev1.Secret{}
 		if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), s); err != nil {
 			return false, err
 		}
-		v, err := renderer.ParseAgentValues(s.Data[ValuesKey])
+		v, err := agentvalues.Parse(s.Data[ValuesKey])
 		if err != nil {
 			return false, err
 		}

@@ -9,7 +9,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/registration"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 // ValuesKey is the key of the values Secret that holds the values file for
@@ -47,9 +47,9 @@ const (
 )
 
 // valuesFile is the values file of a token's values Secret: the token's
-// agent values (renderer.AgentValuesForToken) with the bearer token.
+// agent values (agentvalues.ForToken) with the bearer token.
 func valuesFile(cfg *config.Config, token *fleet.ClusterRegistrationToken, bearer string) ([]byte, error) {
-	v, err := renderer.AgentValuesForToken(token, cfg, bearer)
+	v, err := agentvalues.ForToken(token, cfg, bearer)
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +63,8 @@ func valuesFile(cfg *config.Config, token *fleet.ClusterRegistrationToken, beare
 // Bearer returns the import bearer token in a token's values Secret, or ""
 // when it holds none (or no readable values file).
 func Bearer(secret *corev1.Secret) string {
-	v, err := renderer.ParseAgentValues(secret.Data[ValuesKey])
-	if err != nil || v.Token == renderer.TokenPlaceholder {
+	v, err := agentvalues.Parse(secret.Data[ValuesKey])
+	if err != nil || v.Token == agentvalues.TokenPlaceholder {
 		return ""
 	}
 	return v.Token

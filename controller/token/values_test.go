@@ -21,6 +21,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 // The values file is what `helm install fleet-agent charts/fleet-agent -n
@@ -240,7 +241,7 @@ func TestSetStatus(t *testing.T) {
 // values file renders the pod template its own Bundle (manageagent) applies
 // after registration, for a controller configuration that sets every agent
 // setting it has: adoption then restarts nothing. Both sides are the one
-// agent values type (renderer.AgentValues), built by its token and Cluster
+// agent values type (agentvalues.Values), built by its token and Cluster
 // constructors; the install side goes through the YAML file, as helm reads
 // it, with the labels an admin adds with --set-string.
 func TestValues_AgentInstalledWithThemRendersItsBundlesPodTemplate(t *testing.T) {
@@ -281,7 +282,7 @@ func TestValues_AgentInstalledWithThemRendersItsBundlesPodTemplate(t *testing.T)
 		ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: "cluster-0123456789ab", Labels: map[string]string{"env": "dev"}},
 		Spec:       fleet.ClusterSpec{ClientID: "kube-system-uid", AgentNamespace: config.DefaultSystemNamespace},
 	}
-	bv, err := renderer.AgentValuesForCluster(cluster, cfg, nil)
+	bv, err := agentvalues.ForCluster(cluster, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

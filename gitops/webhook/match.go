@@ -8,11 +8,12 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/gitops/gitsource"
+	"github.com/gitops-fleet/fleet/gitops/webhook/payload"
 )
 
-// RepoIndex is the field index of GitRepos by RepoKey(spec.repo) in the
-// manager's cache: a webhook finds the GitRepos of its repository without
-// listing them all.
+// RepoIndex is the field index of GitRepos by payload.RepoKey(spec.repo)
+// in the manager's cache: a webhook finds the GitRepos of its repository
+// without listing them all.
 const RepoIndex = "gitops.fleet.cattle.io/webhook-repo"
 
 // IndexGitRepos registers RepoIndex. Call it before the manager starts.
@@ -23,81 +24,11 @@ func IndexGitRepos(ctx context.Context, indexer client.FieldIndexer) error {
 			// Never triggered by a webhook: not worth an index entry.
 			return nil
 		}
-		if k := RepoKey(repo.Spec.Repo); k != "" {
+		if k := payload.RepoKey(repo.Spec.Repo); k != "" {
 			return []string{k}
 		}
 		return nil
 	})
-}
-
-// RepoKey is the repository of a URL as webhooks are matched: the
-// repository part of gitsource.KeyOf's normalised URL (lower-case host,
-// no default port, no user, no trailing "/" or ".git") without its
-// scheme, in lower case, so the https and ssh URLs a provider gives for
-// a repository and the one a GitRepo names meet (git hosts name
-// repositories case-insensitively). "" for a URL gitsource refuses.
-func RepoKey(url string) string {
-	k, err := gitsource.KeyOf(gitsource.Repository{URL: url})
-	if err != nil {
-		return ""
-	}
-	_, rest, ok := strings.Cut(k.Repo, "://")
-	if !ok {
-		return ""
-	}
-	return strings.ToLower(rest)
-}
-
-// repoKeys are the keys of every URL of a payload, with the SSH forms
-// Azure DevOps does not name (its payloads give the https URL only).
-func repoKeys(urls []string) []string {
-	var keys []string
-	add := func(k string) {
-		if k != "" && !contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	for _, u := range urls {
-		k := RepoKey(u)
-		add(k)
-		add(azureSSHKey(k))
-	}
-	return keys
-}
-
-// azureSSHKey maps an Azure DevOps https repository key to its SSH one:
-// dev.azure.com/<org>/<project>/_git/<repo> is
-// ssh.dev.azure.com/v3/<org>/<project>/<repo>, and
-// <org>.visualstudio.com/[DefaultCollection/]<project>/_git/<repo> is
-// vs-ssh.visualstudio.com/v3/<org>/<project>/<repo>.
-func azureSSHKey(key string) string {
-	host, path, ok := strings.Cut(key, "/")
-	if !ok {
-		return ""
-	}
-	parts := strings.Split(path, "/")
-	switch {
-	case host == "dev.azure.com" && len(parts) == 4 && parts[2] == "_git":
-		return "ssh.dev.azure.com/v3/" + parts[0] + "/" + parts[1] + "/" + parts[3]
-	case strings.HasSuffix(host, ".visualstudio.com") && host != "vs-ssh.visualstudio.com":
-		org := strings.TrimSuffix(host, ".visualstudio.com")
-		if len(parts) == 4 && parts[0] == "defaultcollection" {
-			parts = parts[1:]
-		}
-		if len(parts) == 3 && parts[1] == "_git" {
-			return "vs-ssh.visualstudio.com/v3/" + org + "/" + parts[0] + "/" + parts[2]
-		}
-	}
-	return ""
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // refOf is the ref a GitRepo follows as gitsource names it
@@ -115,7 +46,7 @@ func refOf(repo *fleet.GitRepo) string {
 // ref, and the commit the push names for it ("" if none or unknown): a
 // GitRepo pinned to a commit never (a push cannot change it); one on a
 // branch or tag when that ref was pushed, or when the payload names no ref.
-func matchRef(ref string, refs []refUpdate) (bool, string) {
+func matchRef(ref string, refs []payload.RefUpdate) (bool, string) {
 	if !strings.HasPrefix(ref, "refs/") {
 		return false, ""
 	}
@@ -123,8 +54,8 @@ func matchRef(ref string, refs []refUpdate) (bool, string) {
 		return true, ""
 	}
 	for _, r := range refs {
-		if r.ref == ref {
-			return true, r.commit
+		if r.Ref == ref {
+			return true, r.Commit
 		}
 	}
 	return false, ""

@@ -22,6 +22,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
+	"github.com/gitops-fleet/fleet/gitops/webhook/payload"
 )
 
 // FieldManager is the field manager of the status patches the receiver
@@ -141,7 +142,7 @@ type Answer struct {
 
 // ServeHTTP receives one webhook.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	provider := providerOf(req.Header)
+	provider := payload.ProviderOf(req.Header)
 	log := rc.opts.Log.WithValues("provider", provider)
 	answer := func(code int, result string, a Answer) {
 		webhooksTotal.WithLabelValues(provider, result).Inc()
@@ -165,16 +166,16 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		answer(http.StatusBadRequest, resultBadRequest, Answer{Message: "the body cannot be read"})
 		return
 	}
-	p, err := parse(provider, req.Header, body)
+	p, err := payload.Parse(provider, req.Header, body)
 	if err != nil {
 		answer(http.StatusBadRequest, resultBadRequest, Answer{Message: err.Error()})
 		return
 	}
-	if p.ignored != "" {
-		answer(http.StatusOK, resultIgnored, Answer{Message: fmt.Sprintf("%s event %q ignored: only pushes trigger a sync", provider, truncate(p.ignored, 64))})
+	if p.Ignored != "" {
+		answer(http.StatusOK, resultIgnored, Answer{Message: fmt.Sprintf("%s event %q ignored: only pushes trigger a sync", provider, truncate(p.Ignored, 64))})
 		return
 	}
-	keys := repoKeys(p.urls)
+	keys := payload.RepoKeys(p.URLs)
 	if len(keys) == 0 {
 		answer(http.StatusBadRequest, resultBadRequest, Answer{Message: "the payload names no repository URL fleet can read (https, http or ssh)"})
 		return
@@ -218,7 +219,7 @@ type candidate struct {
 // to another branch from a forged one), triggers those that verify it and
 // follow the ref, and records the webhook in their status. It returns how
 // many it triggered and whether any GitRepo verified the payload.
-func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []string, body []byte, h http.Header) (int, bool, error) {
+func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p payload.Push, keys []string, body []byte, h http.Header) (int, bool, error) {
 	var cands []candidate
 	seen := map[types.UID]bool{}
 	for _, k := range keys {
@@ -233,7 +234,7 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 			}
 			seen[repo.UID] = true
 			ref := refOf(repo)
-			follows, commit := matchRef(ref, p.refs)
+			follows, commit := matchRef(ref, p.Refs)
 			cands = append(cands, candidate{repo: repo, ref: ref, follows: follows, commit: commit})
 		}
 	}
@@ -275,7 +276,7 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 			log.Error(err, "webhook: reading the GitRepo's webhookSecret failed", "gitRepo", repo.Namespace+"/"+repo.Name, "secret", sk.name)
 			return false
 		}
-		v := verify(p.provider, h, body, s.Data)
+		v := payload.Verify(p.Provider, h, body, s.Data)
 		verdicts[sk] = v
 		return v
 	}
@@ -302,7 +303,7 @@ func (rc *Receiver) handle(ctx context.Context, log logr.Logger, p push, keys []
 	now := rc.opts.Now()
 	var toPatch []candidate
 	for _, c := range triggered {
-		if rc.trigger(c, p.provider, now) {
+		if rc.trigger(c, p.Provider, now) {
 			toPatch = append(toPatch, c)
 		}
 	}

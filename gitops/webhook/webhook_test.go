@@ -24,6 +24,8 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/dev/controlplane"
 	"github.com/gitops-fleet/fleet/dev/testenv"
+	"github.com/gitops-fleet/fleet/gitops/webhook/payload"
+	"github.com/gitops-fleet/fleet/gitops/webhook/webhooktest"
 )
 
 // The suite: a real API server, a manager with the receiver on a real
@@ -130,14 +132,9 @@ func (r *recordingReader) Get(ctx context.Context, key client.ObjectKey, obj cli
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
-const (
-	commitA = "4f9e2a1c0b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f"
-	commitB = "a1b2c3d4e5f60718293a4b5c6d7e8f9001122334"
-)
-
 func newSecret(t *testing.T, ns, name, value string) {
 	t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: secretData(value)}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: webhooktest.SecretData(value)}
 	if err := env.Upstream.Client.Create(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +157,7 @@ func waitIndexed(t *testing.T, ns, name string) {
 	if err := env.Upstream.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, &g); err != nil {
 		t.Fatal(err)
 	}
-	key := RepoKey(g.Spec.Repo)
+	key := payload.RepoKey(g.Spec.Repo)
 	testenv.Eventually(t, 30*time.Second, "GitRepo "+ns+"/"+name+" in the cache's index", func() error {
 		var list fleet.GitRepoList
 		if err := cached.List(t.Context(), &list, client.InNamespace(ns), client.MatchingFields{RepoIndex: key}); err != nil {
@@ -176,13 +173,13 @@ func waitIndexed(t *testing.T, ns, name string) {
 }
 
 // post sends a webhook and returns the status code and decoded answer.
-func post(t *testing.T, hk hook) (int, Answer, string) {
+func post(t *testing.T, hk webhooktest.Hook) (int, Answer, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, endpoint, bytes.NewReader(hk.body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, endpoint, bytes.NewReader(hk.Body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header = hk.header.Clone()
+	req.Header = hk.Header.Clone()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -198,10 +195,10 @@ func post(t *testing.T, hk hook) (int, Answer, string) {
 
 // postUntil posts hk until its answer has code (the cache may not have
 // seen a GitRepo just created) and returns the answer.
-func postUntil(t *testing.T, hk hook, code int) Answer {
+func postUntil(t *testing.T, hk webhooktest.Hook, code int) Answer {
 	t.Helper()
 	var a Answer
-	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("a %s webhook answered %d", hk.provider, code), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("a %s webhook answered %d", hk.Provider, code), func() error {
 		got, ans, raw := post(t, hk)
 		a = ans
 		if got != code {
@@ -221,19 +218,6 @@ func gitRepoStatus(t *testing.T, ns, name string) fleet.GitRepoStatus {
 	return g.Status
 }
 
-// repoURLs are the repository each provider's tests use (https, as the
-// provider's payload names it) and the SSH form a GitRepo may name instead
-// (tests of the suite replace "/app" with a path of their own).
-var repoURLs = map[string][2]string{
-	GitHub:          {"https://github.example.com/team/app", "git@github.example.com:team/app.git"},
-	GitLab:          {"https://gitlab.example.com/team/app", "ssh://git@gitlab.example.com/team/app.git"},
-	Bitbucket:       {"https://bitbucket.example.org/team/app", "git@bitbucket.example.org:team/app.git"},
-	BitbucketServer: {"https://bitbucket.example.com/scm/team/app", "ssh://git@bitbucket.example.com:7999/team/app.git"},
-	Gitea:           {"https://gitea.example.com/team/app", "git@gitea.example.com:team/app.git"},
-	Gogs:            {"https://gogs.example.com/team/app", "git@gogs.example.com:team/app.git"},
-	AzureDevOps:     {"https://dev.azure.com/org/project/_git/app", "git@ssh.dev.azure.com:v3/org/project/app"},
-}
-
 // TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos: for every
 // provider, a push signed with the GitRepos' webhook secret triggers the
 // GitRepos of that repository and branch (named by its https or its ssh
@@ -243,12 +227,12 @@ var repoURLs = map[string][2]string{
 // No answer names a GitRepo, and only the Secrets of the repository's
 // GitRepos are read.
 func TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos(t *testing.T) {
-	for _, provider := range providers {
+	for _, provider := range webhooktest.Providers {
 		t.Run(provider, func(t *testing.T) {
 			ns := testenv.Namespace(t, env.Upstream.Client, "webhook-"+provider+"-")
 			// A repository of this test's own (the suite's GitRepos of
 			// other tests and runs name others).
-			https, ssh := strings.ReplaceAll(repoURLs[provider][0], "/app", "/"+ns), strings.ReplaceAll(repoURLs[provider][1], "/app", "/"+ns)
+			https, ssh := strings.ReplaceAll(webhooktest.RepoURLs[provider][0], "/app", "/"+ns), strings.ReplaceAll(webhooktest.RepoURLs[provider][1], "/app", "/"+ns)
 			newSecret(t, ns, "hook", "s3cr3t-"+provider)
 			newSecret(t, ns, "unused", "s3cr3t-"+provider)
 			newGitRepo(t, ns, "by-https", https, "main", "hook")
@@ -259,11 +243,11 @@ func TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos(t *testing.T) {
 			for _, n := range []string{"by-https", "by-ssh", "other-branch", "other-repo"} {
 				waitIndexed(t, ns, n)
 			}
-			push := fixture(provider, https, "refs/heads/main", commitA)
+			push := webhooktest.Fixture(provider, https, "refs/heads/main", webhooktest.CommitA)
 			unauthorized := testutil.ToFloat64(webhooksTotal.WithLabelValues(provider, resultUnauthorized))
 
 			// Refused: a wrong signature, none at all.
-			for what, hk := range map[string]hook{"a wrong secret": push.signed("wrong"), "no signature": push} {
+			for what, hk := range map[string]webhooktest.Hook{"a wrong secret": push.Signed("wrong"), "no signature": push} {
 				code, a, raw := post(t, hk)
 				if code != http.StatusUnauthorized || a.Triggered != 0 {
 					t.Errorf("%s: answered %d %s, want 401 and nothing triggered", what, code, raw)
@@ -273,7 +257,7 @@ func TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos(t *testing.T) {
 				t.Errorf("fleet_gitops_webhooks_total{provider=%q,result=unauthorized} went from %v to %v, want +2", provider, unauthorized, got)
 			}
 
-			a := postUntil(t, push.signed("s3cr3t-"+provider), http.StatusAccepted)
+			a := postUntil(t, push.Signed("s3cr3t-"+provider), http.StatusAccepted)
 			if a.Triggered != 2 {
 				t.Errorf("triggered %d GitRepos, want 2 (by-https, by-ssh)", a.Triggered)
 			}
@@ -282,8 +266,8 @@ func TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos(t *testing.T) {
 					t.Errorf("GitRepo %s was not triggered", n)
 				}
 				st := gitRepoStatus(t, ns, n)
-				if st.WebhookCommit != commitA || st.LastWebhookTime.IsZero() {
-					t.Errorf("GitRepo %s: status webhookCommit %q lastWebhookTime %v, want %s and a time", n, st.WebhookCommit, st.LastWebhookTime, commitA)
+				if st.WebhookCommit != webhooktest.CommitA || st.LastWebhookTime.IsZero() {
+					t.Errorf("GitRepo %s: status webhookCommit %q lastWebhookTime %v, want %s and a time", n, st.WebhookCommit, st.LastWebhookTime, webhooktest.CommitA)
 				}
 			}
 			for _, n := range []string{"other-branch", "other-repo", "no-secret"} {
@@ -303,7 +287,7 @@ func TestWebhook_SignedPushTriggersExactlyTheMatchingGitRepos(t *testing.T) {
 			// An authentic push to a branch no GitRepo follows: 200,
 			// nothing triggered.
 			before := triggers.count(ns, "other-branch") + triggers.count(ns, "by-https")
-			code, a2, raw := post(t, fixture(provider, https, "refs/heads/feature", commitB).signed("s3cr3t-"+provider))
+			code, a2, raw := post(t, webhooktest.Fixture(provider, https, "refs/heads/feature", webhooktest.CommitB).Signed("s3cr3t-"+provider))
 			if code != http.StatusOK || a2.Triggered != 0 {
 				t.Errorf("a push to an unfollowed branch answered %d %s, want 200 and nothing triggered", code, raw)
 			}
@@ -332,21 +316,21 @@ func TestWebhook_EachGitRepoVerifiesWithItsOwnSecret(t *testing.T) {
 	for _, n := range []string{"a", "b", "missing"} {
 		waitIndexed(t, ns, n)
 	}
-	push := fixture(GitHub, repo, "refs/heads/main", commitA)
-	if a := postUntil(t, push.signed("secret-of-a"), http.StatusAccepted); a.Triggered != 1 {
+	push := webhooktest.Fixture(payload.GitHub, repo, "refs/heads/main", webhooktest.CommitA)
+	if a := postUntil(t, push.Signed("secret-of-a"), http.StatusAccepted); a.Triggered != 1 {
 		t.Errorf("signed for a: triggered %d, want 1", a.Triggered)
 	}
 	if triggers.count(ns, "a") != 1 || triggers.count(ns, "b") != 0 {
 		t.Errorf("signed for a: triggers a=%d b=%d, want 1 and 0", triggers.count(ns, "a"), triggers.count(ns, "b"))
 	}
-	if a := postUntil(t, fixture(GitHub, repo, "refs/heads/main", commitB).signed("secret-of-b"), http.StatusAccepted); a.Triggered != 1 {
+	if a := postUntil(t, webhooktest.Fixture(payload.GitHub, repo, "refs/heads/main", webhooktest.CommitB).Signed("secret-of-b"), http.StatusAccepted); a.Triggered != 1 {
 		t.Errorf("signed for b: triggered %d, want 1", a.Triggered)
 	}
 	if triggers.count(ns, "a") != 1 || triggers.count(ns, "b") != 1 {
 		t.Errorf("signed for b: triggers a=%d b=%d, want 1 and 1", triggers.count(ns, "a"), triggers.count(ns, "b"))
 	}
-	if st := gitRepoStatus(t, ns, "a"); st.WebhookCommit != commitA {
-		t.Errorf("GitRepo a's webhookCommit is %q, want %s (b's payload must not touch it)", st.WebhookCommit, commitA)
+	if st := gitRepoStatus(t, ns, "a"); st.WebhookCommit != webhooktest.CommitA {
+		t.Errorf("GitRepo a's webhookCommit is %q, want %s (b's payload must not touch it)", st.WebhookCommit, webhooktest.CommitA)
 	}
 	if triggers.count(ns, "missing") != 0 {
 		t.Errorf("a GitRepo whose webhook Secret does not exist was triggered")
@@ -363,7 +347,7 @@ func TestWebhook_TriggersOfOneGitRepoAreCoalesced(t *testing.T) {
 	newSecret(t, ns, "hook", "burst-secret")
 	newGitRepo(t, ns, "app", repo, "main", "hook")
 	waitIndexed(t, ns, "app")
-	push := fixture(GitLab, repo, "refs/heads/main", commitA).signed("burst-secret")
+	push := webhooktest.Fixture(payload.GitLab, repo, "refs/heads/main", webhooktest.CommitA).Signed("burst-secret")
 	postUntil(t, push, http.StatusAccepted)
 	const burst = 10
 	start := time.Now()
@@ -401,25 +385,25 @@ func TestWebhook_RefusesWhatIsNotAWebhook(t *testing.T) {
 	if get.StatusCode != http.StatusMethodNotAllowed || get.Header.Get("Allow") != http.MethodPost {
 		t.Errorf("GET answered %d (Allow %q), want 405 with Allow: POST", get.StatusCode, get.Header.Get("Allow"))
 	}
-	push := fixture(GitHub, "https://github.example.com/team/app", "refs/heads/main", commitA)
+	push := webhooktest.Fixture(payload.GitHub, "https://github.example.com/team/app", "refs/heads/main", webhooktest.CommitA)
 	large := push
-	large.body = append(bytes.Repeat([]byte(" "), DefaultMaxBodyBytes), push.body...)
+	large.Body = append(bytes.Repeat([]byte(" "), DefaultMaxBodyBytes), push.Body...)
 	for _, c := range []struct {
 		what string
-		hk   hook
+		hk   webhooktest.Hook
 		code int
 	}{
-		{"a body over 1 MiB", large.signed("x"), http.StatusRequestEntityTooLarge},
-		{"no provider's headers", hook{provider: "none", header: http.Header{"Content-Type": {"application/json"}}, body: push.body}, http.StatusBadRequest},
-		{"a body that is not JSON", hook{provider: GitHub, header: push.header, body: []byte("ref=main")}.signed("x"), http.StatusBadRequest},
-		{"a push without repository", hook{provider: GitHub, header: push.header, body: []byte(`{"ref":"refs/heads/main"}`)}.signed("x"), http.StatusBadRequest},
+		{"a body over 1 MiB", large.Signed("x"), http.StatusRequestEntityTooLarge},
+		{"no provider's headers", webhooktest.Hook{Provider: "none", Header: http.Header{"Content-Type": {"application/json"}}, Body: push.Body}, http.StatusBadRequest},
+		{"a body that is not JSON", webhooktest.Hook{Provider: payload.GitHub, Header: push.Header, Body: []byte("ref=main")}.Signed("x"), http.StatusBadRequest},
+		{"a push without repository", webhooktest.Hook{Provider: payload.GitHub, Header: push.Header, Body: []byte(`{"ref":"refs/heads/main"}`)}.Signed("x"), http.StatusBadRequest},
 	} {
 		if code, a, raw := post(t, c.hk); code != c.code || a.Triggered != 0 || a.Message == "" {
 			t.Errorf("%s: answered %d %s, want %d with a message", c.what, code, raw, c.code)
 		}
 	}
 	// A ping is answered without anything being triggered or read.
-	ping := hook{provider: GitHub, header: http.Header{"X-GitHub-Event": {"ping"}}, body: []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)}
+	ping := webhooktest.Hook{Provider: payload.GitHub, Header: http.Header{"X-GitHub-Event": {"ping"}}, Body: []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)}
 	if code, a, raw := post(t, ping); code != http.StatusOK || a.Triggered != 0 {
 		t.Errorf("a ping answered %d %s, want 200", code, raw)
 	}
@@ -432,7 +416,7 @@ func TestWebhook_TagPushTriggersGitRepoPinnedToTheTag(t *testing.T) {
 	ns := testenv.Namespace(t, env.Upstream.Client, "webhook-tag-")
 	repo := "https://gitlab.example.com/team/" + ns
 	newSecret(t, ns, "hook", "tag-secret")
-	for name, rev := range map[string]string{"tag": "v1.2.0", "other-tag": "v1.1.0", "commit": commitB} {
+	for name, rev := range map[string]string{"tag": "v1.2.0", "other-tag": "v1.1.0", "commit": webhooktest.CommitB} {
 		g := &fleet.GitRepo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: fleet.GitRepoSpec{Repo: repo, Revision: rev, WebhookSecret: "hook"}}
 		if err := env.Upstream.Client.Create(t.Context(), g); err != nil {
@@ -440,7 +424,7 @@ func TestWebhook_TagPushTriggersGitRepoPinnedToTheTag(t *testing.T) {
 		}
 		waitIndexed(t, ns, name)
 	}
-	a := postUntil(t, fixture(GitLab, repo, "refs/tags/v1.2.0", commitA).signed("tag-secret"), http.StatusAccepted)
+	a := postUntil(t, webhooktest.Fixture(payload.GitLab, repo, "refs/tags/v1.2.0", webhooktest.CommitA).Signed("tag-secret"), http.StatusAccepted)
 	if a.Triggered != 1 || triggers.count(ns, "tag") != 1 {
 		t.Errorf("triggered %d (tag: %d), want the GitRepo on tag v1.2.0 only", a.Triggered, triggers.count(ns, "tag"))
 	}
@@ -459,9 +443,9 @@ func TestWebhook_AnswersNameNoGitRepo(t *testing.T) {
 	newSecret(t, ns, "hook", "leak-secret")
 	newGitRepo(t, ns, "secret-project-name", repo, "main", "hook")
 	waitIndexed(t, ns, "secret-project-name")
-	push := fixture(GitHub, repo, "refs/heads/main", commitA)
-	postUntil(t, push.signed("leak-secret"), http.StatusAccepted)
-	for _, hk := range []hook{push, push.signed("guess"), push.signed("leak-secret")} {
+	push := webhooktest.Fixture(payload.GitHub, repo, "refs/heads/main", webhooktest.CommitA)
+	postUntil(t, push.Signed("leak-secret"), http.StatusAccepted)
+	for _, hk := range []webhooktest.Hook{push, push.Signed("guess"), push.Signed("leak-secret")} {
 		_, _, raw := post(t, hk)
 		if strings.Contains(raw, "secret-project-name") || strings.Contains(raw, ns) {
 			t.Errorf("an answer names the GitRepo: %s", raw)
@@ -491,12 +475,12 @@ func TestWebhook_ReadsABoundedNumberOfSecrets(t *testing.T) {
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
 	send := func(secret string) (int, Answer) {
-		hk := fixture(GitHub, repo, "refs/heads/main", commitA).signed(secret)
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(hk.body))
+		hk := webhooktest.Fixture(payload.GitHub, repo, "refs/heads/main", webhooktest.CommitA).Signed(secret)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(hk.Body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header = hk.header
+		req.Header = hk.Header
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -55,6 +55,16 @@ func ClusterLabels(requested map[string]string, allowed func(key string) bool, i
 	return kept, refused
 }
 
+// NewClusterLabels are the labels of a Cluster made for a registration:
+// the agent's labels ClusterLabels keeps (never reserved or invalid ones,
+// only keys allowed lets through, none with ignore set), plus the cluster
+// label naming the Cluster, which no agent label overrides.
+func NewClusterLabels(requested map[string]string, cluster string, allowed func(key string) bool, ignore bool) map[string]string {
+	labels, _ := ClusterLabels(requested, allowed, ignore)
+	labels[fleet.ClusterLabel] = cluster
+	return labels
+}
+
 // ReservedLabel reports whether an agent may never set the label key: it
 // is under fleet.cattle.io/ or management.cattle.io/ and is not the
 // created-by-agent-pod label.

@@ -127,6 +127,76 @@ func FuzzClusterLabels(f *testing.F) {
 	})
 }
 
+// clusterLabelsWith are the labels of Cluster "cluster-x" made for a
+// registration asking for requested, under cfg, as the registration
+// reconciler makes them.
+func clusterLabelsWith(requested map[string]string, cfg *config.Config) map[string]string {
+	return NewClusterLabels(requested, "cluster-x", cfg.AgentLabelKeyAllowed, cfg.IgnoreClusterRegistrationLabels)
+}
+
+func TestNewClusterLabels(t *testing.T) {
+	requested := map[string]string{
+		"env":                              "prod",
+		"example.com/team":                 "a",
+		fleet.CreatedByAgentPodLabel:       "fleet-agent-0",
+		"fleet.cattle.io/cluster":          "spoofed",
+		"fleet.cattle.io/shard-id":         "s1",
+		"management.cattle.io/cluster-id":  "c-123",
+		"bad key with spaces":              "x",
+		"ok":                               "bad value with spaces",
+		"long":                             strings.Repeat("v", 64),
+		"fleet.cattle.io.example.com/fine": "yes",
+	}
+	want := map[string]string{
+		"env":                              "prod",
+		"example.com/team":                 "a",
+		fleet.CreatedByAgentPodLabel:       "fleet-agent-0",
+		fleet.ClusterLabel:                 "cluster-x",
+		"fleet.cattle.io.example.com/fine": "yes",
+	}
+	if got := clusterLabelsWith(requested, &config.Config{}); !maps.Equal(got, want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+	if got := clusterLabelsWith(requested, &config.Config{IgnoreClusterRegistrationLabels: true}); !maps.Equal(got, map[string]string{fleet.ClusterLabel: "cluster-x"}) {
+		t.Errorf("ignoring agent labels: got %v", got)
+	}
+	restricted := &config.Config{AgentLabelKeys: []string{"env", "fleet.cattle.io/*"}}
+	want = map[string]string{"env": "prod", fleet.CreatedByAgentPodLabel: "fleet-agent-0", fleet.ClusterLabel: "cluster-x"}
+	if got := clusterLabelsWith(requested, restricted); !maps.Equal(got, want) {
+		t.Errorf("agentLabelKeys %v: got %v\nwant %v (reserved keys stay out even when listed)", restricted.AgentLabelKeys, got, want)
+	}
+}
+
+// FuzzNewClusterLabels: whatever an agent asks for and whatever
+// agentLabelKeys says, the Cluster's own label is never overridden and no
+// other reserved or not allowed key gets through. (FuzzClusterLabels
+// fuzzes the filter itself.)
+func FuzzNewClusterLabels(f *testing.F) {
+	f.Add("env", "prod", "")
+	f.Add("fleet.cattle.io/cluster", "x", "fleet.cattle.io/*")
+	f.Add("management.cattle.io/a", "b", "management.cattle.io/a")
+	f.Add("a/b/c", "", "a*")
+	f.Add("example.com/team", "a", "example.com/*")
+	f.Fuzz(func(t *testing.T, k, v, pattern string) {
+		cfg := &config.Config{AgentLabelKeys: []string{pattern}}
+		if pattern == "" || cfg.Validate() != nil {
+			cfg.AgentLabelKeys = nil
+		}
+		got := clusterLabelsWith(map[string]string{k: v}, cfg)
+		if got[fleet.ClusterLabel] != "cluster-x" {
+			t.Fatalf("cluster label overridden: %v", got)
+		}
+		for key := range got {
+			if key == fleet.ClusterLabel || key == fleet.CreatedByAgentPodLabel {
+				continue
+			}
+			if ReservedLabel(key) || !cfg.AgentLabelKeyAllowed(key) {
+				t.Fatalf("label %q kept with agentLabelKeys %v: %v", key, cfg.AgentLabelKeys, got)
+			}
+		}
+	})
+}
+
 func TestParseBootstrap(t *testing.T) {
 	good := map[string][]byte{
 		BootstrapKeyAPIServerURL:                []byte("https://upstream.example.com:6443\n"),

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 )
 
 // The limits a render runs within are the controller's, sent with it; the
@@ -16,7 +16,7 @@ import (
 // that make no sense.
 func TestRequest_LimitsAreTheControllersCappedByTheRenderersConcurrency(t *testing.T) {
 	defaults := renderworker.LimitsOf(&config.Config{})
-	sent := renderworker.Limits{Size: renderer.SizeLimits{Resource: 1 << 20, Total: 2 << 20}, Timeout: 5 * time.Second, Memory: 100 << 20, Concurrency: 8}
+	sent := renderworker.Limits{Size: bundlefiles.SizeLimits{Resource: 1 << 20, Total: 2 << 20}, Timeout: 5 * time.Second, Memory: 100 << 20, Concurrency: 8}
 	for _, tc := range []struct {
 		name           string
 		req            request

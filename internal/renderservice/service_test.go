@@ -22,7 +22,7 @@ import (
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/renderservice"
 	"github.com/gitops-fleet/fleet/internal/renderworker"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
@@ -206,12 +206,12 @@ func TestRenderer_HostileBundlesFailWithTheBundlesReasonWithinTheControllersLimi
 			if !errors.As(err, &re) || re.Reason != tc.reason || !strings.Contains(re.Message, tc.message) {
 				t.Fatalf("got %v (%#v), want reason %s with %q", err, re, tc.reason, tc.message)
 			}
-			t.Logf("%s after %s, worker peak RSS %s", re.Reason, took.Round(time.Millisecond), renderer.FormatBytes(re.MaxRSS))
+			t.Logf("%s after %s, worker peak RSS %s", re.Reason, took.Round(time.Millisecond), bundlefiles.FormatBytes(re.MaxRSS))
 			if tc.reason == fleet.RenderTimeoutReason && took > tc.timeout+10*time.Second {
 				t.Errorf("stopped after %s; the limit is %s", took, tc.timeout)
 			}
 			if tc.reason == fleet.RenderOutOfMemoryReason && re.MaxRSS > memory+256<<20 {
-				t.Errorf("worker peak RSS %s, want about the %s limit", renderer.FormatBytes(re.MaxRSS), renderer.FormatBytes(memory))
+				t.Errorf("worker peak RSS %s, want about the %s limit", bundlefiles.FormatBytes(re.MaxRSS), bundlefiles.FormatBytes(memory))
 			}
 		})
 	}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// kustomizeBuild runs kustomize directly, as renderer.BuildOverlay does but
+// kustomizeBuild runs kustomize directly, as kustomize.BuildOverlay does but
 // without its overlay check: what would happen if a remote reference slipped
 // past the check.
 func kustomizeBuild(t *testing.T, kustomization string) error {

@@ -20,12 +20,13 @@ import (
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 )
 
 // Limits bound the rendering of Bundles.
 type Limits struct {
 	// Size bounds a Bundle's decoded resources.
-	Size renderer.SizeLimits
+	Size bundlefiles.SizeLimits
 	// Timeout bounds one render, from the worker's start.
 	Timeout time.Duration
 	// Memory bounds one worker, in bytes.
@@ -37,7 +38,7 @@ type Limits struct {
 // LimitsOf returns the limits a controller configuration sets.
 func LimitsOf(cfg *config.Config) Limits {
 	return Limits{
-		Size:        renderer.SizeLimitsOf(cfg),
+		Size:        bundlefiles.SizeLimitsOf(cfg),
 		Timeout:     cfg.GetBundleRenderTimeout(),
 		Memory:      cfg.GetBundleRenderMemoryLimit(),
 		Concurrency: cfg.GetBundleRenderConcurrency(),
@@ -81,7 +82,7 @@ func NewPool(limits func() Limits) (*Pool, error) {
 func (p *Pool) Limits() Limits { return p.limits() }
 
 // Render renders a Bundle's resources with options (already merged with the
-// target's) in a worker: what renderer.BundleFiles and renderer.RenderFiles
+// target's) in a worker: what bundlefiles.Decode and renderer.RenderFiles
 // do in-process, bounded in time, memory and network access.
 func (p *Pool) Render(ctx context.Context, name string, resources []fleet.BundleResource, opts fleet.BundleDeploymentOptions) (*renderer.Output, error) {
 	return p.RenderWithin(ctx, p.limits(), Request{Name: name, Resources: resources, Options: opts})
@@ -167,7 +168,7 @@ func (p *Pool) run(parent context.Context, lim Limits, req []byte) (*renderer.Ou
 	timeout := fail(fleet.RenderTimeoutReason, fmt.Sprintf("rendering took longer than %s, the limit (bundleRenderTimeout): look for a template that loops "+
 		"(range over a large number, include that recurses) or an overlay that does too much", lim.Timeout))
 	outOfMemory := fail(fleet.RenderOutOfMemoryReason, fmt.Sprintf("rendering needed more than %s of memory, the limit (bundleRenderMemoryLimit): look for a template "+
-		"that builds very large strings or lists, or values and files far larger than the clusters need", renderer.FormatBytes(lim.Memory)))
+		"that builds very large strings or lists, or values and files far larger than the clusters need", bundlefiles.FormatBytes(lim.Memory)))
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, timeout
 	}

@@ -15,6 +15,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
@@ -67,7 +68,7 @@ func TestPool_RendersWhatRenderFilesRenders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := renderer.BundleFiles(res)
+	files, err := bundlefiles.Decode(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,14 +128,14 @@ func TestPool_RunawayTemplatesAreStoppedWithAClearError(t *testing.T) {
 			if !errors.As(err, &re) || re.Reason != tc.reason || !strings.Contains(re.Message, tc.message) {
 				t.Fatalf("got %v (%#v), want reason %s with %q", err, re, tc.reason, tc.message)
 			}
-			t.Logf("%s after %s, worker peak RSS %s", re.Reason, took.Round(time.Millisecond), renderer.FormatBytes(re.MaxRSS))
+			t.Logf("%s after %s, worker peak RSS %s", re.Reason, took.Round(time.Millisecond), bundlefiles.FormatBytes(re.MaxRSS))
 			if tc.reason == fleet.RenderTimeoutReason && took > tc.timeout+10*time.Second {
 				t.Errorf("stopped after %s; the limit is %s", took, tc.timeout)
 			}
 			// The binary and the runtime take their share before the limit
 			// counts; a worker that grew without bound would be at GiBs.
 			if re.MaxRSS > memory+256<<20 {
-				t.Errorf("worker peak RSS %s, want about the %s limit", renderer.FormatBytes(re.MaxRSS), renderer.FormatBytes(memory))
+				t.Errorf("worker peak RSS %s, want about the %s limit", bundlefiles.FormatBytes(re.MaxRSS), bundlefiles.FormatBytes(memory))
 			}
 		})
 	}
@@ -142,7 +143,7 @@ func TestPool_RunawayTemplatesAreStoppedWithAClearError(t *testing.T) {
 
 func TestPool_GzipBombIsRefusedWithinTheLimit(t *testing.T) {
 	bomb := renderertest.GzipBomb(t, 256<<20)
-	t.Logf("256Mi of zeros as a %s resource", renderer.FormatBytes(int64(len(bomb))))
+	t.Logf("256Mi of zeros as a %s resource", bundlefiles.FormatBytes(int64(len(bomb))))
 	res := []fleet.BundleResource{
 		{Name: "ok.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n"},
 		{Name: "bomb.yaml", Content: bomb, Encoding: "base64+gz"},
@@ -152,7 +153,7 @@ func TestPool_GzipBombIsRefusedWithinTheLimit(t *testing.T) {
 	if !errors.As(err, &re) || re.Reason != fleet.BundleTooLargeReason || !strings.Contains(re.Message, "resources[1] (bomb.yaml) decodes to more than 16Mi, the limit per resource (bundleMaxResourceSize)") {
 		t.Fatalf("got %v", err)
 	}
-	t.Logf("worker peak RSS %s", renderer.FormatBytes(re.MaxRSS))
+	t.Logf("worker peak RSS %s", bundlefiles.FormatBytes(re.MaxRSS))
 }
 
 func TestPool_BoundsHowManyWorkersRunAtOnce(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 )
 
 // valuesTemplateOptions are chartOptions whose color is a `${ }` template.
@@ -76,9 +77,9 @@ func TestPool_RunawayValuesTemplatesStopAtTheWorkersLimits(t *testing.T) {
 			if !errors.As(err, &re) || re.Reason != tc.reason {
 				t.Fatalf("got %v, want reason %s", err, tc.reason)
 			}
-			t.Logf("%s after %s, worker peak RSS %s", re.Reason, took.Round(time.Millisecond), renderer.FormatBytes(re.MaxRSS))
+			t.Logf("%s after %s, worker peak RSS %s", re.Reason, took.Round(time.Millisecond), bundlefiles.FormatBytes(re.MaxRSS))
 			if re.MaxRSS > memory+256<<20 {
-				t.Errorf("worker peak RSS %s, want about the %s limit", renderer.FormatBytes(re.MaxRSS), renderer.FormatBytes(memory))
+				t.Errorf("worker peak RSS %s, want about the %s limit", bundlefiles.FormatBytes(re.MaxRSS), bundlefiles.FormatBytes(memory))
 			}
 			if tc.reason == fleet.RenderTimeoutReason && took > tc.timeout+10*time.Second {
 				t.Errorf("stopped after %s; the limit is %s", took, tc.timeout)

@@ -29,6 +29,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/bundlecontent"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 )
 
 const (
@@ -52,7 +53,7 @@ type Request struct {
 	Name      string                        `json:"name"`
 	Resources []fleet.BundleResource        `json:"resources,omitempty"`
 	Options   fleet.BundleDeploymentOptions `json:"options"`
-	Limits    renderer.SizeLimits           `json:"limits"`
+	Limits    bundlefiles.SizeLimits        `json:"limits"`
 	// Values are the per-cluster inputs of the Helm values: the part of
 	// the target cluster its `${ }` templates read, the valuesFrom
 	// content (renderer.ResolveValues runs here, in the worker).
@@ -114,7 +115,7 @@ func render(req Request) (resp Response) {
 			resp = Response{Reason: fleet.RenderFailedReason, Error: fmt.Sprintf("internal error while rendering: %v", r)}
 		}
 	}()
-	files, err := renderer.BundleFilesWithin(req.Resources, req.Limits)
+	files, err := bundlefiles.DecodeWithin(req.Resources, req.Limits)
 	if err != nil {
 		return failure(err)
 	}
@@ -131,7 +132,7 @@ func render(req Request) (resp Response) {
 		return failure(err)
 	}
 	if len(out.YAML) > bundlecontent.MaxManifestBytes {
-		return failure(&renderer.TooLargeError{Limit: bundlecontent.MaxManifestBytes})
+		return failure(&bundlefiles.TooLargeError{Limit: bundlecontent.MaxManifestBytes})
 	}
 	return Response{YAML: out.YAML}
 }

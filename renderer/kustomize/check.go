@@ -1,4 +1,9 @@
-package renderer
+// Package kustomize builds a Bundle's kustomize overlays offline: every
+// kustomization and builtin plugin configuration is checked first, and one
+// that names anything kustomize would fetch (a URL, a git repository, a
+// Helm chart) is refused (CheckOverlayFiles); the build runs on an
+// in-memory copy of the Bundle's files, plugins off.
+package kustomize
 
 import (
 	"fmt"

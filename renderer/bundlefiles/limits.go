@@ -1,7 +1,6 @@
-package renderer
+package bundlefiles
 
 import (
-	"errors"
 	"fmt"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -68,16 +67,6 @@ func (e *TooLargeError) Error() string {
 
 // Reason is the Bundle condition reason this error reports as.
 func (e *TooLargeError) Reason() string { return fleet.BundleTooLargeReason }
-
-// ReasonOf returns the Bundle condition reason an error from rendering
-// reports as: the error's own reason if it has one, else RenderFailed.
-func ReasonOf(err error) string {
-	var r interface{ Reason() string }
-	if errors.As(err, &r) {
-		return r.Reason()
-	}
-	return fleet.RenderFailedReason
-}
 
 // FormatBytes formats a size the way the configuration spells limits:
 // "32Mi", "512Ki", or bytes.

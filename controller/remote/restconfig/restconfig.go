@@ -1,12 +1,18 @@
-package remote
+// Package restconfig makes the REST config of a downstream cluster from
+// its kubeconfig Secret, refusing a kubeconfig that would make the
+// controller use more than the credentials it carries.
+package restconfig
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -23,6 +29,21 @@ import (
 // plugin, a proxy, or a TLS check switched off. Each of those is refused
 // unless the controller configuration opts in (insecureKubeconfig), as Flux's
 // kustomize-controller does with --insecure-kubeconfig-exec and -tls.
+
+// RequestTimeout bounds every request to a downstream cluster.
+const RequestTimeout = 15 * time.Second
+
+// Error is a kubeconfig the controller does not use: one that does not
+// parse or names no server (Reason KubeConfigInvalid), or one the policy
+// refuses (KubeConfigUnsafe, Err an *UnsafeError). It will not go away by
+// retrying.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
 
 // UnsafeError names the first kubeconfig field that would make the
 // controller use more than the credentials in the kubeconfig.
@@ -115,17 +136,17 @@ func checkCluster(name string, c *clientcmdapi.Cluster, allow config.InsecureKub
 func RESTConfig(kubeconfig []byte, allow config.InsecureKubeconfig) (*rest.Config, error) {
 	raw, err := clientcmd.Load(kubeconfig)
 	if err != nil {
-		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf("the kubeconfig cannot be parsed: %w", err)}
+		return nil, &Error{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf("the kubeconfig cannot be parsed: %w", err)}
 	}
 	if err := CheckKubeconfig(raw, allow); err != nil {
-		return nil, &InputError{Reason: fleet.KubeConfigUnsafeReason, Err: err}
+		return nil, &Error{Reason: fleet.KubeConfigUnsafeReason, Err: err}
 	}
 	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf("the kubeconfig cannot be parsed: %w", err)}
+		return nil, &Error{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf("the kubeconfig cannot be parsed: %w", err)}
 	}
 	if cfg.Host == "" {
-		return nil, &InputError{Reason: fleet.KubeConfigInvalidReason, Err: errors.New("the kubeconfig names no server")}
+		return nil, &Error{Reason: fleet.KubeConfigInvalidReason, Err: errors.New("the kubeconfig names no server")}
 	}
 	if err := checkEffectiveServer(currentCluster(raw), cfg, allow); err != nil {
 		return nil, err
@@ -156,13 +177,29 @@ func checkEffectiveServer(name string, cfg *rest.Config, allow config.InsecureKu
 	field := fmt.Sprintf("clusters[%q].server", name)
 	u, _, err := rest.DefaultServerUrlFor(cfg)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return &InputError{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf(
+		return &Error{Reason: fleet.KubeConfigInvalidReason, Err: fmt.Errorf(
 			"the kubeconfig's %s %q is not a server client-go can reach over https; write it as https://<host>:<port>", field, cfg.Host)}
 	}
 	if u.Scheme == "http" && !allow.TLS {
-		return &InputError{Reason: fleet.KubeConfigUnsafeReason, Err: &UnsafeError{Field: field, OptIn: "insecureKubeconfig.tls",
+		return &Error{Reason: fleet.KubeConfigUnsafeReason, Err: &UnsafeError{Field: field, OptIn: "insecureKubeconfig.tls",
 			Why: fmt.Sprintf("is %q, which client-go dials as plain http (http://%s; a server without https:// is plain http, and gets none of the kubeconfig's TLS settings): the controller's requests would cross the network unencrypted", cfg.Host, u.Host),
 			Fix: "write it as https://" + u.Host}}
 	}
 	return nil
+}
+
+// ServerHash identifies the cluster a kubeconfig points at (server URL and
+// CA), but not its credentials: rotating credentials does not change it. A
+// kubeconfig the policy refuses is an error.
+func ServerHash(kubeconfig []byte, allow config.InsecureKubeconfig) (string, error) {
+	cfg, err := RESTConfig(kubeconfig, allow)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write([]byte(cfg.Host))
+	h.Write([]byte{0})
+	h.Write(cfg.CAData)
+	h.Write([]byte(cfg.CAFile))
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

@@ -1,15 +1,23 @@
-package renderer_test
+package kustomize_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/kustomize"
 )
+
+// reasonOf is the Bundle condition reason renderer.ReasonOf reads from
+// err: the first Reason in its chain, else RenderFailed.
+func reasonOf(err error) string {
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return fleet.RenderFailedReason
+}
 
 func TestCheckOverlayFiles_RefusesEveryFieldThatCanFetch(t *testing.T) {
 	const url = "https://example.com/deploy.yaml"
@@ -58,13 +66,13 @@ func TestCheckOverlayFiles_RefusesEveryFieldThatCanFetch(t *testing.T) {
 			for k, v := range tc.files {
 				files[k] = []byte(v)
 			}
-			err := renderer.CheckOverlayFiles(files)
-			var re *renderer.RemoteResourceError
+			err := kustomize.CheckOverlayFiles(files)
+			var re *kustomize.RemoteResourceError
 			if !errors.As(err, &re) || re.File != tc.file || re.Field != tc.field || re.Value != tc.val {
 				t.Fatalf("got %v (%+v), want %s %s %q", err, re, tc.file, tc.field, tc.val)
 			}
-			if renderer.ReasonOf(err) != fleet.RemoteResourceRefusedReason {
-				t.Errorf("reason %s", renderer.ReasonOf(err))
+			if reasonOf(err) != fleet.RemoteResourceRefusedReason {
+				t.Errorf("reason %s", reasonOf(err))
 			}
 		})
 	}
@@ -79,13 +87,13 @@ func TestCheckOverlayFiles_RemoteForms(t *testing.T) {
 	}
 	local := []string{"deploy.yaml", "../base", "dir/sub", "github.com.yaml", "a-file-named-https.yaml", "_git/x", "./x.git/y"}
 	for _, v := range remote {
-		err := renderer.CheckOverlayFiles(map[string][]byte{"kustomization.yaml": []byte("resources:\n- '" + v + "'\n")})
-		if renderer.ReasonOf(err) != fleet.RemoteResourceRefusedReason {
+		err := kustomize.CheckOverlayFiles(map[string][]byte{"kustomization.yaml": []byte("resources:\n- '" + v + "'\n")})
+		if reasonOf(err) != fleet.RemoteResourceRefusedReason {
 			t.Errorf("%q: got %v, want it refused", v, err)
 		}
 	}
 	for _, v := range local {
-		if err := renderer.CheckOverlayFiles(map[string][]byte{"kustomization.yaml": []byte("resources:\n- '" + v + "'\n")}); err != nil {
+		if err := kustomize.CheckOverlayFiles(map[string][]byte{"kustomization.yaml": []byte("resources:\n- '" + v + "'\n")}); err != nil {
 			t.Errorf("%q: got %v, want it allowed", v, err)
 		}
 	}
@@ -117,29 +125,14 @@ transformers:
 `),
 		"cm.yaml": []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {url: \"https://example.com\", path: \"https://example.com\"}\n"),
 	}
-	if err := renderer.CheckOverlayFiles(files); err != nil {
+	if err := kustomize.CheckOverlayFiles(files); err != nil {
 		t.Fatal(err)
 	}
-	out, err := renderer.BuildOverlay(files, nil)
+	out, err := kustomize.BuildOverlay(files, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(out), "home: https://example.com") {
 		t.Errorf("overlay output:\n%s", out)
-	}
-}
-
-func TestRenderBundle_RemoteOverlayResourceNamesTheBundleFile(t *testing.T) {
-	b := &fleet.Bundle{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Spec: fleet.BundleSpec{
-		BundleDeploymentOptions: fleet.BundleDeploymentOptions{Kustomize: &fleet.KustomizeOptions{Dir: "overlay"}},
-		Resources: []fleet.BundleResource{
-			{Name: "overlay/cm.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"},
-			{Name: "overlay/kustomization.yaml", Content: "resources:\n- cm.yaml\n- base\n- https://example.com/deploy.yaml\n"},
-		},
-	}}
-	_, err := renderer.RenderBundle(b, nil, nil)
-	want := `kustomize overlay: overlay/kustomization.yaml resources[2] "https://example.com/deploy.yaml" is a remote resource; Bundles may only use their own files`
-	if err == nil || err.Error() != want {
-		t.Fatalf("got %v\nwant %s", err, want)
 	}
 }

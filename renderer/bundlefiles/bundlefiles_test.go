@@ -1,4 +1,4 @@
-package renderer_test
+package bundlefiles_test
 
 import (
 	"encoding/base64"
@@ -8,12 +8,22 @@ import (
 	"testing"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
-	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/bundlefiles"
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
-func TestBundleFilesWithin_SizeLimits(t *testing.T) {
-	limits := renderer.SizeLimits{Resource: 1 << 20, Total: 3 << 20}
+// reasonOf is the Bundle condition reason renderer.ReasonOf reads from
+// err: the first Reason in its chain, else RenderFailed.
+func reasonOf(err error) string {
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return fleet.RenderFailedReason
+}
+
+func TestDecodeWithin_SizeLimits(t *testing.T) {
+	limits := bundlefiles.SizeLimits{Resource: 1 << 20, Total: 3 << 20}
 	mib := strings.Repeat("x", 1<<20)
 	cases := []struct {
 		name      string
@@ -36,15 +46,15 @@ func TestBundleFilesWithin_SizeLimits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			files, err := renderer.BundleFilesWithin(tc.resources, limits)
+			files, err := bundlefiles.DecodeWithin(tc.resources, limits)
 			if tc.want == "" {
 				if err != nil || len(files) != len(tc.resources) {
 					t.Fatalf("got %d files, %v", len(files), err)
 				}
 				return
 			}
-			var tl *renderer.TooLargeError
-			if !errors.As(err, &tl) || !strings.Contains(err.Error(), tc.want) || renderer.ReasonOf(err) != fleet.BundleTooLargeReason {
+			var tl *bundlefiles.TooLargeError
+			if !errors.As(err, &tl) || !strings.Contains(err.Error(), tc.want) || reasonOf(err) != fleet.BundleTooLargeReason {
 				t.Fatalf("got %v, want a BundleTooLarge error containing %q", err, tc.want)
 			}
 		})
@@ -52,27 +62,27 @@ func TestBundleFilesWithin_SizeLimits(t *testing.T) {
 }
 
 // A gzip bomb costs about the limit in memory, not its decompressed size.
-func TestBundleFilesWithin_GzipBombAllocatesAboutTheLimit(t *testing.T) {
+func TestDecodeWithin_GzipBombAllocatesAboutTheLimit(t *testing.T) {
 	bomb := []fleet.BundleResource{{Name: "bomb.yaml", Content: renderertest.GzipBomb(t, 256<<20), Encoding: "base64+gz"}}
-	limits := renderer.SizeLimits{Resource: 4 << 20, Total: 4 << 20}
+	limits := bundlefiles.SizeLimits{Resource: 4 << 20, Total: 4 << 20}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err := renderer.BundleFilesWithin(bomb, limits)
+	_, err := bundlefiles.DecodeWithin(bomb, limits)
 	runtime.ReadMemStats(&after)
-	if renderer.ReasonOf(err) != fleet.BundleTooLargeReason {
+	if reasonOf(err) != fleet.BundleTooLargeReason {
 		t.Fatalf("got %v", err)
 	}
 	// The buffers come to about twice the limit in all, plus the base64
 	// decoding and the gzip state.
 	allocated := after.TotalAlloc - before.TotalAlloc
-	t.Logf("a 256Mi gzip bomb against a 4Mi limit allocated %s", renderer.FormatBytes(int64(allocated)))
+	t.Logf("a 256Mi gzip bomb against a 4Mi limit allocated %s", bundlefiles.FormatBytes(int64(allocated)))
 	if allocated > uint64(2*4<<20+len(bomb[0].Content)+1<<20) {
-		t.Errorf("allocated %s, want about twice the limit", renderer.FormatBytes(int64(allocated)))
+		t.Errorf("allocated %s, want about twice the limit", bundlefiles.FormatBytes(int64(allocated)))
 	}
 }
 
-func TestBundleFilesWithin_BadContentIsNamed(t *testing.T) {
+func TestDecodeWithin_BadContentIsNamed(t *testing.T) {
 	for _, tc := range []struct {
 		r    fleet.BundleResource
 		want string
@@ -81,8 +91,8 @@ func TestBundleFilesWithin_BadContentIsNamed(t *testing.T) {
 		{fleet.BundleResource{Name: "x", Content: base64.StdEncoding.EncodeToString([]byte("plain")), Encoding: "base64+gz"}, "resources[0] (x): content is not gzip"},
 		{fleet.BundleResource{Name: "x", Content: renderertest.GzipBomb(t, 100)[:20], Encoding: "base64+gz"}, "resources[0] (x): content is not"},
 	} {
-		_, err := renderer.BundleFilesWithin([]fleet.BundleResource{tc.r}, renderer.DefaultSizeLimits())
-		if err == nil || !strings.Contains(err.Error(), tc.want) || renderer.ReasonOf(err) != fleet.RenderFailedReason {
+		_, err := bundlefiles.DecodeWithin([]fleet.BundleResource{tc.r}, bundlefiles.DefaultSizeLimits())
+		if err == nil || !strings.Contains(err.Error(), tc.want) || reasonOf(err) != fleet.RenderFailedReason {
 			t.Errorf("got %v, want %q", err, tc.want)
 		}
 	}

@@ -1,4 +1,7 @@
-package webhook
+// Package webhooktest is a test helper: git providers' push webhooks as
+// they send them (headers and payload, signed with a secret), for the
+// tests of gitops/webhook and gitops/webhook/payload.
+package webhooktest
 
 import (
 	"crypto/hmac"
@@ -8,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/gitops-fleet/fleet/gitops/webhook/payload"
 )
 
 // Payloads shaped as the providers document their push events (trimmed
@@ -15,15 +20,15 @@ import (
 // few others so the decoder meets what it really gets). repoURL is the
 // https URL of the repository ("https://git.example.com/team/app").
 
-// hook is one provider's push: its headers and body, before signing.
-type hook struct {
-	provider string
-	header   http.Header
-	body     []byte
+// Hook is one provider's push: its headers and body, before signing.
+type Hook struct {
+	Provider string
+	Header   http.Header
+	Body     []byte
 }
 
-// fixture makes a push of ref (a full ref) to commit for repoURL.
-func fixture(provider, repoURL, ref, commit string) hook {
+// Fixture makes a push of ref (a full ref) to commit for repoURL.
+func Fixture(provider, repoURL, ref, commit string) Hook {
 	u, err := url.Parse(repoURL)
 	if err != nil {
 		panic(err)
@@ -33,7 +38,7 @@ func fixture(provider, repoURL, ref, commit string) hook {
 	h := http.Header{"Content-Type": {"application/json"}}
 	var body string
 	switch provider {
-	case GitHub:
+	case payload.GitHub:
 		h.Set("X-GitHub-Event", "push")
 		h.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 		h.Set("X-GitHub-Hook-ID", "292430182")
@@ -54,8 +59,8 @@ func fixture(provider, repoURL, ref, commit string) hook {
   "pusher": {"name": "dev", "email": "dev@example.com"},
   "sender": {"login": "dev", "id": 21031067}
 }`, ref, commit, host, path, name)
-	case Gitea, Gogs:
-		if provider == Gitea {
+	case payload.Gitea, payload.Gogs:
+		if provider == payload.Gitea {
 			h.Set("X-Gitea-Event", "push")
 			h.Set("X-Gitea-Delivery", "1ed25ae3-d0b6-4c4d-8c2f-2b9d6f4f7c11")
 		}
@@ -75,7 +80,7 @@ func fixture(provider, repoURL, ref, commit string) hook {
   "pusher": {"id": 1, "login": "dev", "username": "dev"},
   "sender": {"id": 1, "login": "dev", "username": "dev"}
 }`, ref, commit, host, path, name)
-	case GitLab:
+	case payload.GitLab:
 		event, kind := "Push Hook", "push"
 		if strings.HasPrefix(ref, "refs/tags/") {
 			event, kind = "Tag Push Hook", "tag_push"
@@ -102,7 +107,7 @@ func fixture(provider, repoURL, ref, commit string) hook {
     "git_ssh_url": "git@%[4]s:%[5]s.git", "visibility_level": 0
   }
 }`, kind, ref, commit, host, path, name)
-	case Bitbucket:
+	case payload.Bitbucket:
 		typ, short := "branch", strings.TrimPrefix(ref, "refs/heads/")
 		if strings.HasPrefix(ref, "refs/tags/") {
 			typ, short = "tag", strings.TrimPrefix(ref, "refs/tags/")
@@ -126,7 +131,7 @@ func fixture(provider, repoURL, ref, commit string) hook {
   },
   "actor": {"type": "user", "display_name": "Dev"}
 }`, typ, short, commit, host, path, name)
-	case BitbucketServer:
+	case payload.BitbucketServer:
 		typ := "BRANCH"
 		if strings.HasPrefix(ref, "refs/tags/") {
 			typ = "TAG"
@@ -152,7 +157,7 @@ func fixture(provider, repoURL, ref, commit string) hook {
     "refId": %[1]q, "fromHash": "0000000000000000000000000000000000000001", "toHash": %[7]q, "type": "UPDATE"
   }]
 }`, ref, ref[strings.LastIndex(ref, "/")+1:], typ, host, path, name, commit, strings.TrimPrefix(path, "scm/"))
-	case AzureDevOps:
+	case payload.AzureDevOps:
 		h.Set("X-Vss-ActivityId", "8b3b8c5e-0b7e-4a5a-9e5c-2f0c1d7e9a10")
 		h.Set("X-Vss-SubscriptionId", "0c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f")
 		body = fmt.Sprintf(`{
@@ -176,47 +181,66 @@ func fixture(provider, repoURL, ref, commit string) hook {
 	default:
 		panic("no fixture for " + provider)
 	}
-	return hook{provider: provider, header: h, body: []byte(body)}
+	return Hook{Provider: provider, Header: h, Body: []byte(body)}
 }
 
-// signed returns the hook signed (or authenticated) with the secret's
+// Signed returns the hook signed (or authenticated) with the secret's
 // value for its provider, as the provider does.
-func (hk hook) signed(secret string) hook {
-	h := hk.header.Clone()
+func (hk Hook) Signed(secret string) Hook {
+	h := hk.Header.Clone()
 	mac := func() string {
 		m := hmac.New(sha256.New, []byte(secret))
-		m.Write(hk.body)
+		m.Write(hk.Body)
 		return hex.EncodeToString(m.Sum(nil))
 	}
-	switch hk.provider {
-	case GitHub:
+	switch hk.Provider {
+	case payload.GitHub:
 		h.Set("X-Hub-Signature-256", "sha256="+mac())
-	case Gitea:
+	case payload.Gitea:
 		h.Set("X-Gitea-Signature", mac())
 		h.Set("X-Gogs-Signature", mac())
 		h.Set("X-Hub-Signature-256", "sha256="+mac())
-	case Gogs:
+	case payload.Gogs:
 		h.Set("X-Gogs-Signature", mac())
-	case GitLab:
+	case payload.GitLab:
 		h.Set("X-Gitlab-Token", secret)
-	case Bitbucket, BitbucketServer:
+	case payload.Bitbucket, payload.BitbucketServer:
 		h.Set("X-Hub-Signature", "sha256="+mac())
-	case AzureDevOps:
+	case payload.AzureDevOps:
 		r := http.Request{Header: h}
 		r.SetBasicAuth("fleet", secret)
 	}
-	return hook{provider: hk.provider, header: h, body: hk.body}
+	return Hook{Provider: hk.Provider, Header: h, Body: hk.Body}
 }
 
-// secretData is a webhook Secret holding value for every provider (Fleet's
+// SecretData is a webhook Secret holding value for every provider (Fleet's
 // keys), the Azure DevOps user being "fleet".
-func secretData(value string) map[string][]byte {
+func SecretData(value string) map[string][]byte {
 	return map[string][]byte{
-		GitHubKey: []byte(value), GitLabKey: []byte(value), BitbucketKey: []byte(value),
-		BitbucketServerKey: []byte(value), GogsKey: []byte(value),
-		AzureUsernameKey: []byte("fleet"), AzurePasswordKey: []byte(value),
+		payload.GitHubKey: []byte(value), payload.GitLabKey: []byte(value), payload.BitbucketKey: []byte(value),
+		payload.BitbucketServerKey: []byte(value), payload.GogsKey: []byte(value),
+		payload.AzureUsernameKey: []byte("fleet"), payload.AzurePasswordKey: []byte(value),
 	}
 }
 
-// providers are every provider the receiver reads.
-var providers = []string{GitHub, GitLab, Bitbucket, BitbucketServer, Gitea, Gogs, AzureDevOps}
+// Providers are every provider the receiver reads.
+var Providers = []string{payload.GitHub, payload.GitLab, payload.Bitbucket, payload.BitbucketServer, payload.Gitea, payload.Gogs, payload.AzureDevOps}
+
+// RepoURLs are the repository each provider's tests use (https, as the
+// provider's payload names it) and the SSH form a GitRepo may name instead
+// (tests of the webhook suite replace "/app" with a path of their own).
+var RepoURLs = map[string][2]string{
+	payload.GitHub:          {"https://github.example.com/team/app", "git@github.example.com:team/app.git"},
+	payload.GitLab:          {"https://gitlab.example.com/team/app", "ssh://git@gitlab.example.com/team/app.git"},
+	payload.Bitbucket:       {"https://bitbucket.example.org/team/app", "git@bitbucket.example.org:team/app.git"},
+	payload.BitbucketServer: {"https://bitbucket.example.com/scm/team/app", "ssh://git@bitbucket.example.com:7999/team/app.git"},
+	payload.Gitea:           {"https://gitea.example.com/team/app", "git@gitea.example.com:team/app.git"},
+	payload.Gogs:            {"https://gogs.example.com/team/app", "git@gogs.example.com:team/app.git"},
+	payload.AzureDevOps:     {"https://dev.azure.com/org/project/_git/app", "git@ssh.dev.azure.com:v3/org/project/app"},
+}
+
+// Commits pushes name.
+const (
+	CommitA = "4f9e2a1c0b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f"
+	CommitB = "a1b2c3d4e5f60718293a4b5c6d7e8f9001122334"
+)

@@ -1,4 +1,9 @@
-package webhook
+// Package payload reads git providers' webhook payloads (GitHub, GitLab,
+// Bitbucket Cloud and Server, Gitea, Gogs, Azure DevOps): which provider
+// sent a request, the repository and refs a push names, whether a
+// webhook Secret verifies it, and the repository keys webhooks and
+// GitRepos are matched by. Nothing in a payload is trusted until Verify.
+package payload
 
 import (
 	"crypto/hmac"
@@ -22,7 +27,8 @@ const (
 	Gitea           = "gitea"
 	Gogs            = "gogs"
 	AzureDevOps     = "azure-devops"
-	unknownProvider = "unknown"
+	// Unknown is a request with no known provider's headers.
+	Unknown = "unknown"
 )
 
 // Keys of a GitRepo's webhookSecret, per provider: Fleet's names, so a
@@ -40,35 +46,36 @@ const (
 	AzurePasswordKey   = "azure-password"
 )
 
-// push is what a payload says: the repository (every URL the provider
+// Push is what a payload says: the repository (every URL the provider
 // gives for it), the refs it changed and their new commits.
-type push struct {
-	provider string
-	// ignored is set for an event that is not a push (a ping, an issue):
+type Push struct {
+	Provider string
+	// Ignored is set for an event that is not a push (a ping, an issue):
 	// answered without verification, nothing triggered.
-	ignored string
-	urls    []string
-	// refs are the full refs pushed (refs/heads/…, refs/tags/…) with their
+	Ignored string
+	URLs    []string
+	// Refs are the full refs pushed (refs/heads/…, refs/tags/…) with their
 	// new commit ("" when the payload names none or the ref was deleted).
-	refs []refUpdate
+	Refs []RefUpdate
 }
 
-type refUpdate struct {
-	ref    string
-	commit string
+// RefUpdate is one ref a push changed and its new commit.
+type RefUpdate struct {
+	Ref    string
+	Commit string
 }
 
-// errBadPayload is a payload that cannot be read (400).
-var errBadPayload = errors.New("bad payload")
+// ErrBadPayload is a payload that cannot be read (400).
+var ErrBadPayload = errors.New("bad payload")
 
 func badPayload(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBadPayload, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrBadPayload, fmt.Sprintf(format, args...))
 }
 
-// providerOf names the provider of a request by its headers, as the
+// ProviderOf names the provider of a request by its headers, as the
 // providers document them. Gitea also sends Gogs' and GitHub's headers, and
 // Gogs GitHub's: they are checked first.
-func providerOf(h http.Header) string {
+func ProviderOf(h http.Header) string {
 	switch {
 	case h.Get("X-Gitea-Event") != "":
 		return Gitea
@@ -85,13 +92,13 @@ func providerOf(h http.Header) string {
 	case h.Get("X-Vss-ActivityId") != "" || h.Get("X-Vss-SubscriptionId") != "":
 		return AzureDevOps
 	}
-	return unknownProvider
+	return Unknown
 }
 
-// parse reads a provider's payload. Nothing in it is trusted yet: it only
+// Parse reads a provider's payload. Nothing in it is trusted yet: it only
 // finds the GitRepos whose secrets are then asked to verify it.
-func parse(provider string, h http.Header, body []byte) (push, error) {
-	p := push{provider: provider}
+func Parse(provider string, h http.Header, body []byte) (Push, error) {
+	p := Push{Provider: provider}
 	switch provider {
 	case GitHub, Gitea, Gogs:
 		event := h.Get("X-GitHub-Event")
@@ -101,7 +108,7 @@ func parse(provider string, h http.Header, body []byte) (push, error) {
 			event = h.Get("X-Gogs-Event")
 		}
 		if event != "push" {
-			p.ignored = event
+			p.Ignored = event
 			return p, nil
 		}
 		var b struct {
@@ -118,8 +125,8 @@ func parse(provider string, h http.Header, body []byte) (push, error) {
 			return p, err
 		}
 		r := b.Repository
-		p.urls = []string{r.HTMLURL, r.CloneURL, r.SSHURL, r.URL}
-		p.refs = []refUpdate{{ref: b.Ref, commit: b.After}}
+		p.URLs = []string{r.HTMLURL, r.CloneURL, r.SSHURL, r.URL}
+		p.Refs = []RefUpdate{{Ref: b.Ref, Commit: b.After}}
 	case GitLab:
 		var b struct {
 			ObjectKind  string `json:"object_kind"`
@@ -139,26 +146,26 @@ func parse(provider string, h http.Header, body []byte) (push, error) {
 		}
 		event := h.Get("X-Gitlab-Event")
 		if event != "Push Hook" && event != "Tag Push Hook" && event != "System Hook" {
-			p.ignored = event
+			p.Ignored = event
 			return p, nil
 		}
 		if err := unmarshal(body, &b); err != nil {
 			return p, err
 		}
 		if b.ObjectKind != "push" && b.ObjectKind != "tag_push" {
-			p.ignored = event + " " + b.ObjectKind
+			p.Ignored = event + " " + b.ObjectKind
 			return p, nil
 		}
 		commit := b.CheckoutSHA
 		if commit == "" {
 			commit = b.After
 		}
-		p.urls = []string{b.Project.WebURL, b.Project.GitHTTPURL, b.Project.GitSSHURL,
+		p.URLs = []string{b.Project.WebURL, b.Project.GitHTTPURL, b.Project.GitSSHURL,
 			b.Repository.Homepage, b.Repository.GitHTTPURL, b.Repository.GitSSHURL}
-		p.refs = []refUpdate{{ref: b.Ref, commit: commit}}
+		p.Refs = []RefUpdate{{Ref: b.Ref, Commit: commit}}
 	case Bitbucket:
 		if event := h.Get("X-Event-Key"); event != "repo:push" {
-			p.ignored = event
+			p.Ignored = event
 			return p, nil
 		}
 		var b struct {
@@ -188,18 +195,18 @@ func parse(provider string, h http.Header, body []byte) (push, error) {
 		if err := unmarshal(body, &b); err != nil {
 			return p, err
 		}
-		p.urls = []string{b.Repository.Links.HTML.Href}
+		p.URLs = []string{b.Repository.Links.HTML.Href}
 		for _, c := range b.Push.Changes {
 			switch {
 			case c.New != nil:
-				p.refs = append(p.refs, refUpdate{ref: bitbucketRef(c.New.Type, c.New.Name), commit: c.New.Target.Hash})
+				p.Refs = append(p.Refs, RefUpdate{Ref: bitbucketRef(c.New.Type, c.New.Name), Commit: c.New.Target.Hash})
 			case c.Old != nil: // a deleted branch or tag
-				p.refs = append(p.refs, refUpdate{ref: bitbucketRef(c.Old.Type, c.Old.Name)})
+				p.Refs = append(p.Refs, RefUpdate{Ref: bitbucketRef(c.Old.Type, c.Old.Name)})
 			}
 		}
 	case BitbucketServer:
 		if event := h.Get("X-Event-Key"); event != "repo:refs_changed" {
-			p.ignored = event
+			p.Ignored = event
 			return p, nil
 		}
 		var b struct {
@@ -220,14 +227,14 @@ func parse(provider string, h http.Header, body []byte) (push, error) {
 			return p, err
 		}
 		for _, l := range b.Repository.Links.Clone {
-			p.urls = append(p.urls, l.Href)
+			p.URLs = append(p.URLs, l.Href)
 		}
 		for _, c := range b.Changes {
 			commit := c.ToHash
 			if c.Type == "DELETE" {
 				commit = ""
 			}
-			p.refs = append(p.refs, refUpdate{ref: c.RefID, commit: commit})
+			p.Refs = append(p.Refs, RefUpdate{Ref: c.RefID, Commit: commit})
 		}
 	case AzureDevOps:
 		var b struct {
@@ -247,37 +254,37 @@ func parse(provider string, h http.Header, body []byte) (push, error) {
 			return p, err
 		}
 		if b.EventType != "git.push" {
-			p.ignored = b.EventType
+			p.Ignored = b.EventType
 			return p, nil
 		}
-		p.urls = []string{b.Resource.Repository.RemoteURL, b.Resource.Repository.SSHURL}
+		p.URLs = []string{b.Resource.Repository.RemoteURL, b.Resource.Repository.SSHURL}
 		for _, u := range b.Resource.RefUpdates {
-			p.refs = append(p.refs, refUpdate{ref: u.Name, commit: u.NewObjectID})
+			p.Refs = append(p.Refs, RefUpdate{Ref: u.Name, Commit: u.NewObjectID})
 		}
 	default:
 		return p, badPayload("not a webhook of a known provider: expected the headers of GitHub (X-GitHub-Event), GitLab (X-Gitlab-Event), Bitbucket Cloud (X-Hook-UUID), Bitbucket Server (X-Event-Key), Gitea (X-Gitea-Event), Gogs (X-Gogs-Event) or Azure DevOps (X-Vss-ActivityId)")
 	}
-	urls := p.urls[:0]
-	for _, u := range p.urls {
+	urls := p.URLs[:0]
+	for _, u := range p.URLs {
 		if u != "" {
 			urls = append(urls, u)
 		}
 	}
-	p.urls = urls
-	if len(p.urls) == 0 {
+	p.URLs = urls
+	if len(p.URLs) == 0 {
 		return p, badPayload("the %s push names no repository URL", provider)
 	}
-	refs := p.refs[:0]
-	for _, r := range p.refs {
-		if r.ref == "" {
+	refs := p.Refs[:0]
+	for _, r := range p.Refs {
+		if r.Ref == "" {
 			continue
 		}
-		if !commitRE.MatchString(r.commit) || strings.Trim(r.commit, "0") == "" {
-			r.commit = "" // not a commit (a deleted ref's zeros, or junk): never written to status
+		if !commitRE.MatchString(r.Commit) || strings.Trim(r.Commit, "0") == "" {
+			r.Commit = "" // not a commit (a deleted ref's zeros, or junk): never written to status
 		}
 		refs = append(refs, r)
 	}
-	p.refs = refs
+	p.Refs = refs
 	return p, nil
 }
 
@@ -300,11 +307,11 @@ func unmarshal(body []byte, v any) error {
 	return nil
 }
 
-// verify reports whether a GitRepo's webhook Secret (its data) verifies
+// Verify reports whether a GitRepo's webhook Secret (its data) verifies
 // the request as the provider signs it. A missing or empty key, or a
 // missing or malformed signature, does not verify. Comparisons take the
 // same time whatever the values.
-func verify(provider string, h http.Header, body []byte, secret map[string][]byte) bool {
+func Verify(provider string, h http.Header, body []byte, secret map[string][]byte) bool {
 	switch provider {
 	case GitHub:
 		return verifyHMAC(secret[GitHubKey], h.Get("X-Hub-Signature-256"), "sha256=", body)
