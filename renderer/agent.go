@@ -11,9 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/charts"
-	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
@@ -96,32 +94,4 @@ func InjectBootstrapToken(objs []*unstructured.Unstructured, token string) ([]*u
 		return nil, fmt.Errorf("the rendered agent has no %s Secret", registration.BootstrapSecretName)
 	}
 	return out, nil
-}
-
-// AgentValues are the agent's values.
-//
-// Deprecated: use agentvalues.Values.
-type AgentValues = agentvalues.Values
-
-// ParseAgentValues reads a values file.
-//
-// Deprecated: use agentvalues.Parse.
-func ParseAgentValues(data []byte) (*agentvalues.Values, error) {
-	return agentvalues.Parse(data)
-}
-
-// AgentValuesForCluster returns the values the controller renders a
-// Cluster's agent with.
-//
-// Deprecated: use agentvalues.ForCluster.
-func AgentValuesForCluster(cluster *fleet.Cluster, cfg *config.Config, bootstrap *agentvalues.Bootstrap) (*agentvalues.Values, error) {
-	return agentvalues.ForCluster(cluster, cfg, bootstrap)
-}
-
-// OfflineBootstrap is the bootstrap of a manager-initiated Cluster as far
-// as it can be known without a cluster.
-//
-// Deprecated: use agentvalues.OfflineBootstrap.
-func OfflineBootstrap(cluster *fleet.Cluster) *agentvalues.Bootstrap {
-	return agentvalues.OfflineBootstrap(cluster)
 }

@@ -27,13 +27,14 @@ import (
 	"github.com/gitops-fleet/fleet/internal/registration"
 	"github.com/gitops-fleet/fleet/internal/scheme"
 	"github.com/gitops-fleet/fleet/renderer"
+	"github.com/gitops-fleet/fleet/renderer/agentvalues"
 )
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 // newWorkspace makes a namespace and a ClusterRegistrationToken in it, and
 // returns the token's values.
-func (h *harness) newWorkspace(ctx context.Context, name string) (*renderer.AgentValues, error) {
+func (h *harness) newWorkspace(ctx context.Context, name string) (*agentvalues.Values, error) {
 	up := h.env.Upstream.Client
 	if err := up.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		return nil, err
@@ -46,7 +47,7 @@ func (h *harness) newWorkspace(ctx context.Context, name string) (*renderer.Agen
 	for time.Now().Before(deadline) {
 		s := &corev1.Secret{}
 		if err := up.Get(ctx, client.ObjectKey{Namespace: name, Name: "bench"}, s); err == nil && len(s.Data[registration.TokenValuesKey]) > 0 {
-			v, err := renderer.ParseAgentValues(s.Data[registration.TokenValuesKey])
+			v, err := agentvalues.Parse(s.Data[registration.TokenValuesKey])
 			if err != nil {
 				return nil, err
 			}
@@ -61,7 +62,7 @@ func (h *harness) newWorkspace(ctx context.Context, name string) (*renderer.Agen
 
 // installBootstrap writes what `helm install fleet-agent` gives the agent to
 // start from: its namespace, the bootstrap Secret and the ConfigMap.
-func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns string, v *renderer.AgentValues, clientID string) error {
+func installBootstrap(ctx context.Context, ds *controlplane.ControlPlane, ns string, v *agentvalues.Values, clientID string) error {
 	c := ds.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -225,7 +226,7 @@ func newWatchClient(h *harness) (client.WithWatch, error) {
 
 // watchedWorkspace makes workspace ws with a registration token
 // (newWorkspace) and watches its Clusters; it returns the token's values.
-func (h *harness) watchedWorkspace(ctx context.Context, ws string) (*renderer.AgentValues, *clusterWatch, error) {
+func (h *harness) watchedWorkspace(ctx context.Context, ws string) (*agentvalues.Values, *clusterWatch, error) {
 	v, err := h.newWorkspace(ctx, ws)
 	if err != nil {
 		return nil, nil, err
@@ -504,7 +505,7 @@ func renderScenario(n int) (Result, error) {
 		c := &fleet.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-default", Name: fmt.Sprintf("c-%d", i)},
 			Spec: fleet.ClusterSpec{KubeConfigSecret: "kc", ClientID: fmt.Sprint(i), RedeployAgentGeneration: int64(i)}}
 		t0 := time.Now()
-		v, err := renderer.AgentValuesForCluster(c, cfg, renderer.OfflineBootstrap(c))
+		v, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
 		if err != nil {
 			return r, err
 		}
