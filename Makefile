@@ -190,10 +190,6 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 # says and without it elsewhere, side by side, then the remotedialer fork's
 # own race tests; needs cgo and gcc.
 RACE ?=
-.PHONY: test-bins
-test-bins: ## make test's first phase alone: the suites' compile and the binaries they run (RACE=1 as for make test).
-	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the control plane and kubectl and helm3 beside helm),TEST_RACE="$(RACE)" TEST_TOOLS="$(TEST_TOOLS)" hack/test-prepare.sh)
-
 test: ## Run the unit and envtest suites (hack/unit.sh: real kube-apiserver, etcd and kube-controller-manager; real clusters: make e2e); builds what they need (the control plane, kubectl, both helm CLIs). Prints each phase's time. RACE=1 (CI): each test once, with the race detector where hack/race.sh says.
 	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the control plane and kubectl and helm3 beside helm),TEST_RACE="$(RACE)" TEST_TOOLS="$(TEST_TOOLS)" hack/test-prepare.sh)
 ifeq ($(RACE),1)

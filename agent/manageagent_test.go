@@ -91,7 +91,7 @@ func TestManageAgent_AdoptionWithoutRestartThenOneRolloutPerBump(t *testing.T) {
 	}
 	// The push applies the bootstrap Secret before the Deployment: wait for
 	// both.
-	testenv.Eventually(t, 30*time.Second, "agent pushed", func() error {
+	testenv.Eventually(t, 60*time.Second, "agent pushed", func() error {
 		if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); err != nil {
 			return err
 		}
