@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
@@ -27,34 +26,14 @@ import (
 	"github.com/gitops-fleet/fleet/internal/strictyaml"
 	"github.com/gitops-fleet/fleet/renderer"
 	"github.com/gitops-fleet/fleet/renderer/agentvalues"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
 func loadConfig(t testing.TB) *config.Config {
 	t.Helper()
-	data, err := os.ReadFile("testdata/config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-func loadCluster(t testing.TB, path string) *fleet.Cluster {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &fleet.Cluster{}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return renderertest.LoadConfig(t, "testdata/config.yaml")
 }
 
 func newRenderer(t testing.TB) *renderer.AgentRenderer {
@@ -69,7 +48,7 @@ func newRenderer(t testing.TB) *renderer.AgentRenderer {
 // renderFile renders a test Cluster the way `fleet render agent` does.
 func renderFile(t *testing.T, r *renderer.AgentRenderer, path string) (*agentvalues.Values, *renderer.Output) {
 	t.Helper()
-	c := loadCluster(t, path)
+	c := renderertest.LoadCluster(t, path)
 	v, err := agentvalues.Offline(c, loadConfig(t), c.Spec.KubeConfigSecret != "")
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
@@ -354,7 +333,7 @@ func TestAgentRender_Customisations(t *testing.T) {
 
 func TestAgentRender_AdoptionChangesOnlyTheBootstrapSecret(t *testing.T) {
 	r := newRenderer(t)
-	c := loadCluster(t, "testdata/clusters/05-resources.yaml")
+	c := renderertest.LoadCluster(t, "testdata/clusters/05-resources.yaml")
 	cfg := loadConfig(t)
 	first, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
 	if err != nil {
@@ -388,7 +367,7 @@ func TestAgentRender_AdoptionChangesOnlyTheBootstrapSecret(t *testing.T) {
 
 func TestAgentRender_TokenOnlyInTheAppliedCopy(t *testing.T) {
 	r := newRenderer(t)
-	c := loadCluster(t, "testdata/clusters/02-env-vars.yaml")
+	c := renderertest.LoadCluster(t, "testdata/clusters/02-env-vars.yaml")
 	const secretToken = "eyJhbGciOiJSUzI1NiJ9.secret-token-value"
 	v, err := agentvalues.ForCluster(c, loadConfig(t), agentvalues.OfflineBootstrap(c))
 	if err != nil {
@@ -428,7 +407,7 @@ func TestAgentRender_TokenOnlyInTheAppliedCopy(t *testing.T) {
 
 func TestAgentRender_DeterministicAndSafeConcurrently(t *testing.T) {
 	r := newRenderer(t)
-	c := loadCluster(t, "testdata/clusters/08-scheduling.yaml")
+	c := renderertest.LoadCluster(t, "testdata/clusters/08-scheduling.yaml")
 	v, err := agentvalues.Offline(c, loadConfig(t), true)
 	if err != nil {
 		t.Fatal(err)
@@ -491,7 +470,7 @@ func TestAgentChart_RejectsBadValuesWithClearMessages(t *testing.T) {
 // upstream only when the controller configuration allows it, and then the
 // values say so, so the chart (which refuses http otherwise) renders.
 func TestAgentValues_PlainHTTPUpstreamNeedsTheOptIn(t *testing.T) {
-	c := loadCluster(t, "../examples/gitops/clusters/more/prod-eu.yaml")
+	c := renderertest.LoadCluster(t, "../examples/gitops/clusters/more/prod-eu.yaml")
 	cfg := loadConfig(t)
 	cfg.APIServerURL = "http://upstream.example.com"
 	_, err := agentvalues.ForCluster(c, cfg, agentvalues.OfflineBootstrap(c))
@@ -510,7 +489,7 @@ func TestAgentValues_PlainHTTPUpstreamNeedsTheOptIn(t *testing.T) {
 
 func BenchmarkRenderAgent(b *testing.B) {
 	r := newRenderer(b)
-	c := loadCluster(b, "testdata/clusters/08-scheduling.yaml")
+	c := renderertest.LoadCluster(b, "testdata/clusters/08-scheduling.yaml")
 	cfg := loadConfig(b)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -528,7 +507,7 @@ func BenchmarkRenderAgent(b *testing.B) {
 // controller does before it applies.
 func BenchmarkRenderAgentObjects(b *testing.B) {
 	r := newRenderer(b)
-	c := loadCluster(b, "testdata/clusters/08-scheduling.yaml")
+	c := renderertest.LoadCluster(b, "testdata/clusters/08-scheduling.yaml")
 	cfg := loadConfig(b)
 	b.ReportAllocs()
 	for b.Loop() {

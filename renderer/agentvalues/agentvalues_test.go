@@ -2,16 +2,15 @@ package agentvalues
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
 // The fixtures are the renderer's: the controller configuration and the
@@ -19,32 +18,11 @@ import (
 
 func loadConfig(t testing.TB) *config.Config {
 	t.Helper()
-	data, err := os.ReadFile("../testdata/config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-func loadCluster(t testing.TB, path string) *fleet.Cluster {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &fleet.Cluster{}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return renderertest.LoadConfig(t, "../testdata/config.yaml")
 }
 
 func TestValues_BadInputNamesTheField(t *testing.T) {
-	base := loadCluster(t, "../testdata/clusters/01-minimal-manager.yaml")
+	base := renderertest.LoadCluster(t, "../testdata/clusters/01-minimal-manager.yaml")
 	cases := []struct {
 		name   string
 		mutate func(c *fleet.Cluster, cfg *config.Config)
@@ -80,7 +58,7 @@ func TestValues_BadInputNamesTheField(t *testing.T) {
 // What the import turns into a condition reason is told by the error's
 // type, not its text, even among other problems.
 func TestValues_UpstreamURLProblemsAreTyped(t *testing.T) {
-	c := loadCluster(t, "../testdata/clusters/02-env-vars.yaml")
+	c := renderertest.LoadCluster(t, "../testdata/clusters/02-env-vars.yaml")
 	c.Spec.AgentEnvVars = append(c.Spec.AgentEnvVars, corev1.EnvVar{Name: "apiServerURL=x"})
 	cfg := loadConfig(t)
 	cfg.APIServerURL = ""
@@ -128,7 +106,7 @@ func TestValues_HashIsStable(t *testing.T) {
 		"08-scheduling.yaml":      "e1fcbc5f9a4e298ec50150b51fd332aba36dd9923de781fdd272ce402be51ba5",
 		"10-agent-initiated.yaml": "774b1330777e22947e9856a4cb62b08f483db362c2436ac3175d1c17635fafec",
 	} {
-		c := loadCluster(t, "../testdata/clusters/"+file)
+		c := renderertest.LoadCluster(t, "../testdata/clusters/"+file)
 		v, err := Offline(c, loadConfig(t), c.Spec.KubeConfigSecret != "")
 		if err != nil {
 			t.Fatal(err)
