@@ -12,16 +12,6 @@ import (
 	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
-// reasonOf is the Bundle condition reason renderer.ReasonOf reads from
-// err: the first Reason in its chain, else RenderFailed.
-func reasonOf(err error) string {
-	var r interface{ Reason() string }
-	if errors.As(err, &r) {
-		return r.Reason()
-	}
-	return fleet.RenderFailedReason
-}
-
 func TestDecodeWithin_SizeLimits(t *testing.T) {
 	limits := bundlefiles.SizeLimits{Resource: 1 << 20, Total: 3 << 20}
 	mib := strings.Repeat("x", 1<<20)
@@ -54,7 +44,7 @@ func TestDecodeWithin_SizeLimits(t *testing.T) {
 				return
 			}
 			var tl *bundlefiles.TooLargeError
-			if !errors.As(err, &tl) || !strings.Contains(err.Error(), tc.want) || reasonOf(err) != fleet.BundleTooLargeReason {
+			if !errors.As(err, &tl) || !strings.Contains(err.Error(), tc.want) || renderertest.ReasonOf(err) != fleet.BundleTooLargeReason {
 				t.Fatalf("got %v, want a BundleTooLarge error containing %q", err, tc.want)
 			}
 		})
@@ -70,7 +60,7 @@ func TestDecodeWithin_GzipBombAllocatesAboutTheLimit(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	_, err := bundlefiles.DecodeWithin(bomb, limits)
 	runtime.ReadMemStats(&after)
-	if reasonOf(err) != fleet.BundleTooLargeReason {
+	if renderertest.ReasonOf(err) != fleet.BundleTooLargeReason {
 		t.Fatalf("got %v", err)
 	}
 	// The buffers come to about twice the limit in all, plus the base64
@@ -92,7 +82,7 @@ func TestDecodeWithin_BadContentIsNamed(t *testing.T) {
 		{fleet.BundleResource{Name: "x", Content: renderertest.GzipBomb(t, 100)[:20], Encoding: "base64+gz"}, "resources[0] (x): content is not"},
 	} {
 		_, err := bundlefiles.DecodeWithin([]fleet.BundleResource{tc.r}, bundlefiles.DefaultSizeLimits())
-		if err == nil || !strings.Contains(err.Error(), tc.want) || reasonOf(err) != fleet.RenderFailedReason {
+		if err == nil || !strings.Contains(err.Error(), tc.want) || renderertest.ReasonOf(err) != fleet.RenderFailedReason {
 			t.Errorf("got %v, want %q", err, tc.want)
 		}
 	}

@@ -44,8 +44,8 @@ func FuzzBundleFiles(f *testing.F) {
 		files, err := bundlefiles.DecodeWithin(resources, limits)
 		if err != nil {
 			var tl *bundlefiles.TooLargeError
-			if errors.As(err, &tl) && reasonOf(err) != fleet.BundleTooLargeReason {
-				t.Fatalf("TooLargeError with reason %s", reasonOf(err))
+			if errors.As(err, &tl) && renderertest.ReasonOf(err) != fleet.BundleTooLargeReason {
+				t.Fatalf("TooLargeError with reason %s", renderertest.ReasonOf(err))
 			}
 			return
 		}

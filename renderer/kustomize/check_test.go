@@ -7,17 +7,8 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/renderer/kustomize"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
-
-// reasonOf is the Bundle condition reason renderer.ReasonOf reads from
-// err: the first Reason in its chain, else RenderFailed.
-func reasonOf(err error) string {
-	var r interface{ Reason() string }
-	if errors.As(err, &r) {
-		return r.Reason()
-	}
-	return fleet.RenderFailedReason
-}
 
 func TestCheckOverlayFiles_RefusesEveryFieldThatCanFetch(t *testing.T) {
 	const url = "https://example.com/deploy.yaml"
@@ -71,8 +62,8 @@ func TestCheckOverlayFiles_RefusesEveryFieldThatCanFetch(t *testing.T) {
 			if !errors.As(err, &re) || re.File != tc.file || re.Field != tc.field || re.Value != tc.val {
 				t.Fatalf("got %v (%+v), want %s %s %q", err, re, tc.file, tc.field, tc.val)
 			}
-			if reasonOf(err) != fleet.RemoteResourceRefusedReason {
-				t.Errorf("reason %s", reasonOf(err))
+			if renderertest.ReasonOf(err) != fleet.RemoteResourceRefusedReason {
+				t.Errorf("reason %s", renderertest.ReasonOf(err))
 			}
 		})
 	}
@@ -88,7 +79,7 @@ func TestCheckOverlayFiles_RemoteForms(t *testing.T) {
 	local := []string{"deploy.yaml", "../base", "dir/sub", "github.com.yaml", "a-file-named-https.yaml", "_git/x", "./x.git/y"}
 	for _, v := range remote {
 		err := kustomize.CheckOverlayFiles(map[string][]byte{"kustomization.yaml": []byte("resources:\n- '" + v + "'\n")})
-		if reasonOf(err) != fleet.RemoteResourceRefusedReason {
+		if renderertest.ReasonOf(err) != fleet.RemoteResourceRefusedReason {
 			t.Errorf("%q: got %v, want it refused", v, err)
 		}
 	}

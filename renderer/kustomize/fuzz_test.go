@@ -12,6 +12,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/renderer/kustomize"
+	"github.com/gitops-fleet/fleet/renderer/renderertest"
 )
 
 // fetchWatch counts what kustomize tries to fetch in this process: HTTP
@@ -89,8 +90,8 @@ func FuzzCheckOverlayFiles(f *testing.F) {
 			t.Fatalf("not deterministic: %v, then %v", err, again)
 		}
 		if err != nil {
-			if reasonOf(err) != fleet.RemoteResourceRefusedReason {
-				t.Fatalf("reason %s: %v", reasonOf(err), err)
+			if renderertest.ReasonOf(err) != fleet.RemoteResourceRefusedReason {
+				t.Fatalf("reason %s: %v", renderertest.ReasonOf(err), err)
 			}
 			return
 		}

@@ -1,6 +1,7 @@
 package renderertest
 
 import (
+	"errors"
 	"os"
 	"testing"
 
@@ -37,4 +38,16 @@ func LoadCluster(t testing.TB, path string) *fleet.Cluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// ReasonOf is the Bundle condition reason renderer.ReasonOf gives for err:
+// the first Reason in its chain, else RenderFailed. It is here so that the
+// tests of the renderer's leaf packages (bundlefiles, kustomize) need not
+// link the renderer, whose graph their fuzz targets would compile.
+func ReasonOf(err error) string {
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return fleet.RenderFailedReason
 }
