@@ -3,13 +3,6 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 export GOFLAGS ?= -mod=mod
 export CGO_ENABLED ?= 0
-# The Go compiler and linker run with GOGC=$(BUILD_GOGC) in every target and
-# script that only compiles (builds, the suites' compile, vet, generate, the
-# fuzz binaries): measured cold on 2 cores, 18 % less wall time and CPU than
-# Go's default, for ~600 MB instead of ~450 MB at the peak of one
-# compile. What the suites, the e2e suite, the benchmark and the dev clusters
-# run keeps Go's default: tests assert how far a heap grows.
-export BUILD_GOGC ?= 400
 
 BIN := $(CURDIR)/bin
 comma := ,
@@ -52,8 +45,8 @@ help: ## List the targets.
 # No -trimpath: the build then shares its compiled packages with go vet and
 # go test, which saves minutes on a cold cache.
 build: ## Build bin/fleet, the product (VERSION and COMMIT stamped; `bin/fleet version`), and bin/fleet-dev, the dev harness (dev clusters, images, benchmarks).
-	GOGC=$(BUILD_GOGC) go build -ldflags '$(LDFLAGS)' -o $(BIN)/fleet ./cmd/fleet
-	GOGC=$(BUILD_GOGC) go build -ldflags '$(LDFLAGS)' -o $(BIN)/fleet-dev ./dev/cmd/fleet-dev
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/fleet ./cmd/fleet
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/fleet-dev ./dev/cmd/fleet-dev
 
 .PHONY: controlplane-bins
 controlplane-bins: ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (skipped when current).
@@ -82,8 +75,8 @@ images: build ## Build IMAGE_REPO:VERSION and the dev clusters' pause image (sta
 	# -buildvcs=false: LDFLAGS stamp the commit; Go's own stamp would also
 	# record whether the work tree has untracked files, and the same source
 	# would make two images.
-	CGO_ENABLED=0 GOGC=$(BUILD_GOGC) go build -buildvcs=false -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/images/fleet ./cmd/fleet
-	CGO_ENABLED=0 GOGC=$(BUILD_GOGC) go build -buildvcs=false -ldflags '-s -w' -o $(BIN)/images/pause ./dev/cmd/pause
+	CGO_ENABLED=0 go build -buildvcs=false -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/images/fleet ./cmd/fleet
+	CGO_ENABLED=0 go build -buildvcs=false -ldflags '-s -w' -o $(BIN)/images/pause ./dev/cmd/pause
 	$(BIN)/fleet-dev images --fleet-binary $(BIN)/images/fleet --pause-binary $(BIN)/images/pause \
 		--repo $(IMAGE_REPO) --tag $(VERSION) --out $(BIN)/images/images.tar --fleet-out $(BIN)/images/fleet.tar
 
@@ -98,7 +91,7 @@ push-images: ## Push the multi-arch image REGISTRY/fleet:VERSION for PLATFORMS (
 			if [ -z "$$arch" ] || [ -n "$$variant" ]; then echo "PLATFORMS: $$p must be os/arch (linux/amd64,linux/arm64)" >&2; exit 2; fi; \
 			out=$(BIN)/release/$$os-$$arch/fleet; \
 			echo "building $$out"; \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOGC=$(BUILD_GOGC) go build -buildvcs=false -ldflags '-s -w $(LDFLAGS)' -o $$out ./cmd/fleet; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -buildvcs=false -ldflags '-s -w $(LDFLAGS)' -o $$out ./cmd/fleet; \
 			args+=(--binary "$$p=$$out"); \
 		done; \
 		set -x; go run ./hack/push-images --image $(REGISTRY)/fleet:$(VERSION) "$${args[@]}" $(if $(INSECURE),--insecure); \
@@ -112,7 +105,7 @@ $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum
 # drift apart. bin/helm3, a Helm 3 CLI at an approved version, comes from
 # hack/tools: the render parity tests check both (users review with either).
 $(BIN)/helm: go.mod
-	GOGC=$(BUILD_GOGC) go build -ldflags "-X helm.sh/helm/v4/internal/version.version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4)" \
+	go build -ldflags "-X helm.sh/helm/v4/internal/version.version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4)" \
 		-o $(BIN)/helm helm.sh/helm/v4/cmd/helm
 
 $(BIN)/helm3: hack/tools/go.mod hack/tools/go.sum
@@ -139,7 +132,7 @@ fmt: ## Format Go code.
 
 .PHONY: vet
 vet: ## Run go vet.
-	GOGC=$(BUILD_GOGC) go vet ./...
+	go vet ./...
 
 .PHONY: lint
 lint: vet helm ## Run go vet, check gofmt, helm lint the charts (Helm 4 and Helm 3).
@@ -159,11 +152,11 @@ layering: ## Check the import rules: the agent links no Helm or kustomize, no te
 
 .PHONY: check-monitoring
 check-monitoring: ## Parse the example PrometheusRule's PromQL with Prometheus's parser (a module of its own: examples/monitoring/check).
-	cd examples/monitoring/check && GOWORK=off GOGC=$(BUILD_GOGC) go test -count=1 ./...
+	cd examples/monitoring/check && GOWORK=off go test -count=1 ./...
 
 .PHONY: sops-compat
 sops-compat: ## Check that gitops/sops and sops' own library read each other's files alike (a module of its own: dev/sopscompat, so the fleet module does not depend on sops' cloud KMS SDKs).
-	cd dev/sopscompat && GOWORK=off GOGC=$(BUILD_GOGC) go test -count=1 ./...
+	cd dev/sopscompat && GOWORK=off go test -count=1 ./...
 
 .PHONY: test-remotedialer
 test-remotedialer: ## Run upstream's tests of the remotedialer fork (a module of its own: third_party/remotedialer, see its FORK.md).
@@ -179,8 +172,6 @@ shared-modules: ## Fail when a module whose packages both the main module and ha
 	go run ./hack/sharedmods
 
 .PHONY: verify
-# Everything it runs compiles or type-checks (vet, controller-gen, go run).
-verify: export GOGC = $(BUILD_GOGC)
 verify: generate lint layering shared-modules ## Fail when generated files are stale, code is not formatted, an import rule is broken or hack/tools and the main module compile a module at two versions.
 	go mod tidy
 	cd hack/tools && go mod tidy
@@ -200,7 +191,7 @@ timed = echo "=== make $@: $(1)"; t=$$(date +%s); \
 # own race tests; needs cgo and gcc.
 RACE ?=
 test: ## Run the unit and envtest suites (hack/unit.sh: real kube-apiserver, etcd and kube-controller-manager; real clusters: make e2e); builds what they need (the control plane, kubectl, both helm CLIs). Prints each phase's time. RACE=1 (CI): each test once, with the race detector where hack/race.sh says.
-	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the control plane and kubectl and helm3 beside helm),GOGC=$(BUILD_GOGC) TEST_RACE="$(RACE)" TEST_TOOLS="$(TEST_TOOLS)" hack/test-prepare.sh)
+	@$(call timed,binaries (hack/test-prepare.sh: the suites' compile, then the control plane and kubectl and helm3 beside helm),TEST_RACE="$(RACE)" TEST_TOOLS="$(TEST_TOOLS)" hack/test-prepare.sh)
 ifeq ($(RACE),1)
 	@$(call timed,suites (hack/race.sh: the race-tested suites with the race detector$(comma) the others beside them without it),RACE_PLAIN=1 FLEET_BIN_DIR=$(BIN) PATH=$(BIN):$$PATH hack/race.sh $(GO_TEST_FLAGS))
 	@$(call timed,the remotedialer fork's own race tests,$(MAKE) --no-print-directory test-remotedialer)

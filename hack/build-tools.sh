@@ -62,7 +62,7 @@ echo "building ${names[*]} from the Go module proxy (several minutes on a fresh 
 start=$(date +%s)
 out=$(mktemp -d "$BIN/.build.XXXXXX")
 trap 'rm -rf "$out"' EXIT
-CGO_ENABLED=0 GOFLAGS=-mod=mod GOGC=${BUILD_GOGC:-400} go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
+CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
 for i in "${!names[@]}"; do
   name=${names[$i]} built="$out/$(basename "${pkgs[$i]}")"
   [[ -x "$built" ]] || { echo "build produced no $built for $name" >&2; exit 1; }

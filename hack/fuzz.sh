@@ -30,7 +30,7 @@ count=0 built=
 while read -r pkg target; do
 	bin=$work/$(tr / _ <<<"$pkg").test
 	if [[ $built != "$pkg" ]]; then
-		GOGC=${BUILD_GOGC:-400} go test -c -fuzz=. -o "$bin" "$pkg"
+		go test -c -fuzz=. -o "$bin" "$pkg"
 		built=$pkg
 	fi
 	dir=$(go list -f '{{.Dir}}' "$pkg")

@@ -123,9 +123,9 @@ if [[ ${RACE_COMPILE_ONLY:-} == 1 ]]; then
 	# first before the build of the control plane, which compiles many of the
 	# same packages, and the second beside it: they share none.
 	if [[ ${RACE_COMPILE_ONLY_RACE:-} == 1 ]]; then
-		CGO_ENABLED=1 GOGC=${BUILD_GOGC:-400} go list -race -export -deps -test "${race[@]}" "${unit[@]}" >/dev/null 2>&1 || true
+		CGO_ENABLED=1 go list -race -export -deps -test "${race[@]}" "${unit[@]}" >/dev/null 2>&1 || true
 	else
-		CGO_ENABLED=0 GOGC=${BUILD_GOGC:-400} go list -export -deps -test "${skipped[@]}" "${readers[@]}" >/dev/null 2>&1 || true
+		CGO_ENABLED=0 go list -export -deps -test "${skipped[@]}" "${readers[@]}" >/dev/null 2>&1 || true
 	fi
 	exit 0
 fi
