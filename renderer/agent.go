@@ -10,6 +10,7 @@ import (
 	"io/fs"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gitops-fleet/fleet/charts"
 	"github.com/gitops-fleet/fleet/internal/registration"
@@ -18,6 +19,27 @@ import (
 
 // AgentReleaseName is the Helm release name of the agent chart.
 const AgentReleaseName = "fleet-agent"
+
+// AgentKinds are the kinds of every object the agent chart can render, and
+// the Namespace a push makes for them. The controller learns their REST
+// mappings from a downstream cluster while its import token is prepared, so
+// the push that follows starts without discovery; a kind missing here costs
+// that push a discovery round trip, no more (TestAgentKinds keeps it whole).
+var AgentKinds = []schema.GroupKind{
+	{Kind: "Namespace"},
+	{Kind: "ConfigMap"},
+	{Kind: "Secret"},
+	{Kind: "Service"},
+	{Kind: "ServiceAccount"},
+	{Group: "apps", Kind: "Deployment"},
+	{Group: "networking.k8s.io", Kind: "NetworkPolicy"},
+	{Group: "policy", Kind: "PodDisruptionBudget"},
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"},
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"},
+	{Group: "rbac.authorization.k8s.io", Kind: "Role"},
+	{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"},
+	{Group: "scheduling.k8s.io", Kind: "PriorityClass"},
+}
 
 // AgentRenderer renders charts/fleet-agent, parsed once.
 type AgentRenderer struct {

@@ -336,6 +336,11 @@ func (r *Reconciler) startImportToken(ctx context.Context, p *pass) error {
 		return nil
 	}
 	p.kubeconfig = in
+	if rc, err := r.Remotes.Get(client.ObjectKeyFromObject(p.cluster), in.kubeconfig, p.cfg.InsecureKubeconfig); err == nil {
+		// While the token controller prepares the token, the push's
+		// discovery is done (the import phase reports a client error).
+		rc.Prepare(renderer.AgentKinds)
+	}
 	tok := &fleet.ClusterRegistrationToken{}
 	err = r.Client.Get(ctx, client.ObjectKey{Namespace: p.cluster.Namespace, Name: names.ImportToken(p.cluster.Name)}, tok)
 	if !apierrors.IsNotFound(err) {
@@ -358,9 +363,9 @@ func deployPending(c *fleet.Cluster) bool {
 
 // deploy renders the agent with its bootstrap Secret and applies it to the
 // downstream cluster under the fleet field manager. It removes the agent's
-// old request credential first, so the agent registers again with the fresh
-// bootstrap Secret. It does not wait for the agent's pods: the agent's
-// registration and heartbeat report those.
+// old request credential before the namespaced objects, so the agent
+// registers again with the fresh bootstrap Secret. It does not wait for the
+// agent's pods: the agent's registration and heartbeat report those.
 func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values *agentvalues.Values, token string, kubeconfig []byte) (string, error) {
 	host := "the downstream cluster"
 	out, err := r.Renderer.Render(values)
@@ -391,29 +396,51 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 		}
 	}
 	rc.Applier.SetOwnerLabels(bundleObjs, names.AgentBundle(cluster.Name), names.ClusterNamespace(cluster.Namespace, cluster.Name))
-	// The agent's namespace is created, and marked as fleet's, only when it
-	// does not exist: a namespace that was there before is never labelled,
-	// so deleting the Cluster never deletes it. A namespace just made holds
-	// no old credential to remove.
-	opts := ssa.DefaultApplyOptions()
-	err = rc.Client.Get(ctx, client.ObjectKey{Name: values.Internal.SystemNamespace}, &corev1.Namespace{})
-	switch {
-	case apierrors.IsNotFound(err):
-		if _, err := rc.Applier.Apply(ctx, agentNamespaceObject(values.Internal.SystemNamespace), opts); err != nil {
-			return host, err
-		}
-	case err != nil:
-		return host, err
-	default:
-		cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: values.Internal.SystemNamespace, Name: registration.AgentCredentialSecretName}}
-		if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
-			return host, err
+	// The cluster-scoped objects (the agent's ClusterRole and its binding)
+	// need no namespace: they are applied beside it, not after it.
+	var clusterScoped, namespaced []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetNamespace() == "" {
+			clusterScoped = append(clusterScoped, o)
+		} else {
+			namespaced = append(namespaced, o)
 		}
 	}
-	return host, applyAtOnce(ctx, rc.Applier, objs, opts)
+	opts := ssa.DefaultApplyOptions()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return applyAtOnce(gctx, rc.Applier, clusterScoped, opts) })
+	g.Go(func() error {
+		if err := prepareAgentNamespace(gctx, rc, values.Internal.SystemNamespace, opts); err != nil {
+			return err
+		}
+		return applyAtOnce(gctx, rc.Applier, namespaced, opts)
+	})
+	return host, g.Wait()
 }
 
-// pushWriters is how many of the agent's objects one push applies at once.
+// prepareAgentNamespace creates the agent's namespace, marked as fleet's,
+// only when it does not exist: a namespace that was there before is never
+// labelled, so deleting the Cluster never deletes it. In one that exists it
+// removes the agent's old request credential, so the agent registers again
+// with the new bootstrap Secret (a namespace just made holds none).
+func prepareAgentNamespace(ctx context.Context, rc *remote.Client, name string, opts ssa.ApplyOptions) error {
+	err := rc.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err := rc.Applier.Apply(ctx, agentNamespaceObject(name), opts)
+		return err
+	case err != nil:
+		return err
+	}
+	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: registration.AgentCredentialSecretName}}
+	if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// pushWriters is how many of the agent's objects each group of a push (the
+// cluster-scoped ones, the namespaced ones) applies at once.
 const pushWriters = 8
 
 // applyAtOnce applies objs side by side, each with fluxcd/pkg/ssa's Apply

@@ -17,7 +17,9 @@ import (
 	"github.com/fluxcd/pkg/ssa"
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +39,7 @@ type Client struct {
 	Host    string
 
 	httpClient *http.Client
+	prepare    sync.Once
 }
 
 // Cache holds one Client per Cluster, rebuilt when its kubeconfig changes.
@@ -118,6 +121,25 @@ func newClient(cfg *rest.Config, scheme *runtime.Scheme) (*Client, error) {
 }
 
 func (c *Client) close() { c.httpClient.CloseIdleConnections() }
+
+// Prepare learns the REST mappings of kinds from the cluster in the
+// background, once per client: the discovery requests, and the connection
+// they open, are then done when the first push starts (on a loaded 2-core
+// machine about 40 ms of a manager-initiated registration, spent while the
+// import token is prepared). It writes nothing; an error is left for the
+// push to meet and report.
+func (c *Client) Prepare(kinds []schema.GroupKind) {
+	c.prepare.Do(func() {
+		go func() {
+			mapper := c.Client.RESTMapper()
+			for _, gk := range kinds {
+				if _, err := mapper.RESTMapping(gk); err != nil && !meta.IsNoMatchError(err) {
+					return // unreachable or refused: the push says so
+				}
+			}
+		}()
+	})
+}
 
 // InputError is a problem with what the user gave (kubeconfig, Secret): it
 // will not go away by retrying.

@@ -35,6 +35,7 @@ import (
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/controller/configstore"
 	"github.com/gitops-fleet/fleet/controller/sharding"
+	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
@@ -404,17 +405,40 @@ func (r *Reconciler) ensureValuesSecret(ctx context.Context, p *pass) error {
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{ValuesKey: values},
 	}
-	// Only into the Secret the bearer token is bound to: one deleted (and
-	// made again by someone, or by the garbage collector's race with a
-	// pass) since this pass read it would carry a revoked token.
-	opts := []reconciler.EnsureOption{reconciler.ExpectUID(secret.UID)}
 	if p.secretMade {
-		opts = append(opts, reconciler.Changed()) // made empty by this pass
-	}
-	if _, err := r.ensure(ctx, p, desired, opts...); err != nil {
+		if err := r.fillMadeSecret(ctx, secret, desired); err != nil {
+			return err
+		}
+	} else if _, err := r.ensure(ctx, p, desired, reconciler.ExpectUID(secret.UID)); err != nil {
+		// Only into the Secret the bearer token is bound to: one deleted
+		// (and made again by someone, or by the garbage collector's race
+		// with a pass) since this pass read it would carry a revoked token.
 		return err
 	}
 	p.secretName, p.renewAt = desired.Name, renew
+	return nil
+}
+
+// fillMadeSecret writes desired's annotations, type and data into made, the
+// values Secret this pass made empty: one update conditioned on the
+// resourceVersion of that create, so it lands only in the Secret the bearer
+// token is bound to (a conflict otherwise, and the next pass starts over).
+// An apply would read it, dry-run, hand the create's fields over, apply and
+// read it again: five requests more on the way of every manager-initiated
+// registration. The fields stay apply.FieldManager's, as the create's are,
+// and pass to the apply of the Secret's next change.
+func (r *Reconciler) fillMadeSecret(ctx context.Context, made, desired *corev1.Secret) error {
+	s := made.DeepCopy()
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	for k, v := range desired.Annotations {
+		s.Annotations[k] = v
+	}
+	s.Type, s.Data = desired.Type, desired.Data
+	if err := r.Client.Update(ctx, s, client.FieldOwner(apply.FieldManager)); err != nil {
+		return fmt.Errorf("writing the bearer token into values Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
 	return nil
 }
 

@@ -137,8 +137,6 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 	// they go with the next change too).
 	if slices.ContainsFunc(existing.GetManagedFields(), func(m metav1.ManagedFieldsEntry) bool { return m.Manager == FieldManager }) {
 		// applied below, with the cleanup
-	} else if eo.changed {
-		// the caller knows: applied below
 	} else if changed, err := o.changed(ctx, obj); err != nil {
 		return "", fmt.Errorf("comparing %s %s: %w", kind, key, err)
 	} else if !changed {
@@ -200,14 +198,6 @@ type ensureOptions struct {
 	expect    bool
 	expectUID types.UID
 	shared    bool
-	changed   bool
-}
-
-// Changed tells Ensure that an existing object differs from obj (the pass
-// made it a moment ago without these fields), so no dry run is made to find
-// out: the dry run and its read are saved.
-func Changed() EnsureOption {
-	return func(o *ensureOptions) { o.changed = true }
 }
 
 // Shared makes Ensure keep only the fields it is given of an object that
