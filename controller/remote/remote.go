@@ -123,10 +123,10 @@ func newClient(cfg *rest.Config, scheme *runtime.Scheme) (*Client, error) {
 func (c *Client) close() { c.httpClient.CloseIdleConnections() }
 
 // Prepare learns the REST mappings of kinds from the cluster in the
-// background, once per client: the discovery requests, and the connection
-// they open, are then done when the first push starts (on a loaded 2-core
-// machine about 40 ms of a manager-initiated registration, spent while the
-// import token is prepared). It writes nothing; an error is left for the
+// background, once per client: the discovery requests (two, /api and /apis,
+// where the server offers aggregated discovery) and the connection's TLS
+// handshake are then done when the first push starts, having run while the
+// import token was prepared. It writes nothing; an error is left for the
 // push to meet and report.
 func (c *Client) Prepare(kinds []schema.GroupKind) {
 	c.prepare.Do(func() {
