@@ -182,7 +182,14 @@ func (a *Agent) Registered() (namespace, name string) {
 // run connects (using the stored credential or registering), works until
 // the credential is lost, and starts over, with backoff on failure.
 func (a *Agent) run(ctx context.Context) error {
-	a.hardenDefaultServiceAccount(ctx)
+	// Beside the first connect, not before it: nothing there depends on it.
+	var harden sync.WaitGroup
+	harden.Add(1)
+	go func() {
+		defer harden.Done()
+		a.hardenDefaultServiceAccount(ctx)
+	}()
+	defer harden.Wait()
 	delay := time.Second
 	for ctx.Err() == nil {
 		cred, err := a.connect(ctx)
@@ -213,15 +220,26 @@ func (a *Agent) run(ctx context.Context) error {
 // connect returns a working credential: the stored one if the upstream
 // still accepts it, otherwise a new one from registering (register).
 func (a *Agent) connect(ctx context.Context) (*credential, error) {
-	// The identity key exists before anything is registered or reported.
-	id, err := a.ensureIdentity(ctx)
-	if err != nil {
-		return nil, err
+	// The identity key exists before anything is registered or reported;
+	// the stored credential is read meanwhile.
+	var (
+		cred  *credential
+		err   error
+		reads sync.WaitGroup
+	)
+	reads.Add(1)
+	go func() {
+		defer reads.Done()
+		cred, err = readCredential(ctx, a.local, a.opts.Namespace)
+	}()
+	id, idErr := a.ensureIdentity(ctx)
+	reads.Wait()
+	if idErr != nil {
+		return nil, idErr
 	}
 	a.mu.Lock()
 	a.identityKey, a.recovery = id.key, id.recovery
 	a.mu.Unlock()
-	cred, err := readCredential(ctx, a.local, a.opts.Namespace)
 	var unusable *unusableCredential
 	switch {
 	case errors.As(err, &unusable):

@@ -107,14 +107,14 @@ func writeCredential(ctx context.Context, local client.Client, ns string, c *cre
 		registration.KeyIssued:              []byte(c.Issued.UTC().Format(time.RFC3339)),
 		registration.KeyAgentTLSMode:        []byte(c.TLSMode),
 	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.AgentCredentialSecretName}}
-	err = local.Get(ctx, client.ObjectKeyFromObject(s), s)
-	switch {
-	case apierrors.IsNotFound(err):
-		s.Type = corev1.SecretTypeOpaque
-		s.Data = data
-		return local.Create(ctx, s)
-	case err != nil:
+	// Created at once: a first registration finds none, and one after it
+	// (the credential was rejected) replaces the one there.
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.AgentCredentialSecretName}, Type: corev1.SecretTypeOpaque, Data: data}
+	if err := local.Create(ctx, s); !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	s = &corev1.Secret{}
+	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: registration.AgentCredentialSecretName}, s); err != nil {
 		return err
 	}
 	s.Data = data

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,11 +51,22 @@ type registrar struct {
 // it is stuck and says what to do. Either way the registration is signed
 // with the agent's identity key.
 func (a *Agent) register(ctx context.Context, id *identity) (*credential, error) {
-	b, err := readBootstrap(ctx, a.local, a.opts.Namespace)
-	if err != nil {
-		return nil, err
-	}
+	// The bootstrap Secret and the ConfigMap, read side by side.
+	var (
+		b        *bootstrap
+		bootErr  error
+		bootRead sync.WaitGroup
+	)
+	bootRead.Add(1)
+	go func() {
+		defer bootRead.Done()
+		b, bootErr = readBootstrap(ctx, a.local, a.opts.Namespace)
+	}()
 	cfg, err := a.readConfig(ctx)
+	bootRead.Wait()
+	if bootErr != nil {
+		return nil, bootErr
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/gitops-fleet/fleet/controller/remote"
 	"github.com/gitops-fleet/fleet/controller/remote/restconfig"
 	"github.com/gitops-fleet/fleet/controller/token"
+	"github.com/gitops-fleet/fleet/internal/apply"
 	"github.com/gitops-fleet/fleet/internal/config"
 	"github.com/gitops-fleet/fleet/internal/names"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
@@ -106,6 +107,13 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 		recordDeployed(cluster, values, valuesHash, in.serverHash)
 		why = ""
 	}
+	// The render of the agent takes milliseconds of CPU: it runs beside
+	// the reads between here and the push it is for. Not in the pass that
+	// made the import token: that pass waits for the token instead.
+	var rendered func() ([]*unstructured.Unstructured, error)
+	if why != "" && !p.importTokenMade {
+		rendered = renderInBackground(r.Renderer, values)
+	}
 	if why != "" && r.APIReader != nil && r.deployedPerAPIServer(ctx, cluster, valuesHash, in.serverHash) {
 		// The cache had not caught up with the status written after this
 		// controller's own deploy: record that deploy again instead of
@@ -143,7 +151,7 @@ func (r *Reconciler) reconcileImport(ctx context.Context, p *pass) error {
 	}
 
 	start := time.Now()
-	host, err := r.deploy(ctx, cluster, values, token, in.kubeconfig)
+	host, err := r.deploy(ctx, cluster, values, rendered, token, in.kubeconfig)
 	if err != nil {
 		reason, msg := remote.Classify(host, err)
 		metrics.RegistrationSteps.WithLabelValues("import", "error").Inc()
@@ -366,13 +374,14 @@ func deployPending(c *fleet.Cluster) bool {
 // old request credential before the namespaced objects, so the agent
 // registers again with the fresh bootstrap Secret. It does not wait for the
 // agent's pods: the agent's registration and heartbeat report those.
-func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values *agentvalues.Values, token string, kubeconfig []byte) (string, error) {
+// rendered waits for the agent's objects the caller started rendering
+// (nil: they are rendered here).
+func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values *agentvalues.Values, rendered func() ([]*unstructured.Unstructured, error), token string, kubeconfig []byte) (string, error) {
 	host := "the downstream cluster"
-	out, err := r.Renderer.Render(values)
-	if err != nil {
-		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
+	if rendered == nil {
+		rendered = renderInBackground(r.Renderer, values)
 	}
-	objs, err := out.Objects()
+	objs, err := rendered()
 	if err != nil {
 		return host, &remote.InputError{Reason: fleet.RenderFailedReason, Err: err}
 	}
@@ -406,52 +415,85 @@ func (r *Reconciler) deploy(ctx context.Context, cluster *fleet.Cluster, values 
 			namespaced = append(namespaced, o)
 		}
 	}
-	opts := ssa.DefaultApplyOptions()
+	withSSA := func(ctx context.Context, o *unstructured.Unstructured) error {
+		_, err := rc.Applier.Apply(ctx, o, ssa.DefaultApplyOptions())
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return applyAtOnce(gctx, rc.Applier, clusterScoped, opts) })
+	g.Go(func() error { return applyAtOnce(gctx, withSSA, clusterScoped) })
 	g.Go(func() error {
-		if err := prepareAgentNamespace(gctx, rc, values.Internal.SystemNamespace, opts); err != nil {
+		made, err := prepareAgentNamespace(gctx, rc, values.Internal.SystemNamespace)
+		if err != nil {
 			return err
 		}
-		return applyAtOnce(gctx, rc.Applier, namespaced, opts)
+		if made {
+			// Nothing can be in a namespace this pass made: each object
+			// is applied without ssa's read and dry run first.
+			return applyAtOnce(gctx, func(ctx context.Context, o *unstructured.Unstructured) error {
+				return apply.ApplyNew(ctx, rc.Client, o)
+			}, namespaced)
+		}
+		return applyAtOnce(gctx, withSSA, namespaced)
 	})
 	return host, g.Wait()
 }
 
+// renderInBackground starts rendering the agent's objects for values and
+// returns a function that waits for them.
+func renderInBackground(ar *renderer.AgentRenderer, values *agentvalues.Values) func() ([]*unstructured.Unstructured, error) {
+	var (
+		objs []*unstructured.Unstructured
+		err  error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var out *renderer.Output
+		if out, err = ar.Render(values); err == nil {
+			objs, err = out.Objects()
+		}
+	}()
+	return func() ([]*unstructured.Unstructured, error) {
+		<-done
+		return objs, err
+	}
+}
+
 // prepareAgentNamespace creates the agent's namespace, marked as fleet's,
-// only when it does not exist: a namespace that was there before is never
-// labelled, so deleting the Cluster never deletes it. In one that exists it
-// removes the agent's old request credential, so the agent registers again
-// with the new bootstrap Secret (a namespace just made holds none).
-func prepareAgentNamespace(ctx context.Context, rc *remote.Client, name string, opts ssa.ApplyOptions) error {
-	err := rc.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+// only when it does not exist (made), with one server-side apply: a
+// namespace that was there before is never labelled, so deleting the
+// Cluster never deletes it. In one that exists it removes the agent's old
+// request credential, so the agent registers again with the new bootstrap
+// Secret (a namespace just made holds none).
+func prepareAgentNamespace(ctx context.Context, rc *remote.Client, name string) (made bool, err error) {
+	err = rc.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
 	switch {
 	case apierrors.IsNotFound(err):
-		_, err := rc.Applier.Apply(ctx, agentNamespaceObject(name), opts)
-		return err
+		return true, apply.ApplyNew(ctx, rc.Client, agentNamespaceObject(name))
 	case err != nil:
-		return err
+		return false, err
 	}
 	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: registration.AgentCredentialSecretName}}
 	if err := rc.Client.Delete(ctx, cred); err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return false, err
 	}
-	return nil
+	return false, nil
 }
 
 // pushWriters is how many of the agent's objects each group of a push (the
 // cluster-scoped ones, the namespaced ones) applies at once.
 const pushWriters = 8
 
-// applyAtOnce applies objs side by side, each with fluxcd/pkg/ssa's Apply
-// (read, server-side dry run, apply when it differs), so a push costs the
-// round trips of about two objects, not three per object, and no wait for
-// the namespace and cluster roles to be Current as ApplyAllStaged would (a
-// poll of them). Only role bindings wait, for the roles: an identity that
-// may not bind a role it does not hold ("bind" verb) has the API server
-// check the role's rules, which must exist. Nothing else needs another
-// object applied first: a pod waits for its ServiceAccount and Secrets.
-func applyAtOnce(ctx context.Context, m *ssa.ResourceManager, objs []*unstructured.Unstructured, opts ssa.ApplyOptions) error {
+// applyAtOnce applies objs side by side with applyOne (fluxcd/pkg/ssa's
+// Apply: read, server-side dry run, apply when it differs; or, in a
+// namespace just made, apply.ApplyNew), so a push costs the round trips of
+// about two objects, not three per object, and no wait for the namespace
+// and cluster roles to be Current as ApplyAllStaged would (a poll of them).
+// Only role bindings wait, for the roles: an identity that may not bind a
+// role it does not hold ("bind" verb) has the API server check the role's
+// rules, which must exist. Nothing else needs another object applied
+// first: a pod waits for its ServiceAccount and Secrets.
+func applyAtOnce(ctx context.Context, applyOne func(context.Context, *unstructured.Unstructured) error, objs []*unstructured.Unstructured) error {
 	var roles, bindings, rest []*unstructured.Unstructured
 	for _, o := range objs {
 		switch o.GetKind() {
@@ -466,28 +508,22 @@ func applyAtOnce(ctx context.Context, m *ssa.ResourceManager, objs []*unstructur
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(pushWriters)
 	g.Go(func() error {
-		if err := applyEach(gctx, m, roles, opts); err != nil {
+		if err := applyEach(gctx, applyOne, roles); err != nil {
 			return err
 		}
-		return applyEach(gctx, m, bindings, opts)
+		return applyEach(gctx, applyOne, bindings)
 	})
 	for _, o := range rest {
-		g.Go(func() error {
-			_, err := m.Apply(gctx, o, opts)
-			return err
-		})
+		g.Go(func() error { return applyOne(gctx, o) })
 	}
 	return g.Wait()
 }
 
 // applyEach applies objs side by side and returns when all are applied.
-func applyEach(ctx context.Context, m *ssa.ResourceManager, objs []*unstructured.Unstructured, opts ssa.ApplyOptions) error {
+func applyEach(ctx context.Context, applyOne func(context.Context, *unstructured.Unstructured) error, objs []*unstructured.Unstructured) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, o := range objs {
-		g.Go(func() error {
-			_, err := m.Apply(gctx, o, opts)
-			return err
-		})
+		g.Go(func() error { return applyOne(gctx, o) })
 	}
 	return g.Wait()
 }

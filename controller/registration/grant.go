@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -417,7 +418,11 @@ func (r *Reconciler) ensureCredentialAccess(ctx context.Context, g *grant) error
 // namespace and its RBAC: the cluster's BundleDeployments (and the Secrets
 // holding their contents) in the cluster namespace, tokens for itself (the
 // shared ClusterRole registration.RequestIdentityClusterRole), and its own
-// Cluster's status in the workspace. Nothing more.
+// Cluster's status in the workspace. Nothing more. The three are made side
+// by side (a grant waits for the round trips of two objects, not of four);
+// only the workspace RoleBinding waits for its Role: the controller may not
+// bind a role it does not hold (no "bind" verb), so the API server checks
+// the Role's rules, which must exist.
 func (r *Reconciler) ensureRequestIdentity(ctx context.Context, g *grant) error {
 	reg, clusterName, clusterNS := g.reg, g.clusterName, g.deploymentNamespace
 	name := registration.RequestServiceAccountName(reg.Name)
@@ -429,23 +434,27 @@ func (r *Reconciler) ensureRequestIdentity(ctx context.Context, g *grant) error 
 		}},
 		AutomountServiceAccountToken: ptr.To(false),
 	}
-	if err := r.ensure(ctx, reg, sa); err != nil {
-		return err
-	}
 	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: clusterNS, Name: name}
+	// Each goes on when another fails: what a pass stopped by an object in
+	// the way made is there for the next one.
+	var eg errgroup.Group
+	eg.Go(func() error { return r.ensure(ctx, reg, sa) })
 	// In the cluster namespace: one binding to the shared ClusterRole
 	// (kustomize/base/rbac), no Role of its own.
-	if err := r.ensure(ctx, reg, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: registration.RequestIdentityClusterRole},
-		Subjects:   []rbacv1.Subject{subject},
-	}); err != nil {
-		return err
-	}
-	if err := r.ensure(ctx, reg, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: name}, Rules: workspaceRules(clusterName)}); err != nil {
-		return err
-	}
-	if err := r.ensureBinding(ctx, reg, reg.Namespace, name, subject); err != nil {
+	eg.Go(func() error {
+		return r.ensure(ctx, reg, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: registration.RequestIdentityClusterRole},
+			Subjects:   []rbacv1.Subject{subject},
+		})
+	})
+	eg.Go(func() error {
+		if err := r.ensure(ctx, reg, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: reg.Namespace, Name: name}, Rules: workspaceRules(clusterName)}); err != nil {
+			return err
+		}
+		return r.ensureBinding(ctx, reg, reg.Namespace, name, subject)
+	})
+	if err := eg.Wait(); err != nil {
 		return err
 	}
 	g.sa = sa
@@ -481,9 +490,11 @@ func (r *Reconciler) ensureBinding(ctx context.Context, reg *fleet.ClusterRegist
 // never written when unchanged; an object of that name made for something
 // else is left alone and reported).
 func (r *Reconciler) ensure(ctx context.Context, reg *fleet.ClusterRegistration, obj client.Object, opts ...reconciler.EnsureOption) error {
-	if r.objects == nil {
-		r.objects = reconciler.NewObjects(r.Client, r.APIReader)
-	}
+	r.objectsOnce.Do(func() {
+		if r.objects == nil { // a Reconciler not set up with a manager (tests)
+			r.objects = reconciler.NewObjects(r.Client, r.APIReader)
+		}
+	})
 	_, err := r.objects.Ensure(ctx, owner{reg: reg, scheme: r.Client.Scheme()}, obj, opts...)
 	return err
 }

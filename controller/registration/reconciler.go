@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,7 +105,8 @@ type Reconciler struct {
 	Admission *admission.Checker
 
 	// objects makes the objects of a grant (set up by SetupWithManager).
-	objects *reconciler.Objects
+	objects     *reconciler.Objects
+	objectsOnce sync.Once
 
 	// clientLocks serialises the work on registrations of one clientID
 	// (superseding compares them; two must never be granted at once), while

@@ -3,6 +3,7 @@ package token
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -40,5 +41,41 @@ func TestTokenChanged(t *testing.T) {
 	}
 	if !tokenChanged.Create(event.CreateEvent{Object: old}) {
 		t.Error("a new token brings no pass")
+	}
+}
+
+// TestNotOwnFill: the update event of the reconciler's own write of a new
+// values Secret's bearer token brings no pass, once; any other update of
+// that Secret (someone else's, or a later one) and its deletion do.
+func TestNotOwnFill(t *testing.T) {
+	r := &Reconciler{}
+	secret := func(name, rv string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ws", Name: name, ResourceVersion: rv}}
+	}
+	update := func(name, rv string) bool {
+		return r.notOwnFill(event.UpdateEvent{ObjectOld: secret(name, "1"), ObjectNew: secret(name, rv)})
+	}
+	r.filled.Store("ws/t", "7")
+	if !update("other", "7") {
+		t.Error("an update of another Secret with the same resourceVersion brought no pass")
+	}
+	if !update("t", "6") {
+		t.Error("an update of the Secret before the fill brought no pass")
+	}
+	if update("t", "7") {
+		t.Error("the reconciler's own fill brought a pass")
+	}
+	if !update("t", "7") {
+		t.Error("the same resourceVersion seen again brought no pass: the fill is skipped only once")
+	}
+	if !update("t", "8") {
+		t.Error("a later update brought no pass")
+	}
+	r.filled.Store("ws/t", "9")
+	if !r.forgetFill(event.DeleteEvent{Object: secret("t", "9")}) {
+		t.Error("the deletion brought no pass")
+	}
+	if _, ok := r.filled.Load("ws/t"); ok {
+		t.Error("a deleted Secret's fill is still kept")
 	}
 }

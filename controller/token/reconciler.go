@@ -80,6 +80,10 @@ type Reconciler struct {
 	// objects makes the token's objects (made on first use).
 	objects     *reconciler.Objects
 	objectsOnce sync.Once
+	// filled holds, per values Secret, the resourceVersion of this
+	// reconciler's own write of its bearer token (fillMadeSecret), whose
+	// event brings nothing back.
+	filled sync.Map
 }
 
 // SetupWithManager registers the controller. It subscribes to configuration
@@ -96,7 +100,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}, builder.WithPredicates(notCreated)).
 		Owns(&rbacv1.Role{}, builder.WithPredicates(notCreated)).
 		Owns(&rbacv1.RoleBinding{}, builder.WithPredicates(notCreated)).
-		Owns(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(notCreated)).
+		// Nor does the write of a new Secret's bearer token, in the pass
+		// that made it (the pass after it would read and dry-run every
+		// object again, and fail its status patch on a cache without the
+		// status that pass wrote).
+		Owns(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(notCreated, predicate.Funcs{UpdateFunc: r.notOwnFill, DeleteFunc: r.forgetFill})).
 		WatchesRawSource(source.Channel(r.Config.Subscribe(), handler.EnqueueRequestsFromMapFunc(r.allTokens))).
 		Complete(r)
 }
@@ -110,6 +118,24 @@ var tokenChanged = predicate.Or[client.Object](
 
 // notCreated passes every event of an object but its creation.
 var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
+
+// notOwnFill passes every update of a values Secret but the one of this
+// reconciler's own fillMadeSecret, recognised by its resourceVersion.
+func (r *Reconciler) notOwnFill(e event.UpdateEvent) bool {
+	key := client.ObjectKeyFromObject(e.ObjectNew).String()
+	if rv, ok := r.filled.Load(key); ok && rv == e.ObjectNew.GetResourceVersion() {
+		r.filled.CompareAndDelete(key, rv)
+		return false
+	}
+	return true
+}
+
+// forgetFill drops what notOwnFill keeps of a deleted Secret (a fill whose
+// event came before it was recorded), and passes the deletion.
+func (r *Reconciler) forgetFill(e event.DeleteEvent) bool {
+	r.filled.Delete(client.ObjectKeyFromObject(e.Object).String())
+	return true
+}
 
 // allTokens maps a configuration change to every token, so their values are
 // rendered again.
@@ -439,6 +465,7 @@ func (r *Reconciler) fillMadeSecret(ctx context.Context, made, desired *corev1.S
 	if err := r.Client.Update(ctx, s, client.FieldOwner(apply.FieldManager)); err != nil {
 		return fmt.Errorf("writing the bearer token into values Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
+	r.filled.Store(client.ObjectKeyFromObject(s).String(), s.ResourceVersion)
 	return nil
 }
 

@@ -14,8 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -332,16 +334,35 @@ func (h *harness) managerInitiated(ctx context.Context, n int) (Result, error) {
 	r.latencies(samples)
 	r.UpstreamReadsPerRegistration = f((reads1 - reads0) / float64(n))
 	r.UpstreamWritesPerRegistration = f((writes1 - writes0) / float64(n))
-	r.Notes = fmt.Sprintf("from Cluster creation to the first heartbeat upstream; the push, registration and heartbeat are real, the pod start is not simulated; p50 of the push (Cluster created -> bootstrap Secret downstream, seen within 20 ms) %.1f ms, of the handshake after it (agent started -> first heartbeat) %.1f ms",
+	r.Notes = fmt.Sprintf("from Cluster creation to the first heartbeat upstream; the push, registration and heartbeat are real, the pod start is not simulated; p50 of the push (Cluster created -> bootstrap Secret downstream, seen by a watch) %.1f ms, of the handshake after it (agent started -> first heartbeat) %.1f ms",
 		median(pushes), median(handshakes))
 	return r, nil
 }
 
+// waitForSecret returns once Secret ns/name exists, seen by a watch: the
+// push's figure then holds no poll interval of the bench's own. A plain
+// watch from a list's resourceVersion: an informer's streaming list would
+// hold the event back until the API server's bookmark that ends the list.
 func waitForSecret(ctx context.Context, ds *controlplane.ControlPlane, ns, name string, timeout time.Duration) error {
-	return pollUntil(ctx, 20*time.Millisecond, timeout, fmt.Sprintf("secret %s/%s", ns, name), func(ctx context.Context) (bool, string) {
-		err := ds.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{})
-		return err == nil, fmt.Sprint(err)
-	})
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	secrets := ds.Clientset.CoreV1().Secrets(ns)
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	list, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return fmt.Errorf("listing secret %s/%s: %w", ns, name, err)
+	}
+	if len(list.Items) > 0 {
+		return nil
+	}
+	w, err := secrets.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return fmt.Errorf("watching secret %s/%s: %w", ns, name, err)
+	}
+	if _, err := watchtools.UntilWithoutRetry(ctx, w, func(ev watch.Event) (bool, error) { return ev.Type == watch.Added, nil }); err != nil {
+		return fmt.Errorf("secret %s/%s: %w", ns, name, err)
+	}
+	return nil
 }
 
 // scale registers n agent-initiated clusters at once.

@@ -6,6 +6,7 @@ package apply
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -67,4 +68,19 @@ func ReadObjects(manifests []byte) ([]*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("decoding manifests: %w", err)
 	}
 	return objs, nil
+}
+
+// ApplyNew server-side applies obj through c, under FieldManager with
+// ownership forced, as a manager from NewManager applies an object its read
+// does not find, without that read and the server-side dry run (which, for
+// a new object, only predict its creation). Only for an object the caller
+// knows does not exist: one in a namespace it made in the same pass. The
+// object gets the managed fields that manager's Apply would give it, so a
+// later Apply of it finds nothing to change. obj is not modified.
+func ApplyNew(ctx context.Context, c client.Client, obj *unstructured.Unstructured) error {
+	o := obj.DeepCopy()
+	if err := c.Patch(ctx, o, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("%s apply failed: %w", ssautil.FmtUnstructured(o), err)
+	}
+	return nil
 }

@@ -87,7 +87,10 @@ var earlierManagers = []ssa.FieldManager{
 // A new object is made with a plain create, which fails when someone else
 // took the name meanwhile; an existing one is applied with the UID of the
 // object that was checked as a precondition, so one replaced meanwhile is
-// not written either.
+// not written either. An object the cache does not show is created at
+// once, without reading the API server first: a name that is taken (the
+// cache had not caught up) fails the create, and the object is then read
+// from the API server and treated as found.
 func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, opts ...EnsureOption) (Action, error) {
 	var eo ensureOptions
 	for _, opt := range opts {
@@ -95,9 +98,40 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 	}
 	kind := KindOf(o.client.Scheme(), obj)
 	key := client.ObjectKeyFromObject(obj)
-	existing, err := o.get(ctx, obj)
+	existing, err := o.cached(ctx, obj)
 	if err != nil {
 		return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+	}
+	if existing == nil && (!eo.expect || eo.expectUID == "") {
+		if err := owner.Own(obj); err != nil {
+			return "", err
+		}
+		// A plain create, so a name someone else took meanwhile fails
+		// (server-side apply has no "must not exist" precondition). Its
+		// fields belong to apply.FieldManager (an update entry), which the
+		// first apply that changes the object hands over to the apply
+		// (earlierManagers); an object never changed again is never
+		// written again: one write, where create-then-apply took three.
+		err := o.client.Create(ctx, obj, client.FieldOwner(apply.FieldManager))
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).V(1).Info("created "+kind, "object", key.String())
+			return Created, nil
+		case !apierrors.IsAlreadyExists(err) || eo.expect:
+			return "", fmt.Errorf("creating %s %s: %w", kind, key, err)
+		}
+		if existing, err = o.readLive(ctx, obj); err != nil {
+			return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+		}
+		if existing == nil {
+			// Deleted again since the create found it.
+			return "", Retry(fleet.ProgressingReason, fmt.Errorf("%s %s was deleted while it was being made", kind, key))
+		}
+	} else if existing == nil {
+		// The one object the pass decided on: the cache may not show it yet.
+		if existing, err = o.readLive(ctx, obj); err != nil {
+			return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+		}
 	}
 	if err := eo.check(o.client, obj, existing); err != nil {
 		return "", fmt.Errorf("%s %s: %w", kind, key, err)
@@ -114,19 +148,6 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 		return "", err
 	}
 	log := ctrl.LoggerFrom(ctx)
-	if existing == nil {
-		// A plain create, so a name someone else took meanwhile fails
-		// (server-side apply has no "must not exist" precondition). Its
-		// fields belong to apply.FieldManager (an update entry), which the
-		// first apply that changes the object hands over to the apply
-		// (earlierManagers); an object never changed again is never
-		// written again: one write, where create-then-apply took three.
-		if err := o.client.Create(ctx, obj, client.FieldOwner(apply.FieldManager)); err != nil {
-			return "", fmt.Errorf("creating %s %s: %w", kind, key, err)
-		}
-		log.V(1).Info("created "+kind, "object", key.String())
-		return Created, nil
-	}
 	// A server-side dry run first: an unchanged object is not written, and
 	// the fields of its create are left to it (handing them to the apply is
 	// a write, made with the next change; so a map key fleet stops setting,
@@ -239,17 +260,21 @@ func (eo ensureOptions) check(c client.Client, obj, existing client.Object) erro
 	return nil
 }
 
-// get reads the object named like obj: from the cache, and from the API
-// server when the cache does not show it (it may have been made a moment
-// ago). It returns nil when there is none.
-func (o *Objects) get(ctx context.Context, obj client.Object) (client.Object, error) {
+// cached reads the object named like obj from the cache; nil when the
+// cache does not show one.
+func (o *Objects) cached(ctx context.Context, obj client.Object) (client.Object, error) {
+	return getOrNil(ctx, o.client, obj)
+}
+
+// readLive reads the object named like obj from the API server; nil when
+// there is none.
+func (o *Objects) readLive(ctx context.Context, obj client.Object) (client.Object, error) {
+	return getOrNil(ctx, o.live, obj)
+}
+
+func getOrNil(ctx context.Context, r client.Reader, obj client.Object) (client.Object, error) {
 	existing := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
-	key := client.ObjectKeyFromObject(obj)
-	err := o.client.Get(ctx, key, existing)
-	if apierrors.IsNotFound(err) {
-		err = o.live.Get(ctx, key, existing)
-	}
-	switch {
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(obj), existing); {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:

@@ -10,7 +10,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
@@ -320,5 +322,75 @@ func TestObjects_SharedKeepsTheControllersOtherFields(t *testing.T) {
 	}
 	if _, ok := got.Data["other"]; ok || got.Data["applied"] != "3" {
 		t.Errorf("without Shared: data %v, want only applied=3 (the controller's other field taken over and removed)", got.Data)
+	}
+}
+
+// behindCache is a client that reads through a real informer cache which
+// shows no object labelled owner=<anything> (it selects shown=true): the
+// objects Ensure makes exist in the API server and not in the cache, as
+// right after they were made by an earlier pass.
+func behindCache(t *testing.T) client.Client {
+	t.Helper()
+	cfg := env.Upstream.Config
+	c, err := cache.New(cfg, cache.Options{Scheme: env.Upstream.Client.Scheme(), DefaultLabelSelector: labels.SelectorFromSet(labels.Set{"shown": "true"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: env.Upstream.Client.Scheme(), Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// An object the cache does not show is created at once; when the name is
+// taken after all, what the API server holds is decided on as if the cache
+// had shown it: its owner's object is kept unwritten, someone else's is
+// refused and left alone.
+func TestObjects_ObjectTheCacheDoesNotShowIsReadWhenTheCreateFindsIt(t *testing.T) {
+	ns := newNamespace(t)
+	c := env.Upstream.Client
+	o := reconciler.NewObjects(behindCache(t), c)
+
+	sa := serviceAccount(ns, "new")
+	if action, err := o.Ensure(t.Context(), labelOwner{name: "a"}, sa); err != nil || action != reconciler.Created {
+		t.Fatalf("Ensure of a new object: %s, %v", action, err)
+	}
+	again := serviceAccount(ns, "new")
+	action, err := o.Ensure(t.Context(), labelOwner{name: "a"}, again)
+	if err != nil || action != reconciler.Unchanged {
+		t.Fatalf("Ensure of its own object the cache does not show: %s, %v", action, err)
+	}
+	if again.UID != sa.UID || again.ResourceVersion != sa.ResourceVersion {
+		t.Errorf("its own object was written or not read back: uid %s→%s, resourceVersion %s→%s", sa.UID, again.UID, sa.ResourceVersion, again.ResourceVersion)
+	}
+
+	foreign := serviceAccount(ns, "taken")
+	foreign.Labels = map[string]string{"owner": "b"}
+	if err := c.Create(t.Context(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	_, err = o.Ensure(t.Context(), labelOwner{name: "a"}, serviceAccount(ns, "taken"))
+	var w *reconciler.Waiting
+	if !errors.As(err, &w) || w.Reason != "ObjectConflict" {
+		t.Fatalf("want the owner's conflict for someone else's object the cache does not show, got %v", err)
+	}
+	got := &corev1.ServiceAccount{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(foreign), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != foreign.ResourceVersion || got.Labels["owner"] != "b" {
+		t.Errorf("someone else's object was written: %+v", got.ObjectMeta)
+	}
+
+	// With ExpectUID of none, a taken name is the conflict the pass retries.
+	if _, err := o.Ensure(t.Context(), labelOwner{name: "a"}, serviceAccount(ns, "new"), reconciler.ExpectUID("")); !apierrors.IsAlreadyExists(err) {
+		t.Errorf("ExpectUID(\"\") over an existing object the cache does not show: want AlreadyExists, got %v", err)
 	}
 }
