@@ -366,9 +366,10 @@ func (r *Reconciler) ensureSecretExists(ctx context.Context, p *pass) error {
 	err := r.Client.Get(ctx, key, secret)
 	switch {
 	case apierrors.IsNotFound(err):
-		// Made empty first: the bearer token is bound to its UID.
+		// Made empty first: the bearer token is bound to its UID. Made
+		// only if there is still none (this read is the check).
 		secret.Type = corev1.SecretTypeOpaque
-		if _, err := r.ensure(ctx, p, secret); err != nil {
+		if _, err := r.ensure(ctx, p, secret, reconciler.ExpectUID("")); err != nil {
 			return err
 		}
 		p.secretMade = true

@@ -98,9 +98,16 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 	}
 	kind := KindOf(o.client.Scheme(), obj)
 	key := client.ObjectKeyFromObject(obj)
-	existing, err := o.cached(ctx, obj)
-	if err != nil {
-		return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+	var (
+		existing client.Object
+		err      error
+	)
+	if !eo.expect || eo.expectUID != "" {
+		// (With ExpectUID of none the pass found none: the create below
+		// is the check.)
+		if existing, err = o.cached(ctx, obj); err != nil {
+			return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+		}
 	}
 	if existing == nil && (!eo.expect || eo.expectUID == "") {
 		if err := owner.Own(obj); err != nil {
@@ -112,7 +119,7 @@ func (o *Objects) Ensure(ctx context.Context, owner Owner, obj client.Object, op
 		// first apply that changes the object hands over to the apply
 		// (earlierManagers); an object never changed again is never
 		// written again: one write, where create-then-apply took three.
-		err := o.client.Create(ctx, obj, client.FieldOwner(apply.FieldManager))
+		err = o.client.Create(ctx, obj, client.FieldOwner(apply.FieldManager))
 		switch {
 		case err == nil:
 			ctrl.LoggerFrom(ctx).V(1).Info("created "+kind, "object", key.String())
