@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -315,7 +316,7 @@ func (h *harness) managerInitiated(ctx context.Context, n int) (Result, error) {
 		if err := up.Create(ctx, c); err != nil {
 			return r, err
 		}
-		if err := waitForSecret(ctx, ds, agentNS, registration.BootstrapSecretName, time.Minute); err != nil {
+		if err := waitForAgentStart(ctx, ds, agentNS, time.Minute); err != nil {
 			return r, fmt.Errorf("agent not pushed to cluster %s: %w", name, err)
 		}
 		pushed := time.Now()
@@ -334,33 +335,62 @@ func (h *harness) managerInitiated(ctx context.Context, n int) (Result, error) {
 	r.latencies(samples)
 	r.UpstreamReadsPerRegistration = f((reads1 - reads0) / float64(n))
 	r.UpstreamWritesPerRegistration = f((writes1 - writes0) / float64(n))
-	r.Notes = fmt.Sprintf("from Cluster creation to the first heartbeat upstream; the push, registration and heartbeat are real, the pod start is not simulated; p50 of the push (Cluster created -> bootstrap Secret downstream, seen by a watch) %.1f ms, of the handshake after it (agent started -> first heartbeat) %.1f ms",
+	r.Notes = fmt.Sprintf("from Cluster creation to the first heartbeat upstream; the push, registration and heartbeat are real, the pod start is not simulated; p50 of the push (Cluster created -> bootstrap Secret and ConfigMap downstream, seen by watches) %.1f ms, of the handshake after it (agent started -> first heartbeat) %.1f ms",
 		median(pushes), median(handshakes))
 	return r, nil
 }
 
-// waitForSecret returns once Secret ns/name exists, seen by a watch: the
-// push's figure then holds no poll interval of the bench's own. A plain
-// watch from a list's resourceVersion: an informer's streaming list would
-// hold the event back until the API server's bookmark that ends the list.
-func waitForSecret(ctx context.Context, ds *controlplane.ControlPlane, ns, name string, timeout time.Duration) error {
+// waitForAgentStart returns once the two objects an agent reads when it
+// starts are in its namespace, each seen by a watch: the bootstrap Secret
+// and the agent's ConfigMap. The push applies them side by side, so either
+// may land first; a real agent starts later still, when its pod runs.
+func waitForAgentStart(ctx context.Context, ds *controlplane.ControlPlane, ns string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	secrets := ds.Clientset.CoreV1().Secrets(ns)
+	secrets, configMaps := ds.Clientset.CoreV1().Secrets(ns), ds.Clientset.CoreV1().ConfigMaps(ns)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return waitForObject(gctx, "Secret "+ns+"/"+registration.BootstrapSecretName, registration.BootstrapSecretName,
+			func(ctx context.Context, o metav1.ListOptions) (string, int, error) {
+				l, err := secrets.List(ctx, o)
+				if err != nil {
+					return "", 0, err
+				}
+				return l.ResourceVersion, len(l.Items), nil
+			}, secrets.Watch)
+	})
+	g.Go(func() error {
+		return waitForObject(gctx, "ConfigMap "+ns+"/"+registration.AgentConfigMapName, registration.AgentConfigMapName,
+			func(ctx context.Context, o metav1.ListOptions) (string, int, error) {
+				l, err := configMaps.List(ctx, o)
+				if err != nil {
+					return "", 0, err
+				}
+				return l.ResourceVersion, len(l.Items), nil
+			}, configMaps.Watch)
+	})
+	return g.Wait()
+}
+
+// waitForObject returns once the object named name exists: a plain watch
+// from a list's resourceVersion (an informer's streaming list would hold
+// the event back until the API server's bookmark that ends the list), so
+// the push's figure holds no poll interval of the bench's own.
+func waitForObject(ctx context.Context, what, name string, list func(context.Context, metav1.ListOptions) (string, int, error), watchFrom func(context.Context, metav1.ListOptions) (watch.Interface, error)) error {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	list, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: sel})
+	rv, n, err := list(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
-		return fmt.Errorf("listing secret %s/%s: %w", ns, name, err)
+		return fmt.Errorf("listing %s: %w", what, err)
 	}
-	if len(list.Items) > 0 {
+	if n > 0 {
 		return nil
 	}
-	w, err := secrets.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+	w, err := watchFrom(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv})
 	if err != nil {
-		return fmt.Errorf("watching secret %s/%s: %w", ns, name, err)
+		return fmt.Errorf("watching %s: %w", what, err)
 	}
 	if _, err := watchtools.UntilWithoutRetry(ctx, w, func(ev watch.Event) (bool, error) { return ev.Type == watch.Added, nil }); err != nil {
-		return fmt.Errorf("secret %s/%s: %w", ns, name, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
