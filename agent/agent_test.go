@@ -264,7 +264,28 @@ func TestAgentInitiated_NewClusterRegistersWithLabelsAndReportsIn(t *testing.T) 
 	}
 	cred, err := localSecret(t, ds, agentNS, "fleet-agent")
 	if err != nil || len(cred.Data["kubeconfig"]) == 0 {
-		t.Errorf("no local credential: %v", err)
+		t.Fatalf("no local credential: %v", err)
+	}
+
+	// A bootstrap Secret written beside the working credential (a push
+	// retried after the agent registered with the first one) is deleted
+	// while the agent runs, and the agent keeps its registration.
+	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "fleet-agent-bootstrap"}, Data: map[string][]byte{"token": []byte("left-over")}}
+	if err := ds.Client.Create(t.Context(), left); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the left-over bootstrap Secret deleted", func() error {
+		if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	after, err := localSecret(t, ds, agentNS, "fleet-agent")
+	if err != nil || after.UID != cred.UID || after.ResourceVersion != cred.ResourceVersion {
+		t.Errorf("the credential changed: the agent must not register again (%v)", err)
+	}
+	if n := countRegistrations(t, ws, "edge-"+ws); n != 1 {
+		t.Errorf("%d registrations, want the first one only", n)
 	}
 }
 

@@ -88,6 +88,47 @@ func readCredential(ctx context.Context, local client.Client, ns string) (*crede
 // writeCredential writes the local fleet-agent Secret: a kubeconfig of the
 // request identity (usable with kubectl for debugging) and the cluster keys.
 func writeCredential(ctx context.Context, local client.Client, ns string, c *credential) error {
+	data, err := credentialData(c)
+	if err != nil {
+		return err
+	}
+	// Created at once: a first registration finds none, and one after it
+	// (the credential was rejected) replaces the one there.
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.AgentCredentialSecretName}, Type: corev1.SecretTypeOpaque, Data: data}
+	if err := local.Create(ctx, s); !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return updateCredential(ctx, local, ns, data)
+}
+
+// replaceCredential writes a renewed credential over the stored one, and
+// only over it: a credential deleted meanwhile (a redeploy) is not made
+// again (errCredentialDeleted), so the agent registers as the controller
+// asked.
+func replaceCredential(ctx context.Context, local client.Client, ns string, c *credential) error {
+	data, err := credentialData(c)
+	if err != nil {
+		return err
+	}
+	err = updateCredential(ctx, local, ns, data)
+	if apierrors.IsNotFound(err) {
+		return errCredentialDeleted
+	}
+	return err
+}
+
+// updateCredential replaces the data of the stored credential.
+func updateCredential(ctx context.Context, local client.Client, ns string, data map[string][]byte) error {
+	s := &corev1.Secret{}
+	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: registration.AgentCredentialSecretName}, s); err != nil {
+		return err
+	}
+	s.Data = data
+	return local.Update(ctx, s)
+}
+
+// credentialData is the data of the local fleet-agent Secret.
+func credentialData(c *credential) (map[string][]byte, error) {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["upstream"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: c.APIServerCA}
 	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: c.Token}
@@ -95,9 +136,9 @@ func writeCredential(ctx context.Context, local client.Client, ns string, c *cre
 	kc.CurrentContext = "upstream"
 	kcBytes, err := clientcmd.Write(*kc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	data := map[string][]byte{
+	return map[string][]byte{
 		registration.KeyKubeconfig:          kcBytes,
 		registration.KeyClusterNamespace:    []byte(c.ClusterNamespace),
 		registration.KeyClusterName:         []byte(c.ClusterName),
@@ -106,19 +147,7 @@ func writeCredential(ctx context.Context, local client.Client, ns string, c *cre
 		registration.KeyExpires:             []byte(c.Expires.UTC().Format(time.RFC3339)),
 		registration.KeyIssued:              []byte(c.Issued.UTC().Format(time.RFC3339)),
 		registration.KeyAgentTLSMode:        []byte(c.TLSMode),
-	}
-	// Created at once: a first registration finds none, and one after it
-	// (the credential was rejected) replaces the one there.
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: registration.AgentCredentialSecretName}, Type: corev1.SecretTypeOpaque, Data: data}
-	if err := local.Create(ctx, s); !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	s = &corev1.Secret{}
-	if err := local.Get(ctx, client.ObjectKey{Namespace: ns, Name: registration.AgentCredentialSecretName}, s); err != nil {
-		return err
-	}
-	s.Data = data
-	return local.Update(ctx, s)
+	}, nil
 }
 
 // readBootstrap reads the local fleet-agent-bootstrap Secret; nil if none.

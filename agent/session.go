@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -213,6 +212,9 @@ func (s *session) renewLoop(ctx context.Context) error {
 			return err
 		}
 		if err := s.renew(ctx, lifetime); err != nil {
+			if errors.Is(err, errCredentialDeleted) {
+				return err
+			}
 			if isRejected(err) {
 				return fmt.Errorf("%w: renewing the token: %v", errCredentialRejected, err)
 			}
@@ -235,7 +237,7 @@ func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
 	next.Token = tr.Status.Token
 	next.Issued = time.Now()
 	next.Expires = tr.Status.ExpirationTimestamp.Time
-	if err := writeCredential(ctx, s.agent.local, s.agent.opts.Namespace, &next); err != nil {
+	if err := replaceCredential(ctx, s.agent.local, s.agent.opts.Namespace, &next); err != nil {
 		return fmt.Errorf("storing the renewed credential: %w", err)
 	}
 	s.agent.stored.fire()
@@ -250,40 +252,88 @@ func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
 // watchCredential ends the session when the local credential is deleted: the
 // controller does that when it redeploys the agent with a fresh bootstrap
 // Secret, so the agent registers again.
+//
+// It also deletes a bootstrap Secret that appears while the credential
+// stands. One watch of the names of the namespace's Secrets gives their
+// events in the order the API server wrote them, and a redeploy deletes the
+// credential before it writes the bootstrap Secret: one seen with no
+// deletion of the credential before it is left over, for example from a
+// push retried while the agent registered with the bootstrap Secret of the
+// first try. Left there, it would keep an import token the agent no longer
+// needs until the agent restarts.
 func (s *session) watchCredential(ctx context.Context) error {
 	a := s.agent
-	sel := client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", registration.AgentCredentialSecretName)}
+	ns := client.InNamespace(a.opts.Namespace)
 	for {
-		list := &corev1.SecretList{}
-		if err := a.local.List(ctx, list, client.InNamespace(a.opts.Namespace), sel); err != nil {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+		if err := a.local.List(ctx, list, ns); err != nil {
 			if err := sleep(ctx, time.Second); err != nil {
 				return err
 			}
 			continue
 		}
-		if len(list.Items) == 0 {
+		var credential, bootstrap *metav1.PartialObjectMetadata
+		for i := range list.Items {
+			switch list.Items[i].Name {
+			case registration.AgentCredentialSecretName:
+				credential = &list.Items[i]
+			case registration.BootstrapSecretName:
+				bootstrap = &list.Items[i]
+			}
+		}
+		if credential == nil {
 			return errCredentialDeleted
 		}
-		w, err := a.local.Watch(ctx, &corev1.SecretList{ListMeta: metav1.ListMeta{ResourceVersion: list.ResourceVersion}}, client.InNamespace(a.opts.Namespace), sel)
+		if bootstrap != nil {
+			s.deleteLeftoverBootstrap(ctx, bootstrap.UID)
+		}
+		from := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: list.ResourceVersion}}
+		from.SetGroupVersionKind(list.GroupVersionKind())
+		w, err := a.local.Watch(ctx, from, ns)
 		if err != nil {
 			if err := sleep(ctx, time.Second); err != nil {
 				return err
 			}
 			continue
 		}
+	events:
 		for ev := range w.ResultChan() {
-			if ev.Type == watch.Deleted {
+			if ev.Type == watch.Error {
+				if apierrors.IsGone(apierrors.FromObject(ev.Object)) {
+					break events
+				}
+				continue
+			}
+			m, ok := ev.Object.(*metav1.PartialObjectMetadata)
+			switch {
+			case !ok:
+			case m.Name == registration.AgentCredentialSecretName && ev.Type == watch.Deleted:
 				w.Stop()
 				return errCredentialDeleted
-			}
-			if ev.Type == watch.Error && apierrors.IsGone(apierrors.FromObject(ev.Object)) {
-				break
+			case m.Name == registration.BootstrapSecretName && (ev.Type == watch.Added || ev.Type == watch.Modified):
+				s.deleteLeftoverBootstrap(ctx, m.UID)
 			}
 		}
 		w.Stop()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+	}
+}
+
+// deleteLeftoverBootstrap deletes the bootstrap Secret seen beside the
+// working credential (that one only: uid).
+func (s *session) deleteLeftoverBootstrap(ctx context.Context, uid types.UID) {
+	a := s.agent
+	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
+	err := a.local.Delete(ctx, boot, client.Preconditions{UID: &uid})
+	switch {
+	case err == nil:
+		a.log.Info("deleted a bootstrap Secret left beside the working credential", "secret", a.opts.Namespace+"/"+registration.BootstrapSecretName)
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err), ctx.Err() != nil:
+	default:
+		a.log.Error(err, "could not delete the bootstrap Secret left beside the working credential; retrying when the agent connects again")
 	}
 }
 

@@ -70,6 +70,12 @@ raceskip=(
 	TestBundle_LargeContentTravelsInVerifiedChunks
 	# The same for a Bundle's large input (BundleContents objects).
 	TestBundle_LargeInputTravelsAsVerifiedContents
+	# The agent's side of it: 2.8 MB of manifests read from their chunks,
+	# decoded and applied by one worker. The deployer's Secret watch and
+	# content reads are race-tested with inline content in the same suite.
+	# Under the race detector, beside make e2e (CI), it once took over a
+	# minute to apply after its last chunk arrived.
+	TestDeployer_ChunkedContentWaitsForItsChunksAndRefusesAChangedOne
 )
 # Tests with cases that skip themselves under the race detector (their
 # package's raceDetector constant): memory limits enforced with RLIMIT_AS,
