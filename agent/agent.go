@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -46,6 +47,10 @@ type Agent struct {
 	// it holds, nil if none. Both are kept in the identity Secret.
 	identityKey *registration.IdentityKey
 	recovery    *recoveryCredential
+	// spent is the SHA-256 of the import token this process last
+	// registered with: a bootstrap Secret that carries it again is left
+	// over (session.watchCredential).
+	spent [sha256.Size]byte
 
 	// workers run beside the heartbeat once the agent is registered (the
 	// BundleDeployment deployer is one); each returns when its context ends

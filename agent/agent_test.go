@@ -244,6 +244,10 @@ func TestAgentInitiated_NewClusterRegistersWithLabelsAndReportsIn(t *testing.T) 
 		"clientID": "edge-" + ws,
 		"labels":   map[string]any{"env": "edge", "fleet.cattle.io/shard-id": "x", "management.cattle.io/evil": "1"},
 	})
+	boot, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap")
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := startAgent(t, ds, agentNS, nil)
 	gotNS, name := waitRegistered(t, a)
 	if gotNS != ws || name == "" {
@@ -267,14 +271,15 @@ func TestAgentInitiated_NewClusterRegistersWithLabelsAndReportsIn(t *testing.T) 
 		t.Fatalf("no local credential: %v", err)
 	}
 
-	// A bootstrap Secret written beside the working credential (a push
-	// retried after the agent registered with the first one) is deleted
-	// while the agent runs, and the agent keeps its registration.
-	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "fleet-agent-bootstrap"}, Data: map[string][]byte{"token": []byte("left-over")}}
-	if err := ds.Client.Create(t.Context(), left); err != nil {
+	// A spent bootstrap Secret written beside the working credential (the
+	// one it registered with, as a push retried after the agent registered
+	// writes it) is deleted while the agent runs, and the agent keeps its
+	// registration.
+	spent := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: "fleet-agent-bootstrap"}, Data: boot.Data}
+	if err := ds.Client.Create(t.Context(), spent); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the left-over bootstrap Secret deleted", func() error {
+	testenv.Eventually(t, 30*time.Second, "the spent bootstrap Secret deleted", func() error {
 		if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: %v", err)
 		}
@@ -287,6 +292,29 @@ func TestAgentInitiated_NewClusterRegistersWithLabelsAndReportsIn(t *testing.T) 
 	if n := countRegistrations(t, ws, "edge-"+ws); n != 1 {
 		t.Errorf("%d registrations, want the first one only", n)
 	}
+
+	// New values installed to register again (docs/operations.md, rotating
+	// the upstream CA): their bootstrap Secret stays beside the working
+	// credential, and the agent registers with it once the credential is
+	// deleted.
+	again := newToken(t, ws, "again", fleet.ClusterRegistrationTokenSpec{ClientID: "edge-" + ws})
+	helmInstall(t, ds, agentNS, again, map[string]any{"clientID": "edge-" + ws})
+	if err := ds.Client.Delete(t.Context(), after); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "registered again with the new values", func() error {
+		regs := &fleet.ClusterRegistrationList{}
+		if err := up.List(t.Context(), regs, client.InNamespace(ws), client.MatchingLabels{fleet.RegistrationTokenLabel: "again"}); err != nil {
+			return err
+		}
+		if len(regs.Items) != 1 || !regs.Items[0].Status.Granted {
+			return fmt.Errorf("%d registrations with token again", len(regs.Items))
+		}
+		if _, err := localSecret(t, ds, agentNS, "fleet-agent-bootstrap"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("bootstrap Secret not consumed: %v", err)
+		}
+		return nil
+	})
 }
 
 func TestAgentInitiated_PredefinedClusterIsMatchedByClientID(t *testing.T) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -217,6 +218,9 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 		}
 	}
 	if via.bootstrap {
+		a.mu.Lock()
+		a.spent = sha256.Sum256([]byte(via.token))
+		a.mu.Unlock()
 		boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
 		if err := a.local.Delete(ctx, boot); err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("deleting the bootstrap Secret: %w", err)

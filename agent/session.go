@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -253,14 +255,17 @@ func (s *session) renew(ctx context.Context, lifetime time.Duration) error {
 // controller does that when it redeploys the agent with a fresh bootstrap
 // Secret, so the agent registers again.
 //
-// It also deletes a bootstrap Secret that appears while the credential
-// stands. One watch of the names of the namespace's Secrets gives their
-// events in the order the API server wrote them, and a redeploy deletes the
-// credential before it writes the bootstrap Secret: one seen with no
-// deletion of the credential before it is left over, for example from a
-// push retried while the agent registered with the bootstrap Secret of the
-// first try. Left there, it would keep an import token the agent no longer
-// needs until the agent restarts.
+// It also deletes a spent bootstrap Secret that appears while the
+// credential stands: one that carries the import token this agent
+// registered with. A push retried while the agent registered with the
+// bootstrap Secret of its first try writes one; left there, it would keep
+// an import token until the agent restarts. One watch of the names of the
+// namespace's Secrets gives their events in the order the API server wrote
+// them, and a redeploy deletes the credential before it writes the
+// bootstrap Secret: the session has ended before it would see that one. A
+// bootstrap Secret with another token (a person installing new values to
+// register again) is left for the registration that follows the
+// credential's deletion.
 func (s *session) watchCredential(ctx context.Context) error {
 	a := s.agent
 	ns := client.InNamespace(a.opts.Namespace)
@@ -323,17 +328,29 @@ func (s *session) watchCredential(ctx context.Context) error {
 }
 
 // deleteLeftoverBootstrap deletes the bootstrap Secret seen beside the
-// working credential (that one only: uid).
+// working credential (that one only: uid) when it carries the import token
+// this agent registered with.
 func (s *session) deleteLeftoverBootstrap(ctx context.Context, uid types.UID) {
 	a := s.agent
-	boot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}}
+	key := client.ObjectKey{Namespace: a.opts.Namespace, Name: registration.BootstrapSecretName}
+	boot := &corev1.Secret{}
+	if err := a.local.Get(ctx, key, boot); err != nil || boot.UID != uid {
+		return
+	}
+	a.mu.Lock()
+	spent := a.spent
+	a.mu.Unlock()
+	token := strings.TrimSpace(string(boot.Data[registration.BootstrapKeyToken]))
+	if token == "" || sha256.Sum256([]byte(token)) != spent {
+		return
+	}
 	err := a.local.Delete(ctx, boot, client.Preconditions{UID: &uid})
 	switch {
 	case err == nil:
-		a.log.Info("deleted a bootstrap Secret left beside the working credential", "secret", a.opts.Namespace+"/"+registration.BootstrapSecretName)
+		a.log.Info("deleted a bootstrap Secret left over beside the working credential: it carries the import token the agent registered with", "secret", key.String())
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err), ctx.Err() != nil:
 	default:
-		a.log.Error(err, "could not delete the bootstrap Secret left beside the working credential; retrying when the agent connects again")
+		a.log.Error(err, "could not delete the left-over bootstrap Secret; the agent deletes it when it connects again", "secret", key.String())
 	}
 }
 
