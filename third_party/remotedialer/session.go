@@ -32,6 +32,9 @@ type Session struct {
 	pingWait         sync.WaitGroup
 	dialer           Dialer
 	client           bool
+	// fleet fork: the connections the client's last sync left out
+	// (session_sync.go); guarded by the session's lock.
+	syncMissing map[int64]struct{}
 }
 
 // Use this defined type so we can share context between remotedialer and its clients

@@ -46,16 +46,29 @@ func (s *Session) sendSyncConnections() error {
 }
 
 // compareAndCloseStaleConnections compares the Session's activeConnectionIDs with the provided list from the client, then closing every connection not present in it
+//
+// fleet fork: a connection is closed only when two syncs in a row leave it
+// out. The client builds its list while the server may be sending it the
+// Connect of a new connection, so one list can miss a connection that was
+// opened a moment before; closing it failed the request on it ("sync from
+// client"). A connection the client really dropped is missing again from the
+// next list and is closed then, one interval later.
 func (s *Session) compareAndCloseStaleConnections(clientIDs []int64) {
 	serverIDs := s.activeConnectionIDs()
-	toClose := diffSortedSetsGetRemoved(serverIDs, clientIDs)
-	if len(toClose) == 0 {
-		return
-	}
+	missing := diffSortedSetsGetRemoved(serverIDs, clientIDs)
 
 	s.Lock()
 	defer s.Unlock()
-	for _, id := range toClose {
+	suspects := s.syncMissing
+	s.syncMissing = nil
+	for _, id := range missing {
+		if _, again := suspects[id]; !again {
+			if s.syncMissing == nil {
+				s.syncMissing = map[int64]struct{}{}
+			}
+			s.syncMissing[id] = struct{}{}
+			continue
+		}
 		// Connection no longer active in the client, close it server-side
 		conn := s.removeConnectionLocked(id)
 		if conn != nil {

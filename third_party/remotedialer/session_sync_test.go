@@ -163,3 +163,49 @@ func testServerWS(t *testing.T, data chan<- []byte) *websocket.Conn {
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
 }
+
+// fleet fork: a connection is closed only when two syncs in a row leave it
+// out, so one opened while the client built its list survives.
+func TestSession_compareAndCloseStaleConnections_closesOnlyWhatTwoSyncsLeaveOut(t *testing.T) {
+	t.Parallel()
+
+	s := newSession(rand.Int63(), "sync-test", nil)
+	conns := map[int64]*connection{}
+	add := func(id int64) {
+		conns[id] = newConnection(id, s, "tcp", "sync-test")
+		s.addConnection(id, conns[id])
+	}
+	for id := int64(1); id <= 4; id++ {
+		add(id)
+	}
+	open := func(want ...int64) {
+		t.Helper()
+		if got := s.activeConnectionIDs(); !reflect.DeepEqual(got, want) {
+			t.Errorf("open connections %v, want %v", got, want)
+		}
+	}
+
+	// 3 and 4 are not in the client's list: nothing is closed yet (4 was
+	// being opened while the client built it).
+	s.compareAndCloseStaleConnections([]int64{1, 2})
+	open(1, 2, 3, 4)
+
+	// 5 is opened; the next list has 4 but neither 3 nor 5: 3 is closed, 5
+	// is left out for the first time.
+	add(5)
+	s.compareAndCloseStaleConnections([]int64{1, 2, 4})
+	open(1, 2, 4, 5)
+	if conns[3].err != errCloseSyncConnections {
+		t.Errorf("connection 3 closed with %v, want %v", conns[3].err, errCloseSyncConnections)
+	}
+
+	// Left out twice: 5 is closed.
+	s.compareAndCloseStaleConnections([]int64{1, 2, 4})
+	open(1, 2, 4)
+	if conns[5].err != errCloseSyncConnections {
+		t.Errorf("connection 5 closed with %v, want %v", conns[5].err, errCloseSyncConnections)
+	}
+	if conns[4].err != nil {
+		t.Errorf("connection 4 closed: %v", conns[4].err)
+	}
+}
