@@ -39,7 +39,10 @@ type Options struct {
 	RetryPeriod   time.Duration
 
 	// RegistrationTimeout bounds the wait for the upstream's answer to one
-	// registration request before a new request is made.
+	// registration request that cannot be read (deleted, or no answer from
+	// the upstream) before a new request is made. One that can be read and
+	// is not refused is waited for as long as it takes, with a log line
+	// every RegistrationTimeout.
 	RegistrationTimeout time.Duration
 
 	// SystemCAs, when set, replaces the system trust store (tests).

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -259,9 +260,13 @@ func openCredential(reg *fleet.ClusterRegistration, clear *corev1.Secret, key *r
 
 // maxGrantPoll is the longest pause between two reads of the registration.
 // A registration answered at once is read within milliseconds; one that
-// waits behind a thousand others costs the upstream one GET per agent per
-// pause, so the pause grows to a few seconds.
-const maxGrantPoll = 5 * time.Second
+// waits behind thousands of others costs the upstream one GET per agent per
+// pause, so the pause grows (by half each time: past a second after about
+// 13 s of waiting, at this cap after about 80 s) and, past a second, varies
+// by a quarter either way so a crowd that started together does not ask
+// together. With 10,000 agents registering at once, a cap of 5 s was 2,000
+// GETs/s, which left the upstream API server no CPU for the grants.
+const maxGrantPoll = 30 * time.Second
 
 // waitForGrant waits for the controller's answer to the registration: its
 // status with the sealed credential, or a refusal. The import identity may
@@ -274,9 +279,8 @@ const maxGrantPoll = 5 * time.Second
 // the agent) is answered in the clear, in the Secret named clear, which
 // its Role lets the import identity read.
 func (a *Agent) waitForGrant(ctx context.Context, c client.Client, key, clear client.ObjectKey) (*fleet.ClusterRegistration, *corev1.Secret, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.opts.RegistrationTimeout)
-	defer cancel()
 	delay := 20 * time.Millisecond
+	deadline := time.Now().Add(a.opts.RegistrationTimeout)
 	for {
 		reg := &fleet.ClusterRegistration{}
 		// From the API server's watch cache: cheap for it, and an answer
@@ -296,6 +300,14 @@ func (a *Agent) waitForGrant(ctx context.Context, c client.Client, key, clear cl
 			if s := meta.FindStatusCondition(reg.Status.Conditions, fleet.StalledCondition); s != nil && s.Status == metav1.ConditionTrue {
 				return nil, nil, reconciler.Stall(s.Reason, "the upstream refused registration %s/%s: %s", key.Namespace, key.Name, s.Message)
 			}
+			// Still there and not refused: the controller is behind (many
+			// registrations at once) or down. A new request would only
+			// queue behind this one and leave it for the controller to
+			// grant in vain, so the agent keeps waiting.
+			if time.Now().After(deadline) {
+				a.log.Info("still waiting for the upstream to answer the registration", "registration", key.String(), "waited", a.opts.RegistrationTimeout.String())
+				deadline = time.Now().Add(a.opts.RegistrationTimeout)
+			}
 		case ctx.Err() != nil:
 		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 			return nil, nil, reconciler.Stall(fleet.CredentialRejectedReason,
@@ -303,10 +315,18 @@ func (a *Agent) waitForGrant(ctx context.Context, c client.Client, key, clear cl
 		case !apierrors.IsNotFound(err):
 			a.log.V(1).Info("reading the registration", "error", err.Error())
 		}
+		if err != nil && time.Now().After(deadline) {
+			// Gone (NotFound) or unreadable for the whole timeout: ask again.
+			return nil, nil, fmt.Errorf("no answer within %s (last: %v)", a.opts.RegistrationTimeout, err)
+		}
+		pause := delay
+		if pause > time.Second {
+			pause += time.Duration(mathrand.Int64N(int64(pause/2))) - pause/4
+		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("no answer within %s", a.opts.RegistrationTimeout)
-		case <-time.After(delay):
+			return nil, nil, ctx.Err()
+		case <-time.After(pause):
 		}
 		delay = min(delay*3/2, maxGrantPoll)
 	}
