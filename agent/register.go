@@ -169,7 +169,8 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 	if err := key.Sign(reg); err != nil {
 		return nil, err
 	}
-	if err := upClient.Create(ctx, reg); err != nil {
+	took, err := a.createRegistration(ctx, upClient, reg)
+	if err != nil {
 		switch {
 		case via.recovery && (apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)):
 			if apierrors.IsUnauthorized(err) {
@@ -192,7 +193,7 @@ func (a *Agent) registerWith(ctx context.Context, key *registration.IdentityKey,
 	log.Info("registration requested", "registration", reg.Namespace+"/"+reg.Name, "clientID", clientID, "with", via.what)
 
 	clear := client.ObjectKey{Namespace: via.clearNamespace, Name: registration.CredentialSecretName(clientID, clientRandom)}
-	granted, clearSecret, err := a.waitForGrant(ctx, upClient, client.ObjectKeyFromObject(reg), clear)
+	granted, clearSecret, err := a.waitForGrant(ctx, upClient, client.ObjectKeyFromObject(reg), clear, took)
 	if err != nil {
 		var refused *reconciler.Stalled
 		if via.recovery && errors.As(err, &refused) {
@@ -258,6 +259,47 @@ func openCredential(reg *fleet.ClusterRegistration, clear *corev1.Secret, key *r
 	return cred, nil
 }
 
+// createRegistration creates reg, and again with the same name when the
+// upstream did not answer (a timeout, a connection error, 429, 503): the
+// first request may have been written all the same, and its name, random
+// and known only to this agent, makes an AlreadyExists the proof that it
+// was. A new registration per try would leave the controller one to grant
+// in vain for each. It gives up after RegistrationTimeout.
+// It returns how long the create that succeeded took: the upstream's
+// load, which sets the first pause of the wait for the answer.
+func (a *Agent) createRegistration(ctx context.Context, c client.Client, reg *fleet.ClusterRegistration) (time.Duration, error) {
+	deadline := time.Now().Add(a.opts.RegistrationTimeout)
+	pause := time.Second
+	for {
+		start := time.Now()
+		err := c.Create(ctx, reg.DeepCopy())
+		switch {
+		case err == nil || apierrors.IsAlreadyExists(err):
+			return time.Since(start), nil
+		case ctx.Err() != nil || !noAnswer(err) || time.Now().After(deadline):
+			return 0, err
+		}
+		a.log.V(1).Info("creating the registration again, with the same name", "registration", reg.Namespace+"/"+reg.Name, "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(pause + time.Duration(mathrand.Int64N(int64(pause/2))) - pause/4):
+		}
+		pause = min(2*pause, maxGrantPoll)
+	}
+}
+
+// noAnswer reports whether err says nothing about the request's fate: no
+// response (a timeout, a connection error) or the upstream too busy to
+// decide (429, 503, a server timeout).
+func noAnswer(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)
+}
+
 // maxGrantPoll is the longest pause between two reads of the registration.
 // A registration answered at once is read within milliseconds; one that
 // waits behind thousands of others costs the upstream one GET per agent per
@@ -278,8 +320,13 @@ const maxGrantPoll = 30 * time.Second
 // credential (its spec.credentialPublicKey was dropped: CRDs older than
 // the agent) is answered in the clear, in the Secret named clear, which
 // its Role lets the import identity read.
-func (a *Agent) waitForGrant(ctx context.Context, c client.Client, key, clear client.ObjectKey) (*fleet.ClusterRegistration, *corev1.Secret, error) {
-	delay := 20 * time.Millisecond
+//
+// The first pause is the time the create took, at least 20 ms: a few
+// milliseconds on an upstream at rest, seconds when thousands of agents
+// register at once and each early read would only find no answer yet. An
+// upstream too busy to answer a read (429, a timeout) doubles the pause.
+func (a *Agent) waitForGrant(ctx context.Context, c client.Client, key, clear client.ObjectKey, created time.Duration) (*fleet.ClusterRegistration, *corev1.Secret, error) {
+	delay := min(max(20*time.Millisecond, created), maxGrantPoll)
 	deadline := time.Now().Add(a.opts.RegistrationTimeout)
 	for {
 		reg := &fleet.ClusterRegistration{}
@@ -312,6 +359,9 @@ func (a *Agent) waitForGrant(ctx context.Context, c client.Client, key, clear cl
 		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 			return nil, nil, reconciler.Stall(fleet.CredentialRejectedReason,
 				"the upstream does not let the import token read its registration (%v): upgrade the fleet controller to this agent's version, or create a new token and reinstall the agent with its values", apierrors.ReasonForError(err))
+		case noAnswer(err):
+			delay = min(2*delay, maxGrantPoll)
+			a.log.V(1).Info("reading the registration", "error", err.Error())
 		case !apierrors.IsNotFound(err):
 			a.log.V(1).Info("reading the registration", "error", err.Error())
 		}
