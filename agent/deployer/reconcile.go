@@ -63,6 +63,17 @@ func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.R
 		}
 		return d.removeDeleted(ctx, req.Name)
 	}
+	if !bd.Spec.Paused && !appliedAsSpecified(bd) {
+		// The cache may not show this deployer's own status write after
+		// its last apply yet: applying the same deployment again would
+		// undo what changed on the cluster since (kept when correctDrift
+		// is off). A new deployment is rare; it is read from the API
+		// server once.
+		live := &fleet.BundleDeployment{}
+		if err := d.upReader.Get(ctx, req.NamespacedName, live); err == nil {
+			bd = live
+		}
+	}
 	patcher, err := reconciler.NewStatusPatcher(d.up, bd, ownedConditions...)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -85,6 +96,13 @@ func (d *Deployer) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.R
 		ctrl.LoggerFrom(ctx).Info("bundle not applied", "reason", f.Reason, "message", f.Message)
 	}
 	return reconciler.Failure(err).Result(schedule)
+}
+
+// appliedAsSpecified reports whether bd's status says its deployment and
+// forced sync generation are applied.
+func appliedAsSpecified(bd *fleet.BundleDeployment) bool {
+	return bd.Spec.DeploymentID == bd.Status.AppliedDeploymentID &&
+		bd.Status.SyncGeneration != nil && *bd.Status.SyncGeneration == bd.Spec.Options.ForceSyncGeneration
 }
 
 // reconcile is the deploy and monitor steps of a BundleDeployment that
@@ -135,8 +153,7 @@ func (d *Deployer) reconcile(ctx context.Context, bd *fleet.BundleDeployment) (o
 		return stop("", err)
 	}
 
-	upToDate := bd.Spec.DeploymentID == bd.Status.AppliedDeploymentID &&
-		bd.Status.SyncGeneration != nil && *bd.Status.SyncGeneration == opts.ForceSyncGeneration
+	upToDate := appliedAsSpecified(bd)
 	if bd.Spec.Paused && !upToDate {
 		// Nothing is applied while paused; what the inventory holds is
 		// still watched for health.
