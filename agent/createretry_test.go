@@ -2,8 +2,10 @@ package agent_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -24,8 +26,8 @@ import (
 // TestAgent_RegistrationCreateWithoutAnAnswerIsMadeAgainWithTheSameName:
 // a create of the registration that got no answer (the upstream wrote it
 // but the answer was lost; the upstream too busy: 429) is made again with
-// the same name, so exactly one registration exists; a refusal is not
-// retried.
+// the same name, so exactly one registration exists; a refusal or an
+// untrusted upstream certificate is not retried.
 func TestAgent_RegistrationCreateWithoutAnAnswerIsMadeAgainWithTheSameName(t *testing.T) {
 	ws := testenv.Namespace(t, up, "fleet-ws-")
 	ds := env.Downstreams[0]
@@ -94,17 +96,25 @@ func TestAgent_RegistrationCreateWithoutAnAnswerIsMadeAgainWithTheSameName(t *te
 		})
 	}
 
-	t.Run("refused", func(t *testing.T) {
-		var calls atomic.Int32
-		c := interceptor.NewClient(base, interceptor.Funcs{Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
-			calls.Add(1)
-			return apierrors.NewForbidden(gr, "x", errors.New("no"))
-		}})
-		if err := a.CreateRegistration(t.Context(), c, reg("request-refused")); !apierrors.IsForbidden(err) {
-			t.Errorf("got %v, want the refusal", err)
-		}
-		if n := calls.Load(); n != 1 {
-			t.Errorf("%d creates, want 1: a refusal is an answer", n)
-		}
-	})
+	for _, tc := range []struct {
+		name   string
+		answer error
+	}{
+		{"refused", apierrors.NewForbidden(gr, "x", errors.New("no"))},
+		{"upstream certificate not trusted", &url.Error{Op: "Post", URL: env.Upstream.Config.Host, Err: x509.UnknownAuthorityError{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			c := interceptor.NewClient(base, interceptor.Funcs{Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+				calls.Add(1)
+				return tc.answer
+			}})
+			if err := a.CreateRegistration(t.Context(), c, reg("request-answered")); !errors.Is(err, tc.answer) {
+				t.Errorf("got %v, want %v", err, tc.answer)
+			}
+			if n := calls.Load(); n != 1 {
+				t.Errorf("%d creates, want 1: the same request would fail the same way", n)
+			}
+		})
+	}
 }

@@ -20,6 +20,7 @@ import (
 
 	fleet "github.com/gitops-fleet/fleet/api/v1alpha1"
 	"github.com/gitops-fleet/fleet/internal/config"
+	"github.com/gitops-fleet/fleet/internal/connerr"
 	"github.com/gitops-fleet/fleet/internal/reconciler"
 	"github.com/gitops-fleet/fleet/internal/registration"
 )
@@ -290,14 +291,12 @@ func (a *Agent) createRegistration(ctx context.Context, c client.Client, reg *fl
 }
 
 // noAnswer reports whether err says nothing about the request's fate: no
-// response (a timeout, a connection error) or the upstream too busy to
-// decide (429, 503, a server timeout).
+// response (a timeout, a connection error; connerr.IsUnreachable) or the
+// upstream too busy to decide (429, a server timeout). A failed TLS check
+// is an answer of sorts: the same request fails the same way, so it is
+// reported at once.
 func noAnswer(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true
-	}
-	return apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)
+	return (connerr.IsUnreachable(err) && !connerr.IsTLS(err)) || apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err)
 }
 
 // maxGrantPoll is the longest pause between two reads of the registration.
